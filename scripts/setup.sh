@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the Debian packages spmd needs to build, test and benchmark, and only
+# the ones that are missing, so running it twice costs nothing the second time.
+# Works as root, or through sudo for an ordinary user.
+set -euo pipefail
+
+build_packages=(
+  cmake g++ make pkg-config
+  libeigen3-dev            # CPU tensor kernels
+  libopenblas-openmp-dev   # Eigen's products go to OpenBLAS (its OpenMP build)
+  catch2                   # unit tests (v2, header only)
+  libcli11-dev             # every binary's flags
+  libfmt-dev               # formatting
+  libtomlplusplus-dev      # trainer configs
+  nlohmann-json3-dev       # JSON lines for metrics and bench results
+)
+test_packages=(
+  python3 python3-numpy    # safetensors files read back by numpy
+  python3-torch            # the independent reference for autograd and training
+  python3-matplotlib       # bench plots
+  procps psmisc iproute2   # process-table and network-namespace checks of the launcher
+  openmpi-bin libopenmpi-dev  # the OpenMPI peer of spmd-bench
+)
+
+missing=()
+for p in "${build_packages[@]}" "${test_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"

@@ -1,0 +1,61 @@
+// The fused ops of a transformer, forward and backward, as raw ops (autograd/
+// wraps them in differentiable functions). Each works along the last dim.
+#pragma once
+
+#include "tensor/tensor.h"
+
+namespace spmd::ops {
+
+Tensor softmax(const Tensor& x, int dim = -1);
+Tensor log_softmax(const Tensor& x, int dim = -1);
+// Given y = softmax(x) (or log_softmax(x) when log), dx from dy.
+Tensor softmax_backward(const Tensor& dy, const Tensor& y, int dim = -1, bool log = false);
+
+struct NormResult {
+  Tensor y;
+  Tensor mean;  // undefined for rms_norm
+  Tensor rstd;  // 1/sqrt(var + eps), shape x.shape[:-1], f32
+};
+struct NormGrads {
+  Tensor dx, dweight, dbias;  // dweight, dbias undefined when the forward had none
+};
+
+// Layer norm over the last dim; weight and bias (C) may be undefined.
+NormResult layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+NormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                              const NormResult& saved, bool has_bias);
+// RMS norm over the last dim (Llama's): x / sqrt(mean(x^2) + eps) * weight.
+NormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
+NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                            const NormResult& saved);
+
+// Rows of `weight` (V, C) picked by integer ids of any shape: (..., C).
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+// dweight (V, C) from d(out) (..., C): each id's rows summed.
+Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings);
+
+struct CrossEntropyResult {
+  Tensor loss;  // 0-d: mean over the rows whose target is not ignore_index
+  Tensor lse;   // (N,) log-sum-exp of each row, saved for backward
+  int64_t count = 0;  // rows that were not ignored
+};
+// Fused log-softmax + negative log-likelihood over logits (N, V) and integer
+// targets (N): what F.cross_entropy(logits, targets, ignore_index) computes.
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
+                                 int64_t ignore_index = -100);
+// dlogits for an upstream gradient dloss of the mean loss (a 0-d tensor or double).
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyResult& saved, double dloss,
+                              int64_t ignore_index = -100);
+
+// Rotary position embedding tables for head size D: cos and sin (T, D/2) with
+// angle t * theta^(-2i/D).
+struct RopeTables {
+  Tensor cos, sin;
+};
+RopeTables rope_tables(int64_t T, int64_t head_dim, double theta = 10000.0,
+                       Device device = Device::cpu());
+// x (B, T, H, D) rotated pairwise; inverse = true undoes it (the backward).
+Tensor rope(const Tensor& x, const RopeTables& tables, bool inverse = false);
+
+}  // namespace spmd::ops
