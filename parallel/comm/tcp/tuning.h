@@ -1,0 +1,27 @@
+// The TCP backend's knobs: where it switches from latency-optimal algorithms
+// to bandwidth-optimal ones, and how finely the rings pipeline. The defaults
+// were measured on loopback (docs/comm.md); each can be overridden by an
+// environment variable of the same name in capitals (SPMD_TCP_CHUNK_BYTES=...)
+// to explore another machine.
+#pragma once
+
+#include <cstddef>
+
+namespace spmd::dist::tcp {
+
+struct Tuning {
+  // all_reduce below this many bytes uses recursive doubling, above it the ring.
+  size_t small_all_reduce_bytes = 64 << 10;
+  // broadcast and reduce below this use binomial trees, above it pipelined chains.
+  size_t small_rooted_bytes = 64 << 10;
+  // The pipeline's unit: the bytes a ring or chain moves per step.
+  size_t chunk_bytes = 256 << 10;
+  // Chunks posted ahead of the one being reduced.
+  int window = 4;
+
+  // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
+  // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES and SPMD_TCP_WINDOW.
+  static Tuning from_env();
+};
+
+}  // namespace spmd::dist::tcp
