@@ -4,6 +4,7 @@
 #include "parallel/comm/tcp/mesh.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -34,6 +35,7 @@ void Mesh::begin(const Header& header, Clock::time_point deadline) {
   deadline_ = deadline;
   slow_called_ = false;
   used_.clear();
+  glanced_.assign(size_, false);
 }
 
 void Mesh::finish() {
@@ -57,15 +59,23 @@ void Mesh::wait_until(const std::function<bool()>& done) {
 // Sleeps until a socket is ready, then pumps the ready ones. Returns true
 // once something moved (or the wait is over).
 bool Mesh::poll_once(const std::function<bool()>& done) {
-  pollfd fds[64];
-  Link* owners[64];
-  nfds_t n = 0;
+  constexpr nfds_t kMax = 256;
+  pollfd fds[kMax];
+  Link* owners[kMax];
+  nfds_t n = 0, n_used = 0;
   for (Link* l : used_) {
     const short ev = l->poll_events();
-    if (ev && n < 64) {
+    if (ev && n < kMax) {
       fds[n] = {l->fd(), ev, 0};
       owners[n++] = l;
     }
+  }
+  n_used = n;
+  for (int peer = 0; peer < size_ && n < kMax; ++peer) {  // unused links, until glanced at
+    Link* l = links_[peer].get();
+    if (!l || glanced_[peer] || std::find(used_.begin(), used_.end(), l) != used_.end()) continue;
+    fds[n] = {l->fd(), POLLIN, 0};
+    owners[n++] = l;
   }
   const auto now = Clock::now();
   if (now >= deadline_) throw_timeout();
@@ -84,11 +94,28 @@ bool Mesh::poll_once(const std::function<bool()>& done) {
     return done();
   }
   bool moved = false;
-  for (nfds_t i = 0; i < n; ++i) {
+  for (nfds_t i = 0; i < n_used; ++i) {
     if (fds[i].revents & (POLLOUT | POLLERR | POLLHUP)) moved |= owners[i]->pump_send();
     if (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) moved |= owners[i]->pump_recv();
   }
+  for (nfds_t i = n_used; i < n; ++i) {
+    if (fds[i].revents) peek_unused(*owners[i]);
+  }
   return moved || done();
+}
+
+// Something arrived on a link this collective has not used (yet): if it is a
+// header of this very collective that differs from ours, the peer is running
+// another call under the same number. (An identical one is a message the
+// algorithm will read later.)
+void Mesh::peek_unused(Link& l) {
+  glanced_[l.peer()] = true;  // whatever it is, it is looked at once
+  Header h;
+  const ssize_t r = ::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  if (r != ssize_t(sizeof h) || h.seq != header_.seq || h.group != header_.group) return;
+  if (auto why = mismatch(h, header_)) {
+    throw LinkError(l.peer(), true, str_cat("header mismatch with rank ", l.peer(), ": ", *why));
+  }
 }
 
 void Mesh::throw_timeout() const {

@@ -6,6 +6,12 @@
 // receives to all peers progress together, and sleeps in poll() when no
 // socket can move; it never spins.
 //
+// While it waits, the Mesh also glances (MSG_PEEK) at the first bytes that
+// arrive on links the collective has not used: a header there with the
+// current sequence number but other fields means a peer is running another
+// call under the same number (a rank called broadcast where the others
+// called all_reduce), which would otherwise go unnoticed until the timeout.
+//
 // Every wait is bounded by the collective's deadline; past it the wait throws
 // TimeoutError saying which bytes are missing from whom. A collective that has
 // waited longer than `slow_after` calls the slow hook once (the group uses it
@@ -61,11 +67,13 @@ class Mesh {
 
  private:
   bool poll_once(const std::function<bool()>& done);
+  void peek_unused(Link& l);
   [[noreturn]] void throw_timeout() const;
 
   int rank_, size_;
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> used_;  // links touched by the current collective
+  std::vector<bool> glanced_;  // unused links already peeked at in this collective
   Header header_;
   Clock::time_point start_, deadline_;
   std::chrono::milliseconds slow_after_{0};
