@@ -14,7 +14,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y, int dim = -1, bool lo
 struct NormResult {
   Tensor y;
   Tensor mean;  // undefined for rms_norm
-  Tensor rstd;  // 1/sqrt(var + eps), shape x.shape[:-1], f32
+  Tensor rstd;  // 1/sqrt(var + eps), shape x.shape[:-1], f32 (f64 for f64 x)
 };
 struct NormGrads {
   Tensor dx, dweight, dbias;  // dweight, dbias undefined when the forward had none
@@ -36,7 +36,7 @@ Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_emb
 
 struct CrossEntropyResult {
   Tensor loss;  // 0-d: mean over the rows whose target is not ignore_index
-  Tensor lse;   // (N,) log-sum-exp of each row, saved for backward
+  Tensor lse;   // (N,) log-sum-exp of each row, f32 (f64 for f64 logits), saved for backward
   int64_t count = 0;  // rows that were not ignored
 };
 // Fused log-softmax + negative log-likelihood over logits (N, V) and integer
