@@ -47,6 +47,14 @@ enum class BinaryOp : uint8_t {
   kTanhBackward,      // dy * (1 - y^2), b = y
 };
 
+// True for the comparisons and logical ops, whose output is bool.
+constexpr bool produces_bool(BinaryOp op) {
+  return op >= BinaryOp::kEq && op <= BinaryOp::kLogicalOr;
+}
+// The op's name in error messages: "add", "gelu_tanh_backward"...
+const char* op_name(UnaryOp op);
+const char* op_name(BinaryOp op);
+
 enum class Reduction : uint8_t { kSum, kMean, kMax, kMin, kProd };
 
 // Hyper-parameters of one fused AdamW step (PyTorch's torch.optim.AdamW).
@@ -151,8 +159,8 @@ class Backend {
   // Rotary embedding of x (..., T, H, D) with tables cos, sin (T, D/2): each
   // pair (x[2i], x[2i+1]) is rotated by angle t*theta_i:
   //   out[2i] = x[2i] cos - x[2i+1] sin,  out[2i+1] = x[2i] sin + x[2i+1] cos;
-  // `inverse` rotates back (sin negated: the backward pass). The tables are
-  // f32, or x's dtype.
+  // `inverse` rotates back (sin negated: the backward pass). The tables
+  // have x's compute dtype (f32, or f64 for f64 x).
   virtual void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
                     bool inverse) = 0;
 

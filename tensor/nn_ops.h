@@ -35,8 +35,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings);
 
 struct CrossEntropyResult {
-  Tensor loss;  // 0-d: mean over the rows whose target is not ignore_index
-  Tensor lse;   // (N,) log-sum-exp of each row, f32 (f64 for f64 logits), saved for backward
+  Tensor loss;        // 0-d: mean over the rows whose target is not ignore_index
+  Tensor lse;         // (N,) log-sum-exp of each row, f32 (f64 for f64 logits), saved for backward
   int64_t count = 0;  // rows that were not ignored
 };
 // Fused log-softmax + negative log-likelihood over logits (N, V) and integer
