@@ -227,4 +227,23 @@ Tensor rope(const Tensor& x_in, const RopeTables& tables, bool inverse) {
   return out;
 }
 
+// --- Optimizer step -----------------------------------------------------------------
+
+void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                 const AdamWStep& hp) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&grad, &exp_avg, &exp_avg_sq}) {
+    SPMD_CHECK(
+        t->shape() == param.shape() && t->dtype() == DType::kF32 && param.dtype() == DType::kF32,
+        "adamw_step_: expected f32 tensors of the parameter's shape ", param.shape(), ", got ",
+        dtype_name(t->dtype()), " ", t->shape());
+  }
+  SPMD_CHECK(hp.step >= 1, "adamw_step_: step counts from 1, got ", hp.step);
+  SPMD_CHECK(param.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous(),
+             "adamw_step_: the parameter and its state must be contiguous");
+  const Tensor g = contiguous(grad);
+  backend_for({&param, &g, &exp_avg, &exp_avg_sq}, "adamw_step_")
+      .adamw_step(param, g, exp_avg, exp_avg_sq, hp);
+  for (Tensor* t : {&param, &exp_avg, &exp_avg_sq}) t->storage()->bump_version();
+}
+
 }  // namespace spmd::ops

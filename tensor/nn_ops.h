@@ -2,6 +2,7 @@
 // wraps them in differentiable functions). Each works along the last dim.
 #pragma once
 
+#include "tensor/backend.h"
 #include "tensor/tensor.h"
 
 namespace spmd::ops {
@@ -57,5 +58,11 @@ RopeTables rope_tables(int64_t T, int64_t head_dim, double theta = 10000.0,
                        Device device = Device::cpu());
 // x (B, T, H, D) rotated pairwise; inverse = true undoes it (the backward).
 Tensor rope(const Tensor& x, const RopeTables& tables, bool inverse = false);
+
+// One fused AdamW step, in place on param, exp_avg and exp_avg_sq
+// (torch.optim.AdamW's update; Backend::adamw_step states the formula).
+// REQUIRES: four f32 tensors of one shape on one device.
+void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                 const AdamWStep& hp);
 
 }  // namespace spmd::ops

@@ -28,9 +28,9 @@ void softmax_row(const C* px, C* py, int64_t n, bool log) {
   const ConstArrayMap<C> x(px, n);
   ArrayMap<C> y(py, n);
   const C max = x.maxCoeff();
-  if (log) {
-    const C lse = max + std::log((x - max).exp().sum());
-    y = x - lse;
+  if (log) {  // (x - max) - log(sum): no rounding of a large lse before the subtraction
+    const C log_sum = std::log((x - max).exp().sum());
+    y = (x - max) - log_sum;
   } else {
     y = (x - max).exp();
     y *= C(1) / y.sum();
@@ -111,8 +111,9 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int6
       for (int64_t n = begin; n < end; ++n) {
         const ConstArrayMap<C> x(row_in(xp + n * V, V, xbuf), V);
         const C max = V ? x.maxCoeff() : C(0);
-        lsep[n] = max + std::log((x - max).exp().sum());
-        lossp[n] = t[n] == ignore_index ? C(0) : lsep[n] - x[t[n]];
+        const C log_sum = std::log((x - max).exp().sum());
+        lsep[n] = max + log_sum;
+        lossp[n] = t[n] == ignore_index ? C(0) : (max - x[t[n]]) + log_sum;
       }
     });
   });
