@@ -1,11 +1,11 @@
-// The CPU backend's memory: 64-byte-aligned host blocks, copies that convert
+// The CPU backend's memory (allocator.h), copies that convert
 // between any two dtypes, fill and arange. The other methods live in the
 // files cpu_backend.h lists.
 #include "tensor/cpu/cpu_backend.h"
 
-#include <cstdlib>
 #include <cstring>
 
+#include "tensor/cpu/allocator.h"
 #include "tensor/cpu/loops.h"
 
 namespace spmd {
@@ -17,8 +17,6 @@ Backend& cpu_backend() {
 
 namespace cpu {
 namespace {
-
-constexpr size_t kAlignment = 64;  // a cache line, and the widest vector register
 
 // One row of dst[i] = convert(src[i]).
 template <class To, class From>
@@ -47,11 +45,7 @@ void copy_row(char* const* p, const int64_t* s, int64_t n) {
 
 DataPtr CpuBackend::allocate(size_t nbytes, Device device) {
   SPMD_CHECK(device.is_cpu(), "cpu backend: cannot allocate on ", device);
-  // aligned_alloc wants a multiple of the alignment; never 0, so data() is never null.
-  const size_t size = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, size);
-  if (p == nullptr) SPMD_THROW(OutOfMemoryError, "cpu: cannot allocate ", nbytes, " bytes");
-  return DataPtr(p, [](void* q) { std::free(q); });
+  return allocate_host(nbytes);
 }
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {

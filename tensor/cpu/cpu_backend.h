@@ -2,7 +2,7 @@
 // rows, and Eigen (with OpenBLAS underneath when present) for matrix products.
 //
 // One class, its methods spread over one file per idea:
-//   cpu_backend.cpp  memory, copy/convert, fill, arange
+//   cpu_backend.cpp  memory (through allocator.h), copy/convert, fill, arange
 //   elementwise.cpp  unary and binary ops, where, masked_fill, triangle
 //   reduce.cpp       reductions and arg-reductions
 //   matmul.cpp       GEMM through Eigen (the only Eigen GEMM translation unit)

@@ -1,6 +1,7 @@
 // Views share storage and address the right elements; factories fill what
 // they say; bad shapes, dims and devices throw errors that name the op.
 #include "reference.h"
+#include "tensor/cpu/allocator.h"
 
 using namespace spmd;
 using namespace spmd::test;
@@ -121,4 +122,19 @@ TEST_CASE("large elementwise ops split across threads give the serial answer", "
   check_close(ops::tanh(ops::mul(a, b)), want, 1e-5, 1e-6, "tanh(a * b)");
   const Tensor big = ops::full({1 << 20}, 1.0, {DType::kBF16});
   CHECK(ops::sum(big).item<double>() == double(1 << 20));  // an f32 accumulator for bf16
+}
+
+TEST_CASE("large host blocks are cached and reused by size class", "[allocator]") {
+  const cpu::HostMemoryStats before = cpu::host_memory_stats();
+  void* first = nullptr;
+  {
+    const Tensor t = ops::empty({3 << 20});  // 12 MiB
+    first = t.raw_data();
+    CHECK(cpu::host_memory_stats().allocated >= before.allocated + (size_t(12) << 20));
+  }
+  CHECK(cpu::host_memory_stats().cached >= size_t(12) << 20);
+  const Tensor again = ops::empty({(3 << 20) - 5});  // the same size class
+  CHECK(again.raw_data() == first);
+  cpu::empty_host_cache();
+  CHECK(cpu::host_memory_stats().cached == 0);
 }
