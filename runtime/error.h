@@ -49,8 +49,8 @@ std::string str_cat(Args&&... args) {
 
 // Throws InvalidArgument with the message str_cat(args...) unless `cond` holds.
 //   SPMD_CHECK(a.ndim() == 2, "matmul: expected a 2-D tensor, got ", a.shape());
-#define SPMD_CHECK(cond, ...)                                                 \
-  do {                                                                        \
+#define SPMD_CHECK(cond, ...)                                          \
+  do {                                                                 \
     if (!(cond)) throw ::spmd::InvalidArgument(::spmd::str_cat(__VA_ARGS__)); \
   } while (0)
 
