@@ -15,6 +15,7 @@
 
 #include "parallel/comm/init.h"
 #include "runtime/spawn.h"
+#include "tensor/factory.h"
 
 namespace spmd::dist::testing {
 namespace {
@@ -97,11 +98,6 @@ std::vector<RankOutcome> run_processes(int world_size,
   return outcomes;
 }
 
-Tensor cpu_tensor(int64_t numel, DType dtype) {
-  const size_t bytes = std::max<size_t>(64, (size_t(numel) * element_size(dtype) + 63) / 64 * 64);
-  DataPtr data(std::aligned_alloc(64, bytes), [](void* p) { std::free(p); });
-  auto storage = std::make_shared<Storage>(std::move(data), bytes, Device::cpu());
-  return Tensor(storage, Shape{numel}, Shape{1}, 0, dtype);
-}
+Tensor cpu_tensor(int64_t numel, DType dtype) { return ops::empty(Shape{numel}, {dtype}); }
 
 }  // namespace spmd::dist::testing

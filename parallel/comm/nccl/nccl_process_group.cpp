@@ -11,7 +11,6 @@
 #include <cstring>
 
 #include "runtime/error.h"
-#include "tensor/cuda_api.h"
 
 namespace spmd::dist {
 namespace {
@@ -43,6 +42,19 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::kMax: return ncclMax;
   }
   return ncclSum;
+}
+
+// The stream the caller's work on `device` is queued on. Until tensor/'s
+// CUDA layer (cuda_api.h, with per-thread current streams) lands, this is the
+// device's default stream, which every kernel of a plain program uses.
+cudaStream_t caller_stream(int device) {
+  (void)device;
+  return cudaStreamLegacy;
+}
+
+int gpu_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
 std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout) {
@@ -84,10 +96,8 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     : ProcessGroup(std::move(store), rank, size, std::move(options)),
       device_(device),
       state_(std::make_unique<State>()) {
-  SPMD_CHECK(cuda::is_available() && device >= 0 && device < cuda::device_count(),
-             "nccl backend: rank ", rank, " asked for GPU ", device, " but ",
-             cuda::is_available() ? str_cat(cuda::device_count(), " GPUs are present")
-                                  : std::string("no GPU is present"));
+  SPMD_CHECK(device >= 0 && device < gpu_count(), "nccl backend: rank ", rank,
+             " asked for GPU ", device, " but ", gpu_count(), " GPUs are present");
 }
 
 // Rank 0 draws the unique id and shares it through the store; every rank
@@ -194,7 +204,7 @@ Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& desc
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     cudaEvent_t ready;
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "event");
-    auto caller = static_cast<cudaStream_t>(cuda::current_stream(device_).handle());
+    cudaStream_t caller = caller_stream(device_);
     check_cuda(cudaEventRecord(ready, caller), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(state_->stream, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);  // freed once recorded work completes

@@ -13,6 +13,11 @@
 #include "parallel/comm/tcp/ring.h"
 #include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
+#include "tensor/copy.h"
+#include "tensor/factory.h"
+#if SPMD_WITH_CUDA
+#include "parallel/comm/tcp/cuda_staging.h"
+#endif
 
 namespace spmd::dist {
 
@@ -76,30 +81,59 @@ std::shared_ptr<ProcessGroup> TcpProcessGroup::make_group(std::shared_ptr<Store>
 // --- Issuing -------------------------------------------------------------------------
 
 Work TcpProcessGroup::launch(CommOp op) {
-  SPMD_CHECK(op.tensor.is_cpu() && (!op.input.defined() || op.input.is_cpu()), op.description,
-             ": the TCP backend carries CPU tensors; this one is on ", op.tensor.device());
+  const bool on_gpu = op.tensor.defined() && op.tensor.is_cuda();
+  if (op.input.defined()) {
+    SPMD_CHECK(op.input.device() == op.tensor.device(), op.description, ": output on ",
+               op.tensor.device(), " but input on ", op.input.device());
+  }
   Work work(op.description, Work::Duration::max());
   if (op.type == OpType::kSend || op.type == OpType::kRecv) {
     launch_p2p(std::move(op), work);
     return work;
   }
+  Queued item{std::move(op), work, nullptr};
+#if SPMD_WITH_CUDA
+  if (on_gpu) item.mark = std::make_shared<StreamMark>(item.op.tensor);
+#else
+  SPMD_CHECK(!on_gpu, item.op.description, ": this spmd was built without CUDA");
+#endif
   {
     std::lock_guard lock(mu_);
-    SPMD_CHECK(!stopping_, op.description, ": the group has been shut down");
-    queue_.push_back({std::move(op), work});
+    SPMD_CHECK(!stopping_, item.op.description, ": the group has been shut down");
+    queue_.push_back(std::move(item));
   }
   cv_.notify_one();
   return work;
 }
 
+// Sends and receives go to the point-to-point engine. A CUDA tensor travels
+// through a host copy: taken now for a send, copied back when a recv lands.
 void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
   SPMD_CHECK(p2p_ != nullptr, op.description, ": the group has been shut down");
   const Tensor t = op.tensor;
-  work.on_complete([t] {});  // keeps the tensor's memory alive until the transfer ends
+  const Tensor host = t.is_cpu() ? t
+                      : op.type == OpType::kSend ? ops::to(t, Device::cpu())
+                                                 : ops::empty(t.shape(), {t.dtype()});
+  Work inner = work;
+  if (!t.is_cpu()) {
+    inner = Work(op.description, Work::Duration::max());
+    inner.on_complete([inner, work, t, host, is_recv = op.type == OpType::kRecv] {
+      std::exception_ptr error = inner.exception();
+      if (!error && is_recv) {
+        try {
+          ops::copy_(t, host);
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      work.complete(error);
+    });
+  }
+  inner.on_complete([host] {});  // keeps the host memory alive until the transfer ends
   if (op.type == OpType::kSend) {
-    p2p_->send(t.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, work);
+    p2p_->send(host.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, inner);
   } else {
-    p2p_->recv(t.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, work);
+    p2p_->recv(host.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, inner);
   }
 }
 
@@ -121,7 +155,7 @@ void TcpProcessGroup::worker_loop() {
       continue;
     }
     try {
-      execute(item.op);
+      execute(item);
       item.work.complete();
     } catch (...) {
       item.work.complete(fail(item.op, std::current_exception()));
@@ -129,9 +163,36 @@ void TcpProcessGroup::worker_loop() {
   }
 }
 
-void TcpProcessGroup::execute(CommOp& op) {
+void TcpProcessGroup::execute(Queued& item) {
+  if (item.mark) return execute_staged(item);
+  CommOp& op = item.op;
   char* data = op.tensor.defined() ? static_cast<char*>(op.tensor.raw_data()) : nullptr;
   char* input = op.input.defined() ? static_cast<char*>(op.input.raw_data()) : nullptr;
+  execute_on_host(op, data, input);
+}
+
+// CUDA tensors: wait for the caller's stream to produce them, copy them to
+// pinned host buffers, run the collective there, copy the result back.
+void TcpProcessGroup::execute_staged(Queued& item) {
+#if SPMD_WITH_CUDA
+  CommOp& op = item.op;
+  item.mark->wait();
+  if (!staging_) staging_ = std::make_unique<HostStaging>();
+  char* data = staging_->buffer(0, op.tensor.defined() ? op.tensor.nbytes() : 0);
+  char* input = op.input.defined() ? staging_->buffer(1, op.input.nbytes()) : nullptr;
+  if (op.input.defined()) {
+    staging_->to_host(op.input, input);
+  } else if (op.tensor.defined()) {
+    staging_->to_host(op.tensor, data);  // in place: the tensor is also the input
+  }
+  execute_on_host(op, data, input);
+  if (op.tensor.defined()) staging_->to_device(data, op.tensor);
+#else
+  SPMD_THROW(Error, item.op.description, ": CUDA tensors need a CUDA build");
+#endif
+}
+
+void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
   if (size() == 1) return run_alone(op, data, input);
   Header h;
   h.op = op.type;
@@ -158,6 +219,7 @@ void TcpProcessGroup::execute(CommOp& op) {
 // Picks the algorithm for the collective and runs it.
 void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
   Context ctx{*mesh_, workspace_, tuning_};
+  if (op.type == OpType::kBarrier) return DisseminationBarrier(ctx).run();
   const DType dt = op.tensor.dtype();
   const size_t elem = element_size(dt);
   Span whole{data, size_t(op.tensor.numel()), dt, elem};
@@ -188,7 +250,6 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
       Span in{input, size_t(op.input.numel()), dt, elem};
       return AllToAll(ctx, in, whole, op.send_counts, op.recv_counts).run();
     }
-    case OpType::kBarrier: return DisseminationBarrier(ctx).run();
     default: SPMD_THROW(InvalidArgument, op.description, ": not a collective");
   }
 }

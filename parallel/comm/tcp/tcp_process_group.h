@@ -1,6 +1,7 @@
 // TcpProcessGroup: the process group of the TCP backend (the role Gloo plays
 // for PyTorch on CPUs). It runs on any IP network, carries CPU tensors
-// directly and CUDA tensors through pinned host buffers.
+// directly and CUDA tensors through host memory (collectives through pinned
+// buffers, cuda_staging.h; send/recv through host copies).
 //
 // Structure:
 //   - a full mesh of sockets, connected through the store (bootstrap.h);
@@ -31,6 +32,10 @@
 #include "parallel/comm/tcp/workspace.h"
 
 namespace spmd::dist {
+namespace tcp {
+class HostStaging;  // cuda_staging.h (CUDA builds)
+class StreamMark;
+}  // namespace tcp
 
 class TcpProcessGroup final : public ProcessGroup {
  public:
@@ -54,12 +59,15 @@ class TcpProcessGroup final : public ProcessGroup {
   struct Queued {
     CommOp op;
     Work work;
+    std::shared_ptr<tcp::StreamMark> mark;  // CUDA tensors: the caller's stream at issue
   };
   TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options,
                   std::string route_hint);
   void connect();
   void worker_loop();
-  void execute(CommOp& op);
+  void execute(Queued& item);
+  void execute_on_host(CommOp& op, char* data, char* input);
+  void execute_staged(Queued& item);
   void run_algorithm(CommOp& op, char* data, char* input);
   void run_alone(CommOp& op, char* data, char* input);
   void launch_p2p(CommOp op, const Work& work);
@@ -73,6 +81,9 @@ class TcpProcessGroup final : public ProcessGroup {
   std::unique_ptr<tcp::Mesh> mesh_;
   std::unique_ptr<tcp::P2PEngine> p2p_;
   tcp::Workspace workspace_;
+#if SPMD_WITH_CUDA
+  std::unique_ptr<tcp::HostStaging> staging_;  // pinned buffers for CUDA tensors
+#endif
 
   std::mutex mu_;  // guards queue_ and stopping_
   std::condition_variable cv_;
