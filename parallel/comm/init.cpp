@@ -36,8 +36,10 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   int rank = options.rank, world_size = options.world_size, local_rank = options.rank;
   std::string hint;
   if (store) {
-    SPMD_CHECK(rank >= 0 && world_size >= 1, "init_process_group: with an explicit store, pass "
-               "rank and world_size (got rank ", rank, ", world_size ", world_size, ")");
+    SPMD_CHECK(rank >= 0 && world_size >= 1,
+               "init_process_group: with an explicit store, pass "
+               "rank and world_size (got rank ",
+               rank, ", world_size ", world_size, ")");
   } else {
     Rendezvous rv = rendezvous(options.init_method, rank, world_size, options.timeout);
     store = rv.store;
@@ -55,7 +57,8 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   return NcclProcessGroup::create(store, rank, world_size, std::move(group), device);
 #else
   (void)local_rank;
-  SPMD_THROW(Error, "init_process_group: the nccl backend needs a CUDA build of spmd "
+  SPMD_THROW(Error,
+             "init_process_group: the nccl backend needs a CUDA build of spmd "
              "(this one has SPMD_CUDA=OFF, or no nvcc was found); use the tcp backend");
 #endif
 }

@@ -5,8 +5,8 @@
 #include "parallel/comm/process_group.h"
 
 #include <algorithm>
-#include <numeric>
 #include <mutex>
+#include <numeric>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -32,8 +32,8 @@ void check_pair(const Tensor& out, const Tensor& in, std::string_view op) {
 }
 
 void check_reduce_op(ReduceOp op, DType dtype, std::string_view name) {
-  SPMD_CHECK(op != ReduceOp::kAvg || is_floating(dtype), name,
-             ": avg needs a floating dtype, got ", dtype_name(dtype));
+  SPMD_CHECK(op != ReduceOp::kAvg || is_floating(dtype), name, ": avg needs a floating dtype, got ",
+             dtype_name(dtype));
 }
 
 // all_to_all split sizes (rows of dim 0) as element counts per rank.
@@ -115,8 +115,8 @@ Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp reduce_op) {
 Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp reduce_op) {
   check_tensor(t, "reduce", "");
   check_reduce_op(reduce_op, t.dtype(), "reduce");
-  SPMD_CHECK(root >= 0 && root < size_, "reduce: root ", root, " is not a rank of group ",
-             name(), " (size ", size_, ")");
+  SPMD_CHECK(root >= 0 && root < size_, "reduce: root ", root, " is not a rank of group ", name(),
+             " (size ", size_, ")");
   CommOp op = collective(OpType::kReduce, "reduce");
   op.tensor = t;
   op.root = root;
@@ -137,9 +137,8 @@ Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
 Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp reduce_op) {
   check_pair(output, input, "reduce_scatter");
   check_reduce_op(reduce_op, input.dtype(), "reduce_scatter");
-  SPMD_CHECK(input.numel() == size_ * output.numel(), "reduce_scatter: input has ",
-             input.numel(), " elements, which is not the group size ", size_, " x output's ",
-             output.numel());
+  SPMD_CHECK(input.numel() == size_ * output.numel(), "reduce_scatter: input has ", input.numel(),
+             " elements, which is not the group size ", size_, " x output's ", output.numel());
   CommOp op = collective(OpType::kReduceScatter, "reduce_scatter");
   op.tensor = output;
   op.input = input;
@@ -232,8 +231,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
   SPMD_CHECK(!ranks.empty(), "new_group: no ranks");
   SPMD_CHECK(std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(),
              "new_group: a rank is listed twice");
-  SPMD_CHECK(ranks.front() >= 0 && ranks.back() < size_, "new_group: ranks must be in [0, ",
-             size_, ") of group ", name());
+  SPMD_CHECK(ranks.front() >= 0 && ranks.back() < size_, "new_group: ranks must be in [0, ", size_,
+             ") of group ", name());
   const uint64_t k = next_subgroup_++;  // counted on every rank, member or not
   if (!std::binary_search(ranks.begin(), ranks.end(), rank_)) return nullptr;
   return make_subgroup(ranks, str_cat("group", k));

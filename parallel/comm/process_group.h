@@ -57,14 +57,14 @@ struct P2POp {
 // One operation with checked arguments, as a backend receives it.
 struct CommOp {
   OpType type = OpType::kBarrier;
-  uint64_t seq = 0;       // collectives: the group's count; send/recv: this rank's own count
-  Tensor tensor;          // the in-place buffer, or the output (all_gather, reduce_scatter, all_to_all)
-  Tensor input;           // all_gather, reduce_scatter, all_to_all
+  uint64_t seq = 0;  // collectives: the group's count; send/recv: this rank's own count
+  Tensor tensor;     // the in-place buffer, or the output (all_gather, reduce_scatter, all_to_all)
+  Tensor input;      // all_gather, reduce_scatter, all_to_all
   ReduceOp reduce_op = ReduceOp::kSum;
-  int root = -1;          // broadcast, reduce; the peer of send / recv
-  int tag = 0;            // send / recv
+  int root = -1;                                 // broadcast, reduce; the peer of send / recv
+  int tag = 0;                                   // send / recv
   std::vector<size_t> send_counts, recv_counts;  // all_to_all: elements to / from each rank
-  std::string description;  // "all_reduce #5 in group world"
+  std::string description;                       // "all_reduce #5 in group world"
 };
 
 class ProcessGroup {
@@ -141,8 +141,8 @@ class ProcessGroup {
   // with a Work that completes when all of theirs have.
   virtual Work launch_batch(std::vector<CommOp> ops);
   // Makes a group of the same backend over `store` (subgroups).
-  virtual std::shared_ptr<ProcessGroup> make_group(std::shared_ptr<Store> store, int rank,
-                                                   int size, GroupOptions options) = 0;
+  virtual std::shared_ptr<ProcessGroup> make_group(std::shared_ptr<Store> store, int rank, int size,
+                                                   GroupOptions options) = 0;
 
   Store& store() const { return *store_; }
   void set_aborted() { aborted_ = true; }

@@ -7,26 +7,40 @@ namespace spmd::dist {
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kProd: return "prod";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kProd:
+      return "prod";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
   }
   return "?";
 }
 
 std::string_view op_name(OpType op) {
   switch (op) {
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kAllReduce: return "all_reduce";
-    case OpType::kReduce: return "reduce";
-    case OpType::kAllGather: return "all_gather";
-    case OpType::kReduceScatter: return "reduce_scatter";
-    case OpType::kAllToAll: return "all_to_all";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kSend: return "send";
-    case OpType::kRecv: return "recv";
+    case OpType::kBroadcast:
+      return "broadcast";
+    case OpType::kAllReduce:
+      return "all_reduce";
+    case OpType::kReduce:
+      return "reduce";
+    case OpType::kAllGather:
+      return "all_gather";
+    case OpType::kReduceScatter:
+      return "reduce_scatter";
+    case OpType::kAllToAll:
+      return "all_to_all";
+    case OpType::kBarrier:
+      return "barrier";
+    case OpType::kSend:
+      return "send";
+    case OpType::kRecv:
+      return "recv";
   }
   return "?";
 }
@@ -49,8 +63,10 @@ bool is_comm_dtype(DType dtype) {
     case DType::kBF16:
     case DType::kF16:
     case DType::kI32:
-    case DType::kI64: return true;
-    default: return false;
+    case DType::kI64:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -13,8 +13,7 @@ Work::Work() : state_(std::make_shared<State>()) {
   state_->done = true;
 }
 
-Work::Work(std::string description, Duration default_timeout)
-    : state_(std::make_shared<State>()) {
+Work::Work(std::string description, Duration default_timeout) : state_(std::make_shared<State>()) {
   state_->description = std::move(description);
   state_->default_timeout = default_timeout;
 }
@@ -41,7 +40,6 @@ bool Work::is_success() const {
   std::lock_guard lock(state_->mu);
   return state_->done && !state_->error;
 }
-
 
 std::exception_ptr Work::exception() const {
   std::lock_guard lock(state_->mu);

@@ -40,12 +40,12 @@ void run_world(int world_size, const std::function<void(ProcessGroup& world)>& f
       options);
 }
 
-bool RankOutcome::exited_ok() const { return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0; }
+bool RankOutcome::exited_ok() const {
+  return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+}
 bool RankOutcome::killed() const { return WIFSIGNALED(wait_status); }
 
-void report(const std::string& text) {
-  std::ofstream(g_report_path, std::ios::trunc) << text;
-}
+void report(const std::string& text) { std::ofstream(g_report_path, std::ios::trunc) << text; }
 
 std::vector<RankOutcome> run_processes(int world_size,
                                        const std::function<void(int, const std::string&)>& fn,

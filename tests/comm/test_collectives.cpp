@@ -4,7 +4,6 @@
 // values worked out by hand (values.h). One spawn per world size runs the
 // whole table, so the suite stays within seconds even with 8 ranks on 2 cores.
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "harness.h"
@@ -16,8 +15,8 @@ using namespace spmd::dist::testing;
 
 namespace {
 
-const DType kDtypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32,
-                         DType::kI64};
+const DType kDtypes[] = {DType::kF32, DType::kF64, DType::kBF16,
+                         DType::kF16, DType::kI32, DType::kI64};
 
 std::vector<int64_t> sizes_for(DType dt) {
   if (dt == DType::kF32) return {0, 1, 7, 1000, (1 << 20) + 3};
@@ -43,16 +42,17 @@ void check(const Tensor& t, const std::function<double(size_t)>& want, const std
 
 void all_reduce_cases(ProcessGroup& g, DType dt, int64_t n) {
   const int p = g.size(), r = g.rank();
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin,
-                      ReduceOp::kProd}) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
     if (op == ReduceOp::kAvg && !is_floating(dt)) continue;
     if (op != ReduceOp::kSum && n > 1000) continue;  // the large size: sum only
     Tensor t = cpu_tensor(n, dt);
     visit_dtype(dt, [&]<class T>() {
       fill<T>(t, [&](size_t i) { return input_value(op, r, i); });
       g.all_reduce(t, op).wait();
-      check<T>(t, [&](size_t i) { return reduced_value(op, p, i); },
-               str_cat("all_reduce ", reduce_op_name(op)));
+      check<T>(
+          t, [&](size_t i) { return reduced_value(op, p, i); },
+          str_cat("all_reduce ", reduce_op_name(op)));
     });
   }
 }
@@ -64,12 +64,17 @@ void rooted_cases(ProcessGroup& g, DType dt, int64_t n) {
   visit_dtype(dt, [&]<class T>() {
     fill<T>(t, [&](size_t i) { return r == root ? double(i % 7 + root) : -1.0; });
     g.broadcast(t, root).wait();
-    check<T>(t, [&](size_t i) { return double(i % 7 + root); }, "broadcast");
+    check<T>(
+        t, [&](size_t i) { return double(i % 7 + root); }, "broadcast");
     fill<T>(t, [&](size_t i) { return input_value(ReduceOp::kSum, r, i); });
     g.reduce(t, root, ReduceOp::kSum).wait();
-    check<T>(t, [&](size_t i) {
-      return r == root ? reduced_value(ReduceOp::kSum, p, i) : input_value(ReduceOp::kSum, r, i);
-    }, "reduce (root's result, the others' input unchanged)");
+    check<T>(
+        t,
+        [&](size_t i) {
+          return r == root ? reduced_value(ReduceOp::kSum, p, i)
+                           : input_value(ReduceOp::kSum, r, i);
+        },
+        "reduce (root's result, the others' input unchanged)");
   });
 }
 
@@ -79,11 +84,13 @@ void gather_scatter_cases(ProcessGroup& g, DType dt, int64_t m) {
   visit_dtype(dt, [&]<class T>() {
     fill<T>(mine, [&](size_t i) { return double(r * 10 + i % 7); });
     g.all_gather(all, mine).wait();
-    check<T>(all, [&](size_t i) { return double(i / m * 10 + (i % m) % 7); }, "all_gather");
+    check<T>(
+        all, [&](size_t i) { return double(i / m * 10 + (i % m) % 7); }, "all_gather");
     fill<T>(all, [&](size_t i) { return input_value(ReduceOp::kSum, r, i); });
     g.reduce_scatter(mine, all, ReduceOp::kSum).wait();
-    check<T>(mine, [&](size_t i) { return reduced_value(ReduceOp::kSum, p, r * m + i); },
-             "reduce_scatter (rank r's segment)");
+    check<T>(
+        mine, [&](size_t i) { return reduced_value(ReduceOp::kSum, p, r * m + i); },
+        "reduce_scatter (rank r's segment)");
   });
 }
 
@@ -108,12 +115,14 @@ void all_to_all_cases(ProcessGroup& g, DType dt) {
     for (int s = 0; s < p; ++s) want.insert(want.end(), rows(s, r) * 2, s * 10 + r);
     fill<T>(in, [&](size_t i) { return sent[i]; });
     g.all_to_all(out, in, out_splits, in_splits).wait();
-    check<T>(out, [&](size_t i) { return want[i]; }, "all_to_all (uneven splits)");
+    check<T>(
+        out, [&](size_t i) { return want[i]; }, "all_to_all (uneven splits)");
     // Equal splits: p rows of 2, row d going to rank d.
     Tensor ein = matrix(p), eout = matrix(p);
     fill<T>(ein, [&](size_t i) { return double(r * 10 + int(i / 2)); });
     g.all_to_all(eout, ein).wait();
-    check<T>(eout, [&](size_t i) { return double(int(i / 2) * 10 + r); }, "all_to_all (equal)");
+    check<T>(
+        eout, [&](size_t i) { return double(int(i / 2) * 10 + r); }, "all_to_all (equal)");
   });
 }
 
@@ -146,7 +155,8 @@ TEST_CASE("a 64 MiB all_reduce sums exactly on 2 ranks", "[comm]") {
     Tensor t = cpu_tensor(n, DType::kF32);
     fill<float>(t, [&](size_t i) { return input_value(ReduceOp::kSum, g.rank(), i); });
     g.all_reduce(t).wait();
-    check<float>(t, [&](size_t i) { return reduced_value(ReduceOp::kSum, 2, i); }, "64 MiB");
+    check<float>(
+        t, [&](size_t i) { return reduced_value(ReduceOp::kSum, 2, i); }, "64 MiB");
   }));
 }
 
@@ -163,8 +173,9 @@ TEST_CASE("many collectives in flight at once, waited out of order", "[comm]") {
     }
     for (int k = 23; k >= 0; --k) {
       works[k].wait();
-      check<float>(tensors[k], [&](size_t i) { return reduced_value(ReduceOp::kSum, p, i + k); },
-                   str_cat("all_reduce ", k, " of 24 in flight"));
+      check<float>(
+          tensors[k], [&](size_t i) { return reduced_value(ReduceOp::kSum, p, i + k); },
+          str_cat("all_reduce ", k, " of 24 in flight"));
     }
     for (auto& w : works) expect(w.is_completed() && w.is_success(), "a Work was not done");
   }));

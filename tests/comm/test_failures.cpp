@@ -3,11 +3,10 @@
 // messages nobody answers. Each case runs real processes through a
 // FileStore (which outlives any rank) and checks, in the parent, every
 // surviving rank's error message and how long it took to fail.
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 
@@ -93,8 +92,8 @@ TEST_CASE("a rank killed mid-collective makes every other rank fail fast, naming
     CHECK(outcomes[r].exited_ok());
     REQUIRE(outcomes[r].report.rfind("comm|", 0) == 0);
     CHECK(reported_ms(outcomes[r].report) < 5000);  // well within the 10 s timeout
-    CHECK_THAT(outcomes[r].report, Catch::Contains("all_reduce #1 in group world") &&
-                                       Catch::Contains("rank 2"));
+    CHECK_THAT(outcomes[r].report,
+               Catch::Contains("all_reduce #1 in group world") && Catch::Contains("rank 2"));
   }
 }
 

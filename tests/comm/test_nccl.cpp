@@ -5,9 +5,9 @@
 //           tensors staged through pinned host buffers.
 // CUDA tensors are made here from cudaMalloc'ed memory (the tensor layer's
 // CUDA backend is not needed to test the communicator).
-#include <catch2/catch.hpp>
 #include <cuda_runtime_api.h>
 
+#include <catch2/catch.hpp>
 #include <vector>
 
 #include "harness.h"
@@ -59,42 +59,45 @@ TEST_CASE("a 1-rank NCCL group runs every collective on one GPU", "[nccl][gpu]")
     WARN("no GPU: skipped");
     return;
   }
-  auto outcome = run_processes(1, [](int, const std::string&) {
-    GroupOptions options;
-    options.timeout = std::chrono::seconds(30);
-    auto g = NcclProcessGroup::create(std::make_shared<HashStore>(), 0, 1, options, 0);
-    Tensor t = gpu_floats({1, 2, 3});
-    const std::vector<float> same = {1, 2, 3};
-    g->all_reduce(t).wait();
-    check(to_host(t) == same, "all_reduce sum on one rank");
-    g->all_reduce(t, ReduceOp::kAvg).wait();
-    check(to_host(t) == same, "all_reduce avg on one rank");
-    g->broadcast(t, 0).wait();
-    g->reduce(t, 0, ReduceOp::kMax).wait();
-    check(to_host(t) == same, "broadcast and reduce on one rank");
-    Tensor out = gpu_floats({0, 0, 0});
-    g->all_gather(out, t).wait();
-    check(to_host(out) == same, "all_gather");
-    Tensor rs = gpu_floats({0, 0, 0});
-    g->reduce_scatter(rs, t).wait();
-    check(to_host(rs) == same, "reduce_scatter");
-    Tensor a2a = gpu_floats({0, 0, 0});
-    g->all_to_all(a2a, t).wait();
-    check(to_host(a2a) == same, "all_to_all");
-    g->barrier().wait();
-    Tensor b = gpu_floats(std::vector<float>(16 << 20, 1.5f));  // 64 MiB
-    g->all_reduce(b).wait();
-    check(to_host(b)[12345] == 1.5f, "64 MiB all_reduce");
-    bool refused = false;
-    try {
-      g->all_reduce(cpu_tensor(3, DType::kF32));
-    } catch (const InvalidArgument&) {
-      refused = true;
-    }
-    check(refused, "a CPU tensor must be refused at the call");
-    g->shutdown();
-    report("ok");
-  }, std::chrono::seconds(60));
+  auto outcome = run_processes(
+      1,
+      [](int, const std::string&) {
+        GroupOptions options;
+        options.timeout = std::chrono::seconds(30);
+        auto g = NcclProcessGroup::create(std::make_shared<HashStore>(), 0, 1, options, 0);
+        Tensor t = gpu_floats({1, 2, 3});
+        const std::vector<float> same = {1, 2, 3};
+        g->all_reduce(t).wait();
+        check(to_host(t) == same, "all_reduce sum on one rank");
+        g->all_reduce(t, ReduceOp::kAvg).wait();
+        check(to_host(t) == same, "all_reduce avg on one rank");
+        g->broadcast(t, 0).wait();
+        g->reduce(t, 0, ReduceOp::kMax).wait();
+        check(to_host(t) == same, "broadcast and reduce on one rank");
+        Tensor out = gpu_floats({0, 0, 0});
+        g->all_gather(out, t).wait();
+        check(to_host(out) == same, "all_gather");
+        Tensor rs = gpu_floats({0, 0, 0});
+        g->reduce_scatter(rs, t).wait();
+        check(to_host(rs) == same, "reduce_scatter");
+        Tensor a2a = gpu_floats({0, 0, 0});
+        g->all_to_all(a2a, t).wait();
+        check(to_host(a2a) == same, "all_to_all");
+        g->barrier().wait();
+        Tensor b = gpu_floats(std::vector<float>(16 << 20, 1.5f));  // 64 MiB
+        g->all_reduce(b).wait();
+        check(to_host(b)[12345] == 1.5f, "64 MiB all_reduce");
+        bool refused = false;
+        try {
+          g->all_reduce(cpu_tensor(3, DType::kF32));
+        } catch (const InvalidArgument&) {
+          refused = true;
+        }
+        check(refused, "a CPU tensor must be refused at the call");
+        g->shutdown();
+        report("ok");
+      },
+      std::chrono::seconds(60));
   INFO(outcome[0].report);
   CHECK(outcome[0].exited_ok());
   CHECK(outcome[0].report == "ok");

@@ -1,9 +1,8 @@
 // Point-to-point messages and subgroups, in real processes: send/recv around
 // a ring, between random pairs posted in random orders (matching by source
 // and tag must untangle them), batched exchanges; new_group and split.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <random>
 #include <vector>
 
@@ -120,8 +119,8 @@ TEST_CASE("new_group: members reduce among themselves, the others get none", "[c
     auto all = world.new_group({0, 1, 2, 3});
     expect((evens != nullptr) == (r % 2 == 0), "rank ", r, ": membership of {0, 2} is wrong");
     if (evens) {
-      expect(evens->size() == 2 && evens->rank() == r / 2, "rank ", r, ": sub-rank ",
-             evens->rank(), " of ", evens->size());
+      expect(evens->size() == 2 && evens->rank() == r / 2, "rank ", r, ": sub-rank ", evens->rank(),
+             " of ", evens->size());
       Tensor t = cpu_tensor(1000, DType::kF32);
       auto* x = static_cast<float*>(t.raw_data());
       std::fill(x, x + 1000, float(r));

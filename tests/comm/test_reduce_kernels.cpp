@@ -3,9 +3,8 @@
 // bf16 and f16 results must match, bit for bit, widening both inputs to f32
 // with tensor/half.h's conversions, combining, and rounding back with them:
 // an implementation independent of reduce.cpp's bit tricks and F16C path.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -21,10 +20,14 @@ namespace {
 double apply(ReduceOp op, double a, double b) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return a + b;
-    case ReduceOp::kProd: return a * b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
+    case ReduceOp::kAvg:
+      return a + b;
+    case ReduceOp::kProd:
+      return a * b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
   }
   return 0;
 }

@@ -4,7 +4,6 @@
 // through many chunks even for small buffers, and sizes that do not divide
 // by p give segments of unequal length.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <vector>
 
@@ -29,7 +28,9 @@ using spmd::dist::testing::from_double;
 using spmd::dist::testing::input_value;
 using spmd::dist::testing::to_double;
 double contribution(int r, size_t i) { return input_value(ReduceOp::kSum, r, i); }
-double expected(ReduceOp op, int p, size_t i) { return spmd::dist::testing::reduced_value(op, p, i); }
+double expected(ReduceOp op, int p, size_t i) {
+  return spmd::dist::testing::reduced_value(op, p, i);
+}
 
 enum class AllReduceAlgo { kRing, kDoubling };
 
@@ -87,8 +88,8 @@ TEST_CASE("recursive doubling all_reduce, with the fold for non-powers of two", 
 
 TEST_CASE("all_reduce ops and dtypes agree with the hand-worked values", "[comm][tcp]") {
   for (auto algo : {AllReduceAlgo::kRing, AllReduceAlgo::kDoubling}) {
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
-                        ReduceOp::kProd}) {
+    for (ReduceOp op :
+         {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd}) {
       INFO("op = " << reduce_op_name(op) << ", algo = " << int(algo));
       for (int p : {3, 4}) {
         check_all_reduce<float>(p, 1000, op, algo, small_chunks());
@@ -119,8 +120,8 @@ TEST_CASE("ring reduce_scatter gives rank r the reduction of segment r", "[comm]
         Ring::reduce_scatter(ctx, si, so, ReduceOp::kSum).run();
         for (size_t i = 0; i < m; ++i) {
           const size_t global = ctx.rank() * m + i;
-          SPMD_CHECK(out[i] == expected(ReduceOp::kSum, p, global), "rank ", ctx.rank(),
-                     ": out[", i, "] = ", out[i]);
+          SPMD_CHECK(out[i] == expected(ReduceOp::kSum, p, global), "rank ", ctx.rank(), ": out[",
+                     i, "] = ", out[i]);
         }
         SPMD_CHECK(in == original, "reduce_scatter modified its input");
       });
@@ -141,8 +142,8 @@ TEST_CASE("ring all_gather puts rank r's block at r everywhere", "[comm][tcp]") 
             .run();
         for (int r = 0; r < p; ++r) {
           for (size_t i = 0; i < m; ++i) {
-            SPMD_CHECK(data[r * m + i] == r * 100000 + int64_t(i), "rank ", ctx.rank(),
-                       ": block ", r, " element ", i, " is ", data[r * m + i]);
+            SPMD_CHECK(data[r * m + i] == r * 100000 + int64_t(i), "rank ", ctx.rank(), ": block ",
+                       r, " element ", i, " is ", data[r * m + i]);
           }
         }
       });
@@ -258,9 +259,8 @@ TEST_CASE("a header mismatch is reported, naming both sides", "[comm][tcp]") {
       mine.count = count;
       ctx.mesh.begin(mine, Mesh::Clock::now() + std::chrono::seconds(5));
       std::vector<float> data(count, 1.f);
-      RecursiveDoublingAllReduce(ctx, Span{reinterpret_cast<char*>(data.data()), count,
-                                           DType::kF32, 4},
-                                 ReduceOp::kSum)
+      RecursiveDoublingAllReduce(
+          ctx, Span{reinterpret_cast<char*>(data.data()), count, DType::kF32, 4}, ReduceOp::kSum)
           .run();
     });
     FAIL("the mismatch went unnoticed");

@@ -23,10 +23,14 @@ inline double input_value(ReduceOp op, int r, size_t i) {
 inline double reduced_value(ReduceOp op, int p, size_t i) {
   const double k = double(1 + i % 5);
   switch (op) {
-    case ReduceOp::kSum: return p * (p + 1) / 2.0 * k;
-    case ReduceOp::kAvg: return (p + 1) / 2.0 * k;
-    case ReduceOp::kMax: return p * k;
-    case ReduceOp::kMin: return k;
+    case ReduceOp::kSum:
+      return p * (p + 1) / 2.0 * k;
+    case ReduceOp::kAvg:
+      return (p + 1) / 2.0 * k;
+    case ReduceOp::kMax:
+      return p * k;
+    case ReduceOp::kMin:
+      return k;
     case ReduceOp::kProd: {
       double prod = 1;
       for (int r = 0; r < p; ++r) prod *= 1 + double((i + r) % 2);

@@ -23,23 +23,35 @@ void check_cuda(cudaError_t e, const char* what) {
 
 ncclDataType_t nccl_dtype(DType dt) {
   switch (dt) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF64: return ncclFloat64;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF16: return ncclFloat16;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    default: SPMD_THROW(InvalidArgument, "nccl backend: dtype ", dtype_name(dt), " not supported");
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    default:
+      SPMD_THROW(InvalidArgument, "nccl backend: dtype ", dtype_name(dt), " not supported");
   }
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kProd: return ncclProd;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kProd:
+      return ncclProd;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
   }
   return ncclSum;
 }
@@ -96,8 +108,8 @@ NcclProcessGroup::NcclProcessGroup(std::shared_ptr<Store> store, int rank, int s
     : ProcessGroup(std::move(store), rank, size, std::move(options)),
       device_(device),
       state_(std::make_unique<State>()) {
-  SPMD_CHECK(device >= 0 && device < gpu_count(), "nccl backend: rank ", rank,
-             " asked for GPU ", device, " but ", gpu_count(), " GPUs are present");
+  SPMD_CHECK(device >= 0 && device < gpu_count(), "nccl backend: rank ", rank, " asked for GPU ",
+             device, " but ", gpu_count(), " GPUs are present");
 }
 
 // Rank 0 draws the unique id and shares it through the store; every rank
@@ -116,8 +128,8 @@ void NcclProcessGroup::init_communicator() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so a rank that never joins ends in a timeout, not a hang
   ncclResult_t r = ncclCommInitRankConfig(&state_->comm, size(), id, rank(), &config);
-  SPMD_CHECK(r == ncclSuccess || r == ncclInProgress, "nccl backend: ncclCommInitRankConfig: ",
-             ncclGetErrorString(r));
+  SPMD_CHECK(r == ncclSuccess || r == ncclInProgress,
+             "nccl backend: ncclCommInitRankConfig: ", ncclGetErrorString(r));
   const auto deadline = Clock::now() + timeout();
   for (;;) {  // joining completes in the background; poll it against the deadline
     ncclResult_t state = ncclInProgress;
@@ -244,12 +256,18 @@ void NcclProcessGroup::issue(const CommOp& op) {
   const ncclDataType_t dt = op.tensor.defined() ? nccl_dtype(op.tensor.dtype()) : ncclFloat32;
   ncclResult_t r = ncclSuccess;
   switch (op.type) {
-    case OpType::kBroadcast: r = ncclBroadcast(buf, buf, n, dt, op.root, comm, s); break;
-    case OpType::kAllReduce: r = ncclAllReduce(buf, buf, n, dt, nccl_op(op.reduce_op), comm, s); break;
+    case OpType::kBroadcast:
+      r = ncclBroadcast(buf, buf, n, dt, op.root, comm, s);
+      break;
+    case OpType::kAllReduce:
+      r = ncclAllReduce(buf, buf, n, dt, nccl_op(op.reduce_op), comm, s);
+      break;
     case OpType::kReduce:
       r = ncclReduce(buf, buf, n, dt, nccl_op(op.reduce_op), op.root, comm, s);  // root's buf only
       break;
-    case OpType::kAllGather: r = ncclAllGather(in, buf, size_t(op.input.numel()), dt, comm, s); break;
+    case OpType::kAllGather:
+      r = ncclAllGather(in, buf, size_t(op.input.numel()), dt, comm, s);
+      break;
     case OpType::kReduceScatter:
       r = ncclReduceScatter(in, buf, n, dt, nccl_op(op.reduce_op), comm, s);
       break;
@@ -259,7 +277,8 @@ void NcclProcessGroup::issue(const CommOp& op) {
       ncclGroupStart();
       for (int peer = 0; peer < size(); ++peer) {
         ncclSend(static_cast<char*>(in) + send_off * elem, op.send_counts[peer], dt, peer, comm, s);
-        ncclRecv(static_cast<char*>(buf) + recv_off * elem, op.recv_counts[peer], dt, peer, comm, s);
+        ncclRecv(static_cast<char*>(buf) + recv_off * elem, op.recv_counts[peer], dt, peer, comm,
+                 s);
         send_off += op.send_counts[peer];
         recv_off += op.recv_counts[peer];
       }
@@ -269,8 +288,12 @@ void NcclProcessGroup::issue(const CommOp& op) {
     case OpType::kBarrier:  // NCCL has none: an all_reduce of one float stands in
       r = ncclAllReduce(state_->barrier_buf, state_->barrier_buf, 1, ncclFloat32, ncclSum, comm, s);
       break;
-    case OpType::kSend: r = ncclSend(buf, n, dt, op.root, comm, s); break;
-    case OpType::kRecv: r = ncclRecv(buf, n, dt, op.root, comm, s); break;
+    case OpType::kSend:
+      r = ncclSend(buf, n, dt, op.root, comm, s);
+      break;
+    case OpType::kRecv:
+      r = ncclRecv(buf, n, dt, op.root, comm, s);
+      break;
   }
   if (r != ncclSuccess && r != ncclInProgress) {
     SPMD_THROW(CommError, op.description, ": NCCL refused the call: ", ncclGetErrorString(r));
@@ -298,8 +321,9 @@ void NcclProcessGroup::watchdog_loop() {
     std::shared_ptr<Pending> oldest = pending_.front();
     if (async != ncclSuccess && async != ncclInProgress) {
       lock.unlock();
-      abort_all(str_cat("NCCL reported an error: ", ncclGetErrorString(async),
-                        " (", ncclGetLastError(state_->comm), ")"), false);
+      abort_all(str_cat("NCCL reported an error: ", ncclGetErrorString(async), " (",
+                        ncclGetLastError(state_->comm), ")"),
+                false);
       lock.lock();
     } else if (now > oldest->deadline) {
       lock.unlock();
@@ -322,9 +346,9 @@ void NcclProcessGroup::abort_all(const std::string& why, bool timed_out) {
   {
     std::lock_guard lock(mu_);
     if (!failure_.empty()) return;
-    failure_ = str_cat(pending_.empty() ? std::string("a collective")
-                                        : pending_.front()->description,
-                       " (rank ", rank(), " of ", size(), ") failed: ", why);
+    failure_ =
+        str_cat(pending_.empty() ? std::string("a collective") : pending_.front()->description,
+                " (rank ", rank(), " of ", size(), ") failed: ", why);
     failed = pending_;
   }
   set_aborted();

@@ -37,8 +37,8 @@ namespace spmd::dist {
 class NcclProcessGroup final : public ProcessGroup {
  public:
   // Creates the group's communicator on GPU `device` (every rank calls it).
-  static std::shared_ptr<NcclProcessGroup> create(std::shared_ptr<Store> store, int rank,
-                                                  int size, GroupOptions options, int device);
+  static std::shared_ptr<NcclProcessGroup> create(std::shared_ptr<Store> store, int rank, int size,
+                                                  GroupOptions options, int device);
   ~NcclProcessGroup() override;
 
   CommBackend backend() const override { return CommBackend::kNccl; }

@@ -25,10 +25,10 @@ struct Context {
 
 // A typed element range in memory.
 struct Span {
-  char* data;     // the first element
-  size_t count;   // elements
+  char* data;    // the first element
+  size_t count;  // elements
   DType dtype;
-  size_t elem;    // bytes per element
+  size_t elem;  // bytes per element
 
   char* at(size_t i) const { return data + i * elem; }
   size_t bytes() const { return count * elem; }

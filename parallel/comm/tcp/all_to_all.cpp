@@ -42,8 +42,8 @@ void AllToAll::run() {
     Header e = in.expect_header();
     e.count = recv_counts_[from];
     in.set_expect_header(e);
-    receives.emplace_back(&in, in.recv(output_.at(recv_offsets_[from]),
-                                       recv_counts_[from] * output_.elem));
+    receives.emplace_back(
+        &in, in.recv(output_.at(recv_offsets_[from]), recv_counts_[from] * output_.elem));
   }
   mesh.wait_until([&] {
     for (auto& [link, ticket] : receives) {

@@ -44,7 +44,8 @@ std::string interface_address(const char* ifname) {
     }
   }
   freeifaddrs(list);
-  SPMD_CHECK(!found.empty(), "SPMD_SOCKET_IFNAME=", ifname, ": no interface of that name has an "
+  SPMD_CHECK(!found.empty(), "SPMD_SOCKET_IFNAME=", ifname,
+             ": no interface of that name has an "
              "IPv4 address (see `ip addr`)");
   return found;
 }
@@ -80,9 +81,7 @@ void tune_socket(int fd) {
   net::set_cloexec(fd);
 }
 
-std::string addr_key(const std::string& group, int rank) {
-  return str_cat(group, "/addr/", rank);
-}
+std::string addr_key(const std::string& group, int rank) { return str_cat(group, "/addr/", rank); }
 
 // Connects to every lower rank, twice, and says hello on each socket.
 void connect_down(Store& store, const std::string& group, int rank,
@@ -93,14 +92,16 @@ void connect_down(Store& store, const std::string& group, int rank,
     try {
       where = store.get_string(addr_key(group, peer));
     } catch (const TimeoutError& e) {
-      SPMD_THROW(TimeoutError, "group ", group, ": rank ", peer, " never published its address, "
-                 "so rank ", rank, " cannot connect to it; did it create the group? (", e.what(),
-                 ")");
+      SPMD_THROW(TimeoutError, "group ", group, ": rank ", peer,
+                 " never published its address, "
+                 "so rank ",
+                 rank, " cannot connect to it; did it create the group? (", e.what(), ")");
     }
     const net::HostPort hp = net::parse_host_port(where, 0, "mesh address");
     for (int channel = 0; channel < 2; ++channel) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      net::Socket s = net::connect_tcp(hp.host, hp.port, std::max(left, std::chrono::milliseconds(1)));
+      net::Socket s =
+          net::connect_tcp(hp.host, hp.port, std::max(left, std::chrono::milliseconds(1)));
       Hello hello{kMagic, group_hash(group), rank, channel};
       net::send_all(s.fd(), &hello, sizeof hello, deadline);
       (channel == 0 ? out.collective : out.p2p)[peer] = s.release();
@@ -117,7 +118,8 @@ void accept_up(int listen_fd, const std::string& group, int rank, int size,
     if (::poll(&p, 1, net::poll_timeout_ms(deadline)) <= 0) {
       std::string missing;
       for (int r = rank + 1; r < size; ++r) {
-        if (out.collective[r] < 0 || out.p2p[r] < 0) missing += str_cat(missing.empty() ? "" : ", ", r);
+        if (out.collective[r] < 0 || out.p2p[r] < 0)
+          missing += str_cat(missing.empty() ? "" : ", ", r);
       }
       SPMD_THROW(TimeoutError, "group ", group, ": rank ", rank, " waited ", timeout.count(),
                  " ms for ranks [", missing, "] to connect; did they all create the group?");
@@ -128,7 +130,8 @@ void accept_up(int listen_fd, const std::string& group, int rank, int size,
     net::recv_all(s.fd(), &hello, sizeof hello, deadline);
     SPMD_CHECK(hello.magic == kMagic && hello.group == group_hash(group) && hello.rank > rank &&
                    hello.rank < size && (hello.channel == 0 || hello.channel == 1),
-               "group ", group, ": rank ", rank, " got a connection that is not from a peer of "
+               "group ", group, ": rank ", rank,
+               " got a connection that is not from a peer of "
                "this group (a stray client, or two groups sharing a name in one store)");
     (hello.channel == 0 ? out.collective : out.p2p)[hello.rank] = s.release();
   }
@@ -158,8 +161,10 @@ MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int s
     connect_down(store, group, rank, timeout, mesh);
     accept_up(listener.fd(), group, rank, size, timeout, mesh);
   } catch (...) {
-    for (int fd : mesh.collective) if (fd >= 0) ::close(fd);
-    for (int fd : mesh.p2p) if (fd >= 0) ::close(fd);
+    for (int fd : mesh.collective)
+      if (fd >= 0) ::close(fd);
+    for (int fd : mesh.p2p)
+      if (fd >= 0) ::close(fd);
     throw;
   }
   for (int peer = 0; peer < size; ++peer) {

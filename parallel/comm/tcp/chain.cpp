@@ -25,7 +25,7 @@ void ChainBroadcast::run() {
     arrived[k] = prev->recv(data_.at(b), part_size(data_.count, chunks, k) * data_.elem);
   }
   for (size_t k = 0; k < chunks; ++k) {
-    if (prev) ctx_.mesh.wait_recv(*prev, arrived[k]);   // chunk k is here
+    if (prev) ctx_.mesh.wait_recv(*prev, arrived[k]);  // chunk k is here
     const size_t b = part_begin(data_.count, chunks, k);
     if (next) next->send(data_.at(b), part_size(data_.count, chunks, k) * data_.elem);
   }

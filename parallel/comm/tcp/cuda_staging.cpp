@@ -9,8 +9,8 @@
 namespace spmd::dist::tcp {
 namespace {
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) SPMD_THROW(CommError, "tcp backend, CUDA staging: ", what, ": ",
-                                   cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    SPMD_THROW(CommError, "tcp backend, CUDA staging: ", what, ": ", cudaGetErrorString(e));
 }
 }  // namespace
 
@@ -57,9 +57,9 @@ char* HostStaging::buffer(int slot, size_t bytes) {
   if (bytes > impl_->sizes[slot]) {
     if (impl_->buffers[slot]) cudaFreeHost(impl_->buffers[slot]);
     impl_->buffers[slot] = nullptr;
-    check(cudaHostAlloc(reinterpret_cast<void**>(&impl_->buffers[slot]), bytes,
-                        cudaHostAllocDefault),
-          "cudaHostAlloc");
+    check(
+        cudaHostAlloc(reinterpret_cast<void**>(&impl_->buffers[slot]), bytes, cudaHostAllocDefault),
+        "cudaHostAlloc");
     impl_->sizes[slot] = bytes;
   }
   return impl_->buffers[slot];
@@ -80,8 +80,7 @@ static cudaStream_t copy_stream(HostStaging::Impl& impl, const Tensor& t) {
 
 void HostStaging::to_host(const Tensor& t, char* host) {
   cudaStream_t s = copy_stream(*impl_, t);
-  check(cudaMemcpyAsync(host, t.raw_data(), t.nbytes(), cudaMemcpyDeviceToHost, s),
-        "copy to host");
+  check(cudaMemcpyAsync(host, t.raw_data(), t.nbytes(), cudaMemcpyDeviceToHost, s), "copy to host");
   check(cudaStreamSynchronize(s), "synchronize");
 }
 

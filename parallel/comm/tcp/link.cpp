@@ -169,9 +169,8 @@ void Link::retire_recvs(size_t n) {
 }
 
 void Link::fail_io(const char* what, int err) const {
-  const std::string cause =
-      err == 0 ? "the peer closed the connection"
-               : str_cat("the connection failed (", std::strerror(err), ")");
+  const std::string cause = err == 0 ? "the peer closed the connection"
+                                     : str_cat("the connection failed (", std::strerror(err), ")");
   throw LinkError(peer_, false,
                   str_cat("lost rank ", peer_, " (", what, " rank ", peer_, ": ", cause,
                           "; it exited, was killed, or aborted after an error of its own)"));
@@ -182,8 +181,9 @@ std::string Link::pending() const {
   for (const Range& r : in_) in_left += r.left;
   for (const Range& r : out_) out_left += r.left;
   std::string s;
-  if (in_left) s += str_cat(in_left, " bytes from rank ", peer_, " not yet received (",
-                            bytes_in_, " arrived)");
+  if (in_left)
+    s +=
+        str_cat(in_left, " bytes from rank ", peer_, " not yet received (", bytes_in_, " arrived)");
   if (out_left) {
     s += str_cat(s.empty() ? "" : ", ", out_left, " bytes to rank ", peer_,
                  " not yet sent (the peer is not reading)");

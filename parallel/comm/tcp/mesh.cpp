@@ -14,8 +14,7 @@ namespace spmd::dist::tcp {
 
 Mesh::Mesh(int rank, int size, std::vector<std::unique_ptr<Link>> links)
     : rank_(rank), size_(size), links_(std::move(links)) {
-  SPMD_CHECK(int(links_.size()) == size_, "Mesh: ", links_.size(), " links for ", size_,
-             " ranks");
+  SPMD_CHECK(int(links_.size()) == size_, "Mesh: ", links_.size(), " links for ", size_, " ranks");
 }
 
 Link& Mesh::link(int peer) {
@@ -39,9 +38,8 @@ void Mesh::begin(const Header& header, Clock::time_point deadline) {
 }
 
 void Mesh::finish() {
-  wait_until([&] {
-    return std::all_of(used_.begin(), used_.end(), [](Link* l) { return l->idle(); });
-  });
+  wait_until(
+      [&] { return std::all_of(used_.begin(), used_.end(), [](Link* l) { return l->idle(); }); });
   for (Link* l : used_) l->end();
   used_.clear();
 }

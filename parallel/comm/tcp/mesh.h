@@ -50,8 +50,12 @@ class Mesh {
   // Waits until every queued send has left, then closes the collective.
   void finish();
 
-  void wait_recv(Link& l, Link::Ticket t) { wait_until([&] { return l.received(t); }); }
-  void wait_sent(Link& l, Link::Ticket t) { wait_until([&] { return l.sent(t); }); }
+  void wait_recv(Link& l, Link::Ticket t) {
+    wait_until([&] { return l.received(t); });
+  }
+  void wait_sent(Link& l, Link::Ticket t) {
+    wait_until([&] { return l.sent(t); });
+  }
   // Moves bytes on every used link until done() holds.
   void wait_until(const std::function<bool()>& done);
 
@@ -72,7 +76,7 @@ class Mesh {
 
   int rank_, size_;
   std::vector<std::unique_ptr<Link>> links_;
-  std::vector<Link*> used_;  // links touched by the current collective
+  std::vector<Link*> used_;    // links touched by the current collective
   std::vector<bool> glanced_;  // unused links already peeked at in this collective
   Header header_;
   Clock::time_point start_, deadline_;

@@ -23,8 +23,8 @@ struct P2PEngine::Op {
   char* data = nullptr;
   size_t count = 0, bytes = 0;
   DType dtype = DType::kF32;
-  Header header;   // sends: the frame's header
-  size_t done = 0; // sends: bytes of header + payload written
+  Header header;    // sends: the frame's header
+  size_t done = 0;  // sends: bytes of header + payload written
   Work work;
   Clock::time_point deadline;
 };
@@ -55,7 +55,7 @@ struct P2PEngine::Peer {
   size_t header_done = 0;
   uint64_t recv_seq = 0;
   Target target = Target::kDiscard;
-  std::unique_ptr<Op> receiving;          // the recv being filled
+  std::unique_ptr<Op> receiving;  // the recv being filled
   std::deque<Unexpected> unexpected;
   char* payload = nullptr;
   size_t payload_bytes = 0, payload_done = 0;
@@ -76,8 +76,8 @@ P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
     : group_(std::move(group_name)), rank_(rank), timeout_(timeout) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0, "P2PEngine: cannot create epoll/eventfd: ",
-             std::strerror(errno));
+  SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0,
+             "P2PEngine: cannot create epoll/eventfd: ", std::strerror(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u32 = uint32_t(-1);
@@ -206,8 +206,8 @@ void P2PEngine::take_commands() {
 void P2PEngine::start(std::unique_ptr<Op> op) {
   Peer& peer = *peers_[op->peer];
   if (!peer.dead.empty()) {
-    op->work.complete(std::make_exception_ptr(
-        CommError(str_cat(describe_op(*op), ": ", peer.dead))));
+    op->work.complete(
+        std::make_exception_ptr(CommError(str_cat(describe_op(*op), ": ", peer.dead))));
     return;
   }
   if (op->is_send) {
@@ -345,10 +345,10 @@ void P2PEngine::on_header(Peer& peer) {
   peer.payload_bytes = h.count * element_size(h.dtype);
   peer.payload_done = 0;
   if (op->count != h.count || op->dtype != h.dtype) {
-    op->work.complete(std::make_exception_ptr(InvalidArgument(str_cat(
-        describe_op(*op), ": rank ", peer.rank, " sent ", h.count, " ",
-        dtype_name(h.dtype), " elements with this tag but this recv expects ", op->count, " ",
-        dtype_name(op->dtype), "; the message was discarded"))));
+    op->work.complete(std::make_exception_ptr(InvalidArgument(
+        str_cat(describe_op(*op), ": rank ", peer.rank, " sent ", h.count, " ", dtype_name(h.dtype),
+                " elements with this tag but this recv expects ", op->count, " ",
+                dtype_name(op->dtype), "; the message was discarded"))));
     peer.target = Peer::Target::kDiscard;
     return;
   }
@@ -394,10 +394,10 @@ void P2PEngine::deliver_unexpected(Peer& peer) {
     Op& op = *it->claimant;
     const Header& h = it->header;
     if (op.count != h.count || op.dtype != h.dtype) {
-      op.work.complete(std::make_exception_ptr(InvalidArgument(str_cat(
-          describe_op(op), ": rank ", peer.rank, " sent ", h.count, " ",
-          dtype_name(h.dtype), " elements with this tag but this recv expects ", op.count, " ",
-          dtype_name(op.dtype), "; the message was discarded"))));
+      op.work.complete(std::make_exception_ptr(InvalidArgument(
+          str_cat(describe_op(op), ": rank ", peer.rank, " sent ", h.count, " ",
+                  dtype_name(h.dtype), " elements with this tag but this recv expects ", op.count,
+                  " ", dtype_name(op.dtype), "; the message was discarded"))));
     } else {
       std::memcpy(op.data, it->data.data(), it->data.size());
       op.work.complete();
@@ -410,15 +410,16 @@ void P2PEngine::deliver_unexpected(Peer& peer) {
 
 void P2PEngine::expire(Clock::time_point now) {
   auto timeout = [&](Op& op) {
-    op.work.complete(std::make_exception_ptr(TimeoutError(str_cat(
-        describe_op(op), ": timed out after ", timeout_.count(), " ms (",
-        op.is_send ? "the peer has not taken the message: is it receiving with this tag?"
-                   : "no message with this tag arrived: is the peer sending it?",
-        ")"))));
+    op.work.complete(std::make_exception_ptr(TimeoutError(
+        str_cat(describe_op(op), ": timed out after ", timeout_.count(), " ms (",
+                op.is_send ? "the peer has not taken the message: is it receiving with this tag?"
+                           : "no message with this tag arrived: is the peer sending it?",
+                ")"))));
   };
   for (auto& peer_ptr : peers_) {
     Peer& peer = *peer_ptr;
-    std::erase_if(peer.recvs, [&](auto& op) { return op->deadline <= now && (timeout(*op), true); });
+    std::erase_if(peer.recvs,
+                  [&](auto& op) { return op->deadline <= now && (timeout(*op), true); });
     if (peer.receiving && peer.receiving->deadline <= now) {
       timeout(*peer.receiving);
       peer.receiving.reset();
@@ -437,7 +438,8 @@ void P2PEngine::expire(Clock::time_point now) {
       fail_peer(peer, str_cat("a send to rank ", peer.rank,
                               " timed out half-written, so the connection is out of step"));
     }
-    std::erase_if(peer.sends, [&](auto& op) { return op->deadline <= now && (timeout(*op), true); });
+    std::erase_if(peer.sends,
+                  [&](auto& op) { return op->deadline <= now && (timeout(*op), true); });
   }
 }
 
@@ -460,8 +462,7 @@ int P2PEngine::next_timeout_ms() const {
 void P2PEngine::fail_peer(Peer& peer, const std::string& why) {
   if (peer.dead.empty()) peer.dead = why;
   auto fail = [&](Op& op) {
-    op.work.complete(std::make_exception_ptr(
-        CommError(str_cat(describe_op(op), ": ", peer.dead))));
+    op.work.complete(std::make_exception_ptr(CommError(str_cat(describe_op(op), ": ", peer.dead))));
   };
   for (auto& op : peer.sends) fail(*op);
   for (auto& op : peer.recvs) fail(*op);

@@ -84,10 +84,10 @@ class P2PEngine {
   std::vector<std::unique_ptr<Peer>> peers_;
   int epoll_fd_ = -1;
   int event_fd_ = -1;
-  std::mutex mu_;                           // guards commands_ and stopping_
+  std::mutex mu_;  // guards commands_ and stopping_
   std::vector<std::unique_ptr<Op>> commands_;
   bool stopping_ = false;
-  std::string abort_reason_;               // set by abort(); the thread fails everything
+  std::string abort_reason_;  // set by abort(); the thread fails everything
   std::thread thread_;
 };
 

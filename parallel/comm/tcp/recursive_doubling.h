@@ -37,8 +37,8 @@ class RecursiveDoublingAllReduce {
   Span data_;
   ReduceOp op_;
   int p_, rank_;
-  int q_;       // the largest power of two <= p
-  int extra_;   // p - q: ranks folded into a partner
+  int q_;      // the largest power of two <= p
+  int extra_;  // p - q: ranks folded into a partner
   char* staged_;
 };
 

@@ -32,19 +32,27 @@ using Wrap = typename WrapOf<T>::type;
 
 struct Sum {
   template <class T>
-  T operator()(T x, T y) const { return T(Wrap<T>(x) + Wrap<T>(y)); }
+  T operator()(T x, T y) const {
+    return T(Wrap<T>(x) + Wrap<T>(y));
+  }
 };
 struct Prod {
   template <class T>
-  T operator()(T x, T y) const { return T(Wrap<T>(x) * Wrap<T>(y)); }
+  T operator()(T x, T y) const {
+    return T(Wrap<T>(x) * Wrap<T>(y));
+  }
 };
 struct Min {
   template <class T>
-  T operator()(T x, T y) const { return y < x ? y : x; }
+  T operator()(T x, T y) const {
+    return y < x ? y : x;
+  }
 };
 struct Max {
   template <class T>
-  T operator()(T x, T y) const { return x < y ? y : x; }
+  T operator()(T x, T y) const {
+    return x < y ? y : x;
+  }
 };
 // (x + y) / d, the last step of an average.
 struct SumDiv {
@@ -123,12 +131,16 @@ void run(F f, DType dtype, void* dst, const void* a, const void* b, size_t n) {
   auto* a16 = static_cast<const uint16_t*>(a);
   auto* b16 = static_cast<const uint16_t*>(b);
   switch (dtype) {
-    case DType::kF32: return native_loop<float>(f, (float*)dst, (const float*)a, (const float*)b, n);
+    case DType::kF32:
+      return native_loop<float>(f, (float*)dst, (const float*)a, (const float*)b, n);
     case DType::kF64:
       return native_loop<double>(f, (double*)dst, (const double*)a, (const double*)b, n);
-    case DType::kBF16: return bf16_loop(f, d16, a16, b16, n);
-    case DType::kF16: return f16_loop(f, d16, a16, b16, n);
-    default: break;
+    case DType::kBF16:
+      return bf16_loop(f, d16, a16, b16, n);
+    case DType::kF16:
+      return f16_loop(f, d16, a16, b16, n);
+    default:
+      break;
   }
   if constexpr (std::is_invocable_v<F, int32_t, int32_t>) {
     if (dtype == DType::kI32) {
@@ -146,10 +158,14 @@ void run(F f, DType dtype, void* dst, const void* a, const void* b, size_t n) {
 void combine(ReduceOp op, DType dtype, void* dst, const void* a, const void* b, size_t count) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return run(Sum{}, dtype, dst, a, b, count);
-    case ReduceOp::kProd: return run(Prod{}, dtype, dst, a, b, count);
-    case ReduceOp::kMin: return run(Min{}, dtype, dst, a, b, count);
-    case ReduceOp::kMax: return run(Max{}, dtype, dst, a, b, count);
+    case ReduceOp::kAvg:
+      return run(Sum{}, dtype, dst, a, b, count);
+    case ReduceOp::kProd:
+      return run(Prod{}, dtype, dst, a, b, count);
+    case ReduceOp::kMin:
+      return run(Min{}, dtype, dst, a, b, count);
+    case ReduceOp::kMax:
+      return run(Max{}, dtype, dst, a, b, count);
   }
 }
 

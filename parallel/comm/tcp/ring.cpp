@@ -59,10 +59,10 @@ void Ring::run() {
   const size_t window = size_t(ctx_.tuning.window);
   for (size_t j = 0; j < std::min(window, total_); ++j) post_recv(j);
   for (size_t j = 0; j < total_; ++j) {
-    ctx_.mesh.wait_recv(*left_, recv_tickets_[j]);                  // chunk j has arrived
-    if (j / chunks_ < size_t(rs_steps_)) reduce_chunk(j);         // combine with our copy
-    if (j + chunks_ < total_) post_send(j + chunks_);              // forward it next step
-    if (j + window < total_) post_recv(j + window);                // keep the window full
+    ctx_.mesh.wait_recv(*left_, recv_tickets_[j]);         // chunk j has arrived
+    if (j / chunks_ < size_t(rs_steps_)) reduce_chunk(j);  // combine with our copy
+    if (j + chunks_ < total_) post_send(j + chunks_);      // forward it next step
+    if (j + window < total_) post_recv(j + window);        // keep the window full
   }
   ctx_.mesh.finish();  // every send has left: the caller may reuse the buffer
 }
@@ -85,8 +85,8 @@ void Ring::post_recv(size_t j) {
   const size_t n = chunk_size(s, k) * input_.elem;
   // Reduce-scatter chunks land in a staging slot (they must be combined);
   // all-gather chunks are final and land in place.
-  char* to = t < rs_steps_ ? staging_ + (j % size_t(ctx_.tuning.window)) * slot_bytes_
-                           : work_at(s, k);
+  char* to =
+      t < rs_steps_ ? staging_ + (j % size_t(ctx_.tuning.window)) * slot_bytes_ : work_at(s, k);
   recv_tickets_[j] = left_->recv(to, n);
 }
 

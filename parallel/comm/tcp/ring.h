@@ -62,15 +62,15 @@ class Ring {
   void reduce_chunk(size_t j);
 
   Context ctx_;
-  Span input_;          // each rank's own contribution
-  Span work_;           // where reduced / gathered values go (may be input_)
-  char* own_output_;    // reduce_scatter: segment r goes here instead of work_
+  Span input_;        // each rank's own contribution
+  Span work_;         // where reduced / gathered values go (may be input_)
+  char* own_output_;  // reduce_scatter: segment r goes here instead of work_
   ReduceOp op_;
   int p_, rank_;
   int rs_steps_, ag_steps_;
-  int first_send_;      // the segment sent in step 0
-  size_t chunks_;       // C: chunks per segment
-  size_t total_;        // J: chunks the whole run moves
+  int first_send_;  // the segment sent in step 0
+  size_t chunks_;   // C: chunks per segment
+  size_t total_;    // J: chunks the whole run moves
   char* staging_ = nullptr;
   size_t slot_bytes_ = 0;
   Link* left_ = nullptr;

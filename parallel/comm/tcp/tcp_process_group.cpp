@@ -36,8 +36,8 @@ std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout) {
 std::shared_ptr<TcpProcessGroup> TcpProcessGroup::create(std::shared_ptr<Store> store, int rank,
                                                          int size, GroupOptions options,
                                                          std::string route_hint) {
-  std::shared_ptr<TcpProcessGroup> group(new TcpProcessGroup(
-      std::move(store), rank, size, std::move(options), std::move(route_hint)));
+  std::shared_ptr<TcpProcessGroup> group(
+      new TcpProcessGroup(std::move(store), rank, size, std::move(options), std::move(route_hint)));
   group->connect();
   return group;
 }
@@ -111,7 +111,7 @@ Work TcpProcessGroup::launch(CommOp op) {
 void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
   SPMD_CHECK(p2p_ != nullptr, op.description, ": the group has been shut down");
   const Tensor t = op.tensor;
-  const Tensor host = t.is_cpu() ? t
+  const Tensor host = t.is_cpu()                 ? t
                       : op.type == OpType::kSend ? ops::to(t, Device::cpu())
                                                  : ops::empty(t.shape(), {t.dtype()});
   Work inner = work;
@@ -234,7 +234,8 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
       }
       return Ring::all_reduce(ctx, whole, op.reduce_op).run();
     case OpType::kReduce:
-      if (bytes <= tuning_.small_rooted_bytes) return TreeReduce(ctx, whole, op.root, op.reduce_op).run();
+      if (bytes <= tuning_.small_rooted_bytes)
+        return TreeReduce(ctx, whole, op.root, op.reduce_op).run();
       return ChainReduce(ctx, whole, op.root, op.reduce_op).run();
     case OpType::kAllGather: {
       const size_t mine = size_t(op.input.numel()) * elem;
@@ -250,7 +251,8 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
       Span in{input, size_t(op.input.numel()), dt, elem};
       return AllToAll(ctx, in, whole, op.send_counts, op.recv_counts).run();
     }
-    default: SPMD_THROW(InvalidArgument, op.description, ": not a collective");
+    default:
+      SPMD_THROW(InvalidArgument, op.description, ": not a collective");
   }
 }
 
@@ -330,8 +332,8 @@ std::string TcpProcessGroup::never_arrived(const CommOp& op) {
 // peer (or another) aborted for a reason of its own.
 std::string TcpProcessGroup::peer_report(int peer) {
   try {
-    if (store().check({key("abort")})) return "; the group's abort record says: " +
-                                              store().get_string(key("abort"));
+    if (store().check({key("abort")}))
+      return "; the group's abort record says: " + store().get_string(key("abort"));
   } catch (...) {
   }
   return "";

@@ -43,8 +43,7 @@ class TcpProcessGroup final : public ProcessGroup {
   // route_hint: a host the ranks can all reach (the store's), used to pick
   // the address this rank publishes (bootstrap.h).
   static std::shared_ptr<TcpProcessGroup> create(std::shared_ptr<Store> store, int rank, int size,
-                                                 GroupOptions options,
-                                                 std::string route_hint = "");
+                                                 GroupOptions options, std::string route_hint = "");
   ~TcpProcessGroup() override;
 
   CommBackend backend() const override { return CommBackend::kTcp; }
