@@ -1,5 +1,6 @@
-// The point-to-point engine: a per-peer send queue, a per-peer receive state
-// machine (header -> match -> payload), and MPI-style matching by tag.
+// The point-to-point engine: set-up, the engine thread, the send queues,
+// deadlines and failures. The receive side (matching by tag) is in
+// p2p_receive.cpp.
 #include "parallel/comm/tcp/p2p.h"
 
 #include <sys/epoll.h>
@@ -13,63 +14,15 @@
 #include <cstring>
 #include <deque>
 
+#include "parallel/comm/tcp/p2p_state.h"
 #include "runtime/error.h"
 
 namespace spmd::dist::tcp {
-
-struct P2PEngine::Op {
-  bool is_send = false;
-  int peer = 0, tag = 0;
-  char* data = nullptr;
-  size_t count = 0, bytes = 0;
-  DType dtype = DType::kF32;
-  Header header;    // sends: the frame's header
-  size_t done = 0;  // sends: bytes of header + payload written
-  Work work;
-  Clock::time_point deadline;
-};
-
-// A message that arrived before its recv, read into memory of its own. A
-// recv posted while it is still arriving claims it and completes with it.
-struct P2PEngine::Unexpected {
-  Header header;
-  std::vector<char> data;
-  bool complete = false;
-  std::unique_ptr<Op> claimant;
-};
-
-struct P2PEngine::Peer {
-  enum class In { kHeader, kParked, kPayload };
-  enum class Target { kRecv, kUnexpected, kDiscard };
-
-  int rank = 0;
-  int fd = -1;
-  std::string dead;  // why the connection is unusable; empty while it works
-  // Sending: the front op is being written.
-  std::deque<std::unique_ptr<Op>> sends;
-  uint64_t send_seq = 0;
-  // Receiving.
-  std::deque<std::unique_ptr<Op>> recvs;  // posted, not yet matched
-  In in = In::kHeader;
-  Header header;
-  size_t header_done = 0;
-  uint64_t recv_seq = 0;
-  Target target = Target::kDiscard;
-  std::unique_ptr<Op> receiving;  // the recv being filled
-  std::deque<Unexpected> unexpected;
-  char* payload = nullptr;
-  size_t payload_bytes = 0, payload_done = 0;
-};
 
 std::string P2PEngine::describe_op(const Op& op) const {
   return str_cat(op.is_send ? "send to" : "recv from", " rank ", op.peer, " with tag ", op.tag,
                  " (", op.count, " ", dtype_name(op.dtype), ") in group ", group_);
 }
-
-namespace {
-
-char g_discard[1 << 16];  // where discarded payloads are read (never looked at)
-}  // namespace
 
 P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
                      std::chrono::milliseconds timeout)
@@ -224,28 +177,6 @@ void P2PEngine::start(std::unique_ptr<Op> op) {
   }
 }
 
-// Matches a new recv against what already arrived, else queues it.
-void P2PEngine::post_recv(Peer& peer, std::unique_ptr<Op> op) {
-  for (Unexpected& u : peer.unexpected) {
-    if (u.header.arg != op->tag || u.claimant) continue;
-    u.claimant = std::move(op);
-    deliver_unexpected(peer);
-    return;
-  }
-  if (peer.in == Peer::In::kParked && peer.header.arg == op->tag) {
-    peer.recvs.push_front(std::move(op));  // the parked message is its match
-    peer.in = Peer::In::kHeader;
-    on_header(peer);
-    read_some(peer);
-    return;
-  }
-  peer.recvs.push_back(std::move(op));
-  if (peer.in == Peer::In::kParked) {
-    spill_parked(peer);  // the new recv may want the bytes behind the parked message
-    read_some(peer);
-  }
-}
-
 // Writes queued frames (header + payload, one sendmsg each) until the socket
 // is full.
 void P2PEngine::write_some(Peer& peer) {
@@ -273,136 +204,6 @@ void P2PEngine::write_some(Peer& peer) {
     if (op.done < sizeof(Header) + op.bytes) return;  // the socket is full
     op.work.complete();
     peer.sends.pop_front();
-  }
-}
-
-// Reads as far as the socket and the state machine allow.
-void P2PEngine::read_some(Peer& peer) {
-  while (peer.dead.empty()) {
-    if (peer.in == Peer::In::kParked) return;
-    if (peer.in == Peer::In::kHeader) {
-      if (!read_into(peer, reinterpret_cast<char*>(&peer.header), sizeof(Header),
-                     peer.header_done)) {
-        return;
-      }
-      peer.header_done = 0;
-      on_header(peer);
-      continue;
-    }
-    // kPayload; discarded bytes go through a scratch buffer, a piece at a time.
-    if (peer.target == Peer::Target::kDiscard) {
-      size_t piece = std::min(sizeof g_discard, peer.payload_bytes - peer.payload_done);
-      size_t got = 0;
-      const bool full = read_into(peer, g_discard, piece, got);
-      peer.payload_done += got;
-      if (!full) return;
-      if (peer.payload_done < peer.payload_bytes) continue;
-    } else if (!read_into(peer, peer.payload, peer.payload_bytes, peer.payload_done)) {
-      return;
-    }
-    on_payload_done(peer);
-  }
-}
-
-// Reads into dst until `done` reaches n; false when the socket ran dry first.
-bool P2PEngine::read_into(Peer& peer, char* dst, size_t n, size_t& done) {
-  while (done < n) {
-    const ssize_t r = ::recv(peer.fd, dst + done, n - done, MSG_DONTWAIT);
-    if (r > 0) {
-      done += size_t(r);
-      continue;
-    }
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
-    fail_peer(peer, str_cat("lost rank ", peer.rank, " (",
-                            r == 0 ? "the peer closed the connection" : std::strerror(errno),
-                            "; it exited, was killed, or aborted)"));
-    return false;
-  }
-  return true;
-}
-
-// A header has arrived: match it to the oldest posted recv with its tag, or
-// park it in the socket until one is posted.
-void P2PEngine::on_header(Peer& peer) {
-  const Header& h = peer.header;
-  if (h.magic != kMagic || h.group != group_hash(group_) || h.op != OpType::kSend ||
-      !is_comm_dtype(h.dtype) || h.seq != peer.recv_seq) {
-    fail_peer(peer, str_cat("received a malformed point-to-point message from rank ", peer.rank,
-                            " (", describe(h), ", expected message #", peer.recv_seq, ")"));
-    return;
-  }
-  auto it = std::find_if(peer.recvs.begin(), peer.recvs.end(),
-                         [&](const auto& op) { return op->tag == h.arg; });
-  if (it == peer.recvs.end()) {
-    peer.in = Peer::In::kParked;
-    return;
-  }
-  std::unique_ptr<Op> op = std::move(*it);
-  peer.recvs.erase(it);
-  ++peer.recv_seq;
-  peer.in = Peer::In::kPayload;
-  peer.payload_bytes = h.count * element_size(h.dtype);
-  peer.payload_done = 0;
-  if (op->count != h.count || op->dtype != h.dtype) {
-    op->work.complete(std::make_exception_ptr(InvalidArgument(
-        str_cat(describe_op(*op), ": rank ", peer.rank, " sent ", h.count, " ", dtype_name(h.dtype),
-                " elements with this tag but this recv expects ", op->count, " ",
-                dtype_name(op->dtype), "; the message was discarded"))));
-    peer.target = Peer::Target::kDiscard;
-    return;
-  }
-  peer.target = Peer::Target::kRecv;
-  peer.payload = op->data;
-  peer.receiving = std::move(op);
-}
-
-// A recv for another tag needs the bytes behind the parked message: read the
-// parked one into memory of its own.
-void P2PEngine::spill_parked(Peer& peer) {
-  Unexpected u;
-  u.header = peer.header;
-  u.data.resize(peer.header.count * element_size(peer.header.dtype));
-  peer.unexpected.push_back(std::move(u));
-  ++peer.recv_seq;
-  peer.in = Peer::In::kPayload;
-  peer.target = Peer::Target::kUnexpected;
-  peer.payload = peer.unexpected.back().data.data();
-  peer.payload_bytes = peer.unexpected.back().data.size();
-  peer.payload_done = 0;
-}
-
-void P2PEngine::on_payload_done(Peer& peer) {
-  if (peer.target == Peer::Target::kRecv) {
-    peer.receiving->work.complete();
-    peer.receiving.reset();
-  } else if (peer.target == Peer::Target::kUnexpected) {
-    peer.unexpected.back().complete = true;
-  }
-  peer.in = Peer::In::kHeader;
-  peer.target = Peer::Target::kDiscard;
-  deliver_unexpected(peer);
-}
-
-// Hands every complete message that a recv has claimed to that recv.
-void P2PEngine::deliver_unexpected(Peer& peer) {
-  for (auto it = peer.unexpected.begin(); it != peer.unexpected.end();) {
-    if (!it->complete || !it->claimant) {
-      ++it;
-      continue;
-    }
-    Op& op = *it->claimant;
-    const Header& h = it->header;
-    if (op.count != h.count || op.dtype != h.dtype) {
-      op.work.complete(std::make_exception_ptr(InvalidArgument(
-          str_cat(describe_op(op), ": rank ", peer.rank, " sent ", h.count, " ",
-                  dtype_name(h.dtype), " elements with this tag but this recv expects ", op.count,
-                  " ", dtype_name(op.dtype), "; the message was discarded"))));
-    } else {
-      std::memcpy(op.data, it->data.data(), it->data.size());
-      op.work.complete();
-    }
-    it = peer.unexpected.erase(it);
   }
 }
 
