@@ -245,7 +245,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
   store().set(prefix + std::to_string(rank_), str_cat(color, " ", key));
   std::vector<std::tuple<int, int, int>> same;  // (key, rank, color)
   for (int r = 0; r < size_; ++r) {
-    std::istringstream in(store().get_string(prefix + std::to_string(r)));
+    const Bytes entry = store().get(prefix + std::to_string(r), timeout());
+    std::istringstream in(std::string(entry.begin(), entry.end()));
     int c = 0, kk = 0;
     in >> c >> kk;
     if (c == color) same.emplace_back(kk, r, c);

@@ -74,6 +74,11 @@ std::string route_address(const std::string& host) {
   return ip;
 }
 
+std::chrono::milliseconds time_left(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
 void tune_socket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -90,18 +95,16 @@ void connect_down(Store& store, const std::string& group, int rank,
   for (int peer = 0; peer < rank; ++peer) {
     std::string where;
     try {
-      where = store.get_string(addr_key(group, peer));
+      const Bytes value = store.get(addr_key(group, peer), time_left(deadline));
+      where.assign(value.begin(), value.end());
     } catch (const TimeoutError& e) {
-      SPMD_THROW(TimeoutError, "group ", group, ": rank ", peer,
-                 " never published its address, "
-                 "so rank ",
-                 rank, " cannot connect to it; did it create the group? (", e.what(), ")");
+      SPMD_THROW(TimeoutError, "group ", group, ": rank ", peer, " never published its address, ",
+                 "so rank ", rank, " cannot connect to it; did it create the group? (", e.what(),
+                 ")");
     }
     const net::HostPort hp = net::parse_host_port(where, 0, "mesh address");
     for (int channel = 0; channel < 2; ++channel) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      net::Socket s =
-          net::connect_tcp(hp.host, hp.port, std::max(left, std::chrono::milliseconds(1)));
+      net::Socket s = net::connect_tcp(hp.host, hp.port, time_left(deadline));
       Hello hello{kMagic, group_hash(group), rank, channel};
       net::send_all(s.fd(), &hello, sizeof hello, deadline);
       (channel == 0 ? out.collective : out.p2p)[peer] = s.release();
