@@ -104,7 +104,7 @@ TEST_CASE("a rank that skips a collective makes the others time out, naming it",
     auto g = join(rank, world, store, std::chrono::milliseconds(1000));
     g->barrier().wait();
     if (rank == absent) {  // never calls all_reduce #1; waits, then leaves
-      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
       return;
     }
     Tensor t = floats(1000, 1.f);
@@ -117,7 +117,7 @@ TEST_CASE("a rank that skips a collective makes the others time out, naming it",
     REQUIRE(outcomes[r].report.rfind("timeout|", 0) == 0);
     const long ms = reported_ms(outcomes[r].report);
     CHECK(ms >= 1000);
-    CHECK(ms < 2500);
+    CHECK(ms < 3500);  // the timeout, a grace for late arrival records, and slack for load
     CHECK_THAT(outcomes[r].report, Catch::Contains("all_reduce #1 in group world") &&
                                        Catch::Contains("never arrived at all_reduce #1: [1]"));
   }
