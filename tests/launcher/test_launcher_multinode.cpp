@@ -4,6 +4,10 @@
 // same over two network namespaces is test_launcher_netns.sh.)
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
+#include <thread>
+
 #include "launch_helpers.h"
 
 using namespace spmd::test;
@@ -112,4 +116,18 @@ TEST_CASE("spmdrun: a restart is coordinated across nodes", "[launcher]") {
   CHECK(count(all, "ENV TORCHELASTIC_RESTART_COUNT=1\n") == 4);
   CHECK(count(all, "STORE OK ranks=4 attempt=1\n") == 4);
   CHECK(count(all, "STORE OK ranks=8") == 0);
+}
+
+TEST_CASE("spmdrun: a signal cuts a rendezvous wait short", "[launcher]") {
+  std::string port = std::to_string(free_port());
+  auto args = node_args(2, 0, "--master-port", port, {}, {});
+  args[7] = "60";  // --rdzv-timeout: far longer than the test may take
+  LauncherProcess node0(args);
+  std::this_thread::sleep_for(300ms);  // now waiting for node 1
+  node0.send_signal(SIGINT);
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(node0.wait_exit(5s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(node0.exit_code() == 128 + SIGINT);
+  CHECK(node0.err().find("interrupted by SIGINT") != std::string::npos);
 }
