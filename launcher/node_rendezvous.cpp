@@ -33,43 +33,54 @@ std::chrono::milliseconds seconds(double s) {
 
 NodeRendezvous::NodeRendezvous(const LaunchOptions& options, std::function<void()> check_interrupt)
     : options_(options), check_interrupt_(std::move(check_interrupt)) {
-  net::Socket listener;
   bool bound_all = false;
-  if (options.standalone) {
-    listener = net::listen_tcp("127.0.0.1", 0);  // bound now: no other process can take it
+  net::Socket listener = claim_endpoint(&bound_all);
+  connect(std::move(listener), bound_all);
+  store_ = std::make_shared<PrefixStore>("spmdrun/" + options.run_id, tcp_);
+  SPMD_LOG_INFO("store at ", master_addr_, ":", master_port_, hosting() ? " (hosted here)" : "");
+}
+
+net::Socket NodeRendezvous::claim_endpoint(bool* bound_all) {
+  if (options_.standalone) {  // bound now: no other process can take the port
+    net::Socket listener = net::listen_tcp("127.0.0.1", 0);
     master_addr_ = "127.0.0.1";
     master_port_ = net::local_port(listener.fd());
-  } else {
-    net::HostPort hp =
-        options.rdzv_endpoint.empty()
-            ? net::HostPort{options.master_addr, static_cast<uint16_t>(options.master_port)}
-            : net::parse_host_port(options.rdzv_endpoint, 29500, "--rdzv-endpoint");
-    master_addr_ = hp.host;
-    master_port_ = hp.port;
-    node_rank_ = options.node_rank >= 0 ? options.node_rank : (options.nnodes == 1 ? 0 : -1);
-    if (node_rank_ == 0) {
-      try {
-        listener = net::listen_tcp("", hp.port);
-        bound_all = true;
-      } catch (const CommError& e) {
-        SPMD_THROW(CommError, "cannot host the store: ", e.what(),
-                   " (another job? pick another --master-port, or --standalone for a free one)");
-      }
-    } else if (node_rank_ < 0) {
-      try {  // the launcher that can bind the endpoint hosts; the others connect
-        listener = net::listen_tcp(hp.host, hp.port);
-      } catch (const Error&) {
-      }
+    return listener;
+  }
+  net::HostPort hp =
+      options_.rdzv_endpoint.empty()
+          ? net::HostPort{options_.master_addr, static_cast<uint16_t>(options_.master_port)}
+          : net::parse_host_port(options_.rdzv_endpoint, 29500, "--rdzv-endpoint");
+  master_addr_ = hp.host;
+  master_port_ = hp.port;
+  node_rank_ = options_.node_rank >= 0 ? options_.node_rank : (options_.nnodes == 1 ? 0 : -1);
+  if (node_rank_ == 0) {
+    try {
+      *bound_all = true;
+      return net::listen_tcp("", hp.port);
+    } catch (const CommError& e) {
+      SPMD_THROW(CommError, "cannot host the store: ", e.what(),
+                 " (another job? pick another --master-port, or --standalone for a free one)");
     }
   }
+  if (node_rank_ < 0) {
+    try {  // the launcher that can bind the endpoint hosts; the others connect
+      return net::listen_tcp(hp.host, hp.port);
+    } catch (const Error&) {
+    }
+  }
+  return net::Socket();
+}
+
+void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
   bool hosting = listener.valid();
   TCPStoreOptions o;
   o.host = hosting && bound_all ? "127.0.0.1" : master_addr_;
   o.port = static_cast<uint16_t>(master_port_);
   o.is_server = hosting;
   o.listen_fd = listener.release();
-  o.timeout = kSlice;
-  auto deadline = Clock::now() + seconds(options.rdzv_timeout_s);
+  o.timeout = kSlice;  // short attempts, so that signals are seen between them
+  auto deadline = Clock::now() + seconds(options_.rdzv_timeout_s);
   for (;;) {
     try {
       tcp_ = std::make_shared<TCPStore>(o);
@@ -78,13 +89,11 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, std::function<void(
       check_interrupt_();
       if (Clock::now() >= deadline)
         SPMD_THROW(TimeoutError, "cannot reach the store at ", master_addr_, ":", master_port_,
-                   " within ", options.rdzv_timeout_s, " s (", e.what(),
+                   " within ", options_.rdzv_timeout_s, " s (", e.what(),
                    "); is node 0's launcher running, and are the address and port right?");
     }
   }
-  tcp_->set_timeout(seconds(options.rdzv_timeout_s));
-  store_ = std::make_shared<PrefixStore>("spmdrun/" + options.run_id, tcp_);
-  SPMD_LOG_INFO("store at ", master_addr_, ":", master_port_, hosting ? " (hosted here)" : "");
+  tcp_->set_timeout(seconds(options_.rdzv_timeout_s));
 }
 
 NodeRendezvous::~NodeRendezvous() = default;

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "launcher/options.h"
+#include "runtime/socket.h"
 #include "runtime/store.h"
 
 namespace spmd {
@@ -69,7 +70,12 @@ class NodeRendezvous {
   bool hosting() const;
 
  private:
-  void connect(bool hosting, int listen_fd);
+  // Binds the endpoint when this launcher is to host the store (sets
+  // master_addr_/master_port_ either way); an invalid socket otherwise.
+  net::Socket claim_endpoint(bool* bound_all);
+  // Starts the server on `listener` when valid, then connects, retrying in
+  // short slices until --rdzv-timeout.
+  void connect(net::Socket listener, bool bound_all);
   int take_node_rank(const std::string& round_key);
   void wait_for_nodes(const std::string& round_key, int node_rank);
 
