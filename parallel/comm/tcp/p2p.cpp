@@ -158,7 +158,7 @@ void P2PEngine::take_commands() {
 
 void P2PEngine::start(std::unique_ptr<Op> op) {
   Peer& peer = *peers_[op->peer];
-  if (!peer.dead.empty()) {
+  if (!peer.dead.empty() && op->is_send) {
     op->work.complete(
         std::make_exception_ptr(CommError(str_cat(describe_op(*op), ": ", peer.dead))));
     return;
@@ -268,13 +268,16 @@ void P2PEngine::fail_peer(Peer& peer, const std::string& why) {
   for (auto& op : peer.sends) fail(*op);
   for (auto& op : peer.recvs) fail(*op);
   if (peer.receiving) fail(*peer.receiving);
-  for (auto& u : peer.unexpected) {
-    if (u.claimant) fail(*u.claimant);
-  }
   peer.sends.clear();
   peer.recvs.clear();
   peer.receiving.reset();
-  peer.unexpected.clear();
+  // Messages that arrived whole before the connection ended stay deliverable
+  // (a peer may send and leave before this rank posts the recvs).
+  std::erase_if(peer.unexpected, [&](Unexpected& u) {
+    if (u.complete) return false;
+    if (u.claimant) fail(*u.claimant);
+    return true;
+  });
 }
 
 }  // namespace spmd::dist::tcp

@@ -24,6 +24,11 @@ void P2PEngine::post_recv(Peer& peer, std::unique_ptr<Op> op) {
     deliver_unexpected(peer);
     return;
   }
+  if (!peer.dead.empty()) {  // nothing more can come from this peer
+    op->work.complete(
+        std::make_exception_ptr(CommError(str_cat(describe_op(*op), ": ", peer.dead))));
+    return;
+  }
   if (peer.in == Peer::In::kParked && peer.header.arg == op->tag) {
     peer.recvs.push_front(std::move(op));  // the parked message is its match
     peer.in = Peer::In::kHeader;
