@@ -49,7 +49,8 @@ TcpProcessGroup::TcpProcessGroup(std::shared_ptr<Store> store, int rank, int siz
       tuning_(Tuning::from_env()) {}
 
 void TcpProcessGroup::connect() {
-  MeshSockets sockets = connect_mesh(store(), name(), rank(), size(), timeout(), route_hint_);
+  MeshSockets sockets = connect_mesh(store(), name(), rank(), size(), timeout(), route_hint_,
+                                     tuning_.socket_buffer_bytes);
   std::vector<std::unique_ptr<Link>> links(size());
   for (int peer = 0; peer < size(); ++peer) {
     if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);

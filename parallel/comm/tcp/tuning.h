@@ -18,9 +18,13 @@ struct Tuning {
   size_t chunk_bytes = 256 << 10;
   // Chunks posted ahead of the one being reduced.
   int window = 4;
+  // SO_SNDBUF / SO_RCVBUF of every mesh socket; 0 leaves them to the kernel's
+  // autotuning.
+  size_t socket_buffer_bytes = 0;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
-  // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES and SPMD_TCP_WINDOW.
+  // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW and
+  // SPMD_TCP_SOCKET_BUFFER_BYTES.
   static Tuning from_env();
 };
 
