@@ -87,7 +87,10 @@ struct NcclProcessGroup::Pending {
   uint64_t seq = 0;
   Clock::time_point start, deadline;
   std::vector<Tensor> tensors;  // alive until the GPU is done with them
-  std::atomic<bool> done{false};
+  // Set by the host function queued behind the op, as its last action: from
+  // then on the watchdog may drop this record (and free the tensors, which a
+  // host function itself must not do: it may not call CUDA).
+  std::atomic<bool> finished{false};
   bool announced = false;
 };
 
@@ -154,8 +157,12 @@ void NcclProcessGroup::shutdown() {
   {
     std::unique_lock lock(mu_);
     if (stopping_ && !watchdog_.joinable()) return;
-    // The queued collectives finish (or the watchdog fails them) first.
-    cv_.wait(lock, [&] { return pending_.empty(); });
+    // The queued collectives finish (or the watchdog fails them) first. After
+    // an abort a wedged GPU may never run their host functions: give up on
+    // those records (and leak them) after the timeout rather than hang.
+    if (!cv_.wait_for(lock, timeout() * 2, [&] { return pending_.empty(); })) {
+      for (auto& p : pending_) new std::shared_ptr<Pending>(p);  // leaked on purpose
+    }
     stopping_ = true;
   }
   cv_.notify_all();
@@ -222,23 +229,32 @@ Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& desc
     cudaEventDestroy(ready);  // freed once recorded work completes
     const bool grouped = ops.size() > 1;
     if (grouped) ncclGroupStart();
-    for (const CommOp& op : ops) issue(op);
-    if (grouped) ncclGroupEnd();
+    ncclResult_t r = ncclSuccess;
+    for (const CommOp& op : ops) {
+      if (r == ncclSuccess || r == ncclInProgress) r = ncclResult_t(issue(op));
+    }
+    if (grouped) {
+      const ncclResult_t end = ncclGroupEnd();
+      if (r == ncclSuccess || r == ncclInProgress) r = end;
+    }
+    if (r != ncclSuccess && r != ncclInProgress) {
+      SPMD_THROW(CommError, description, ": NCCL refused the call: ", ncclGetErrorString(r), " (",
+                 ncclGetLastError(state_->comm), ")");
+    }
     for (const CommOp& op : ops) {  // their memory stays allocated until the GPU is done
       for (const Tensor* t : {&op.tensor, &op.input}) {
         if (t->defined()) pending->tensors.push_back(*t);
       }
     }
-    auto* holder = new std::shared_ptr<Pending>(pending);
+    // pending_ owns the record until the host function has run.
     check_cuda(cudaLaunchHostFunc(
                    state_->stream,
                    [](void* p) {
-                     auto* h = static_cast<std::shared_ptr<Pending>*>(p);
-                     (*h)->done = true;
-                     (*h)->work.complete();
-                     delete h;
+                     auto* record = static_cast<Pending*>(p);
+                     record->work.complete();
+                     record->finished = true;
                    },
-                   holder),
+                   pending.get()),
                "cudaLaunchHostFunc");
     pending_.push_back(pending);
   }
@@ -247,7 +263,7 @@ Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& desc
 }
 
 // Queues one op's NCCL calls on the communication stream.
-void NcclProcessGroup::issue(const CommOp& op) {
+int NcclProcessGroup::issue(const CommOp& op) {
   ncclComm_t comm = state_->comm;
   cudaStream_t s = state_->stream;
   void* buf = op.tensor.defined() ? op.tensor.raw_data() : nullptr;
@@ -295,9 +311,7 @@ void NcclProcessGroup::issue(const CommOp& op) {
       r = ncclRecv(buf, n, dt, op.root, comm, s);
       break;
   }
-  if (r != ncclSuccess && r != ncclInProgress) {
-    SPMD_THROW(CommError, op.description, ": NCCL refused the call: ", ncclGetErrorString(r));
-  }
+  return r;
 }
 
 // --- The watchdog ----------------------------------------------------------------------
@@ -309,7 +323,7 @@ void NcclProcessGroup::watchdog_loop() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::milliseconds(50));
-    while (!pending_.empty() && pending_.front()->done) pending_.pop_front();
+    while (!pending_.empty() && pending_.front()->finished) pending_.pop_front();
     if (pending_.empty()) {
       cv_.notify_all();  // shutdown() may be waiting for this
       continue;
@@ -319,6 +333,7 @@ void NcclProcessGroup::watchdog_loop() {
     ncclCommGetAsyncError(state_->comm, &async);
     const auto now = Clock::now();
     std::shared_ptr<Pending> oldest = pending_.front();
+    if (oldest->work.is_completed()) continue;  // failed by an abort; its host function is due
     if (async != ncclSuccess && async != ncclInProgress) {
       lock.unlock();
       abort_all(str_cat("NCCL reported an error: ", ncclGetErrorString(async), " (",
@@ -364,7 +379,6 @@ void NcclProcessGroup::abort_all(const std::string& why, bool timed_out) {
                                     : str_cat(p->description, ": aborted after ", failure_);
     p->work.complete(timed_out ? std::make_exception_ptr(TimeoutError(message))
                                : std::make_exception_ptr(CommError(message)));
-    p->done = true;
   }
   cv_.notify_all();
 }

@@ -59,7 +59,7 @@ class NcclProcessGroup final : public ProcessGroup {
                    int device);
   void init_communicator();
   Work enqueue(std::vector<CommOp>& ops, const std::string& description);
-  void issue(const CommOp& op);
+  int issue(const CommOp& op);  // an ncclResult_t (nccl.h stays out of this header)
   void watchdog_loop();
   void abort_all(const std::string& why, bool timed_out);
   std::string never_arrived(uint64_t seq);
