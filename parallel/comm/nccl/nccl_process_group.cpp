@@ -237,7 +237,14 @@ Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& desc
       const ncclResult_t end = ncclGroupEnd();
       if (r == ncclSuccess || r == ncclInProgress) r = end;
     }
-    if (r != ncclSuccess && r != ncclInProgress) {
+    // A non-blocking communicator may still be queueing the call: NCCL asks
+    // that it be polled to completion before the next call.
+    const auto deadline = Clock::now() + timeout();
+    while (r == ncclInProgress && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      ncclCommGetAsyncError(state_->comm, &r);
+    }
+    if (r != ncclSuccess) {
       SPMD_THROW(CommError, description, ": NCCL refused the call: ", ncclGetErrorString(r), " (",
                  ncclGetLastError(state_->comm), ")");
     }
