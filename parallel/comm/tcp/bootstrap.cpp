@@ -80,13 +80,12 @@ std::chrono::milliseconds time_left(Clock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
-void tune_socket(int fd, size_t buffer) {
+void tune_socket(int fd, size_t send_buffer) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (buffer > 0) {
-    const int bytes = int(std::min<size_t>(buffer, 1 << 30));
+  if (send_buffer > 0) {
+    const int bytes = int(std::min<size_t>(send_buffer, 1 << 30));
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
   }
   net::set_nonblocking(fd, true);
   net::set_cloexec(fd);
@@ -161,7 +160,7 @@ std::string advertised_address(const std::string& route_hint) {
 
 MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int size,
                          std::chrono::milliseconds timeout, const std::string& route_hint,
-                         size_t socket_buffer) {
+                         size_t send_buffer) {
   MeshSockets mesh{std::vector<int>(size, -1), std::vector<int>(size, -1)};
   if (size == 1) return mesh;
   const std::string ip = advertised_address(route_hint);
@@ -179,8 +178,8 @@ MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int s
   }
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
-    tune_socket(mesh.collective[peer], socket_buffer);
-    tune_socket(mesh.p2p[peer], socket_buffer);
+    tune_socket(mesh.collective[peer], send_buffer);
+    tune_socket(mesh.p2p[peer], send_buffer);
   }
   return mesh;
 }

@@ -31,13 +31,13 @@ struct MeshSockets {
 };
 
 // Connects this rank to every other rank of the group (all of them call it).
-// Sockets come back non-blocking with TCP_NODELAY, and with socket_buffer
-// bytes of send and receive buffer unless it is 0 (the kernel's autotuning);
-// the caller owns them. Throws TimeoutError naming the ranks that did not
+// Sockets come back non-blocking with TCP_NODELAY, and with a send buffer of
+// send_buffer bytes unless it is 0 (the kernel's autotuning); the caller owns
+// them. Throws TimeoutError naming the ranks that did not
 // connect in time.
 MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int size,
                          std::chrono::milliseconds timeout, const std::string& route_hint,
-                         size_t socket_buffer = 0);
+                         size_t send_buffer = 0);
 
 // The IP this rank publishes (see the file comment).
 std::string advertised_address(const std::string& route_hint);

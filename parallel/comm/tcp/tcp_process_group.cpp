@@ -50,7 +50,7 @@ TcpProcessGroup::TcpProcessGroup(std::shared_ptr<Store> store, int rank, int siz
 
 void TcpProcessGroup::connect() {
   MeshSockets sockets = connect_mesh(store(), name(), rank(), size(), timeout(), route_hint_,
-                                     tuning_.socket_buffer_bytes);
+                                     tuning_.send_buffer_bytes);
   std::vector<std::unique_ptr<Link>> links(size());
   for (int peer = 0; peer < size(); ++peer) {
     if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);
