@@ -31,6 +31,14 @@ void check_pair(const Tensor& out, const Tensor& in, std::string_view op) {
              in.device());
 }
 
+// Whether two contiguous tensors share any byte.
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
+  const char* a0 = static_cast<const char*>(a.raw_data());
+  const char* b0 = static_cast<const char*>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
 void check_reduce_op(ReduceOp op, DType dtype, std::string_view name) {
   SPMD_CHECK(op != ReduceOp::kAvg || is_floating(dtype), name, ": avg needs a floating dtype, got ",
              dtype_name(dtype));
@@ -128,6 +136,9 @@ Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   check_pair(output, input, "all_gather");
   SPMD_CHECK(output.numel() == size_ * input.numel(), "all_gather: output has ", output.numel(),
              " elements but the group of ", size_, " ranks gathers ", size_, " x ", input.numel());
+  const char* slot = static_cast<const char*>(output.raw_data()) + rank_ * input.nbytes();
+  SPMD_CHECK(!overlap(output, input) || slot == input.raw_data(),
+             "all_gather: the input overlaps the output other than as this rank's block");
   CommOp op = collective(OpType::kAllGather, "all_gather");
   op.tensor = output;
   op.input = input;
@@ -139,6 +150,9 @@ Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   check_reduce_op(reduce_op, input.dtype(), "reduce_scatter");
   SPMD_CHECK(input.numel() == size_ * output.numel(), "reduce_scatter: input has ", input.numel(),
              " elements, which is not the group size ", size_, " x output's ", output.numel());
+  const char* segment = static_cast<const char*>(input.raw_data()) + rank_ * output.nbytes();
+  SPMD_CHECK(!overlap(output, input) || segment == output.raw_data(),
+             "reduce_scatter: the output overlaps the input other than as this rank's segment");
   CommOp op = collective(OpType::kReduceScatter, "reduce_scatter");
   op.tensor = output;
   op.input = input;
@@ -150,6 +164,7 @@ Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
                               const std::vector<int64_t>& output_split_sizes,
                               const std::vector<int64_t>& input_split_sizes) {
   check_pair(output, input, "all_to_all");
+  SPMD_CHECK(!overlap(output, input), "all_to_all: the output overlaps the input");
   std::vector<size_t> send = split_counts(input, input_split_sizes, size_, "input");
   std::vector<size_t> recv = split_counts(output, output_split_sizes, size_, "output");
   SPMD_CHECK(send[rank_] == recv[rank_], "all_to_all: this rank keeps ", send[rank_],

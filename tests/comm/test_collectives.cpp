@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "tensor/views.h"
 #include "values.h"
 
 using namespace spmd;
@@ -21,6 +22,15 @@ const DType kDtypes[] = {DType::kF32, DType::kF64, DType::kBF16,
 std::vector<int64_t> sizes_for(DType dt) {
   if (dt == DType::kF32) return {0, 1, 7, 1000, (1 << 20) + 3};
   return {0, 1, 7, 1000};
+}
+
+void expect_throws(const std::function<void()>& fn, const char* what) {
+  try {
+    fn();
+  } catch (const InvalidArgument&) {
+    return;
+  }
+  throw Error(what);
 }
 
 template <class T>
@@ -178,5 +188,25 @@ TEST_CASE("many collectives in flight at once, waited out of order", "[comm]") {
           str_cat("all_reduce ", k, " of 24 in flight"));
     }
     for (auto& w : works) expect(w.is_completed() && w.is_success(), "a Work was not done");
+  }));
+}
+
+TEST_CASE("in place: all_gather from its own block, reduce_scatter into its own segment",
+          "[comm]") {
+  REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    const int64_t m = 1001;
+    Tensor all = cpu_tensor(p * m, DType::kF32);
+    Tensor mine = ops::narrow(all, 0, r * m, m);  // a view of block r
+    fill<float>(all, [&](size_t i) { return i / m == size_t(r) ? double(r * 10 + i % 7) : -1.0; });
+    g.all_gather(all, mine).wait();
+    check<float>(
+        all, [&](size_t i) { return double(i / m * 10 + i % 7); }, "in-place all_gather");
+    fill<float>(all, [&](size_t i) { return input_value(ReduceOp::kSum, r, i); });
+    g.reduce_scatter(mine, all).wait();
+    check<float>(
+        mine, [&](size_t i) { return reduced_value(ReduceOp::kSum, p, r * m + i); },
+        "in-place reduce_scatter");
+    expect_throws([&] { g.all_to_all(all, all); }, "all_to_all in place must be refused");
   }));
 }
