@@ -3,7 +3,6 @@
 // contract (a bounded wait that gives up while the op goes on). These run in
 // this process: a group of one, or two ranks as threads over a HashStore.
 #include <catch2/catch.hpp>
-
 #include <thread>
 
 #include "harness.h"
@@ -40,8 +39,11 @@ TEST_CASE("bad arguments are refused at the call, naming the op and the values",
   CHECK_THROWS_WITH(g->all_reduce(Tensor()), Contains("undefined"));
   Tensor m = ops::zeros(Shape{3, 4});
   CHECK_THROWS_WITH(g->all_reduce(ops::transpose(m, 0, 1)), Contains("contiguous"));
-  CHECK_THROWS_WITH(g->all_to_all(m, m, {2}, {3}), Contains("split sizes"));
-  CHECK_THROWS_WITH(g->all_to_all(m, m, {2}, {2}), Contains("add up to 2") && Contains("3"));
+  Tensor m2 = ops::zeros(Shape{3, 4});
+  CHECK_THROWS_WITH(g->all_to_all(m2, m, {2}, {3}), Contains("split sizes"));
+  CHECK_THROWS_WITH(g->all_to_all(m2, m, {2}, {2}), Contains("add up to 2") && Contains("3"));
+  CHECK_THROWS_WITH(g->all_to_all(m, m), Contains("overlaps"));
+
   CHECK_THROWS_AS(g->new_group({0, 0}), InvalidArgument);
   CHECK_THROWS_AS(g->new_group({1}), InvalidArgument);
   g->shutdown();
