@@ -45,18 +45,16 @@ void Mesh::finish() {
 }
 
 void Mesh::wait_until(const std::function<bool()>& done) {
-  while (!done()) {
-    bool moved = false;
-    for (Link* l : used_) moved |= l->pump();
-    if (moved || done()) continue;
-    while (!poll_once(done)) {
-    }
-  }
+  if (done()) return;
+  // The algorithm may have queued sends or posted receives since it last
+  // waited: try every link once, then move only what poll() says is ready.
+  for (Link* l : used_) l->pump();
+  while (!done()) poll_once();
 }
 
-// Sleeps until a socket is ready, then pumps the ready ones. Returns true
-// once something moved (or the wait is over).
-bool Mesh::poll_once(const std::function<bool()>& done) {
+// Sleeps until a socket is ready (or the deadline, or the slow hook, is
+// due), then pumps the ready ones.
+void Mesh::poll_once() {
   constexpr nfds_t kMax = 256;
   pollfd fds[kMax];
   Link* owners[kMax];
@@ -89,17 +87,15 @@ bool Mesh::poll_once(const std::function<bool()>& done) {
       slow_called_ = true;
       slow_hook_();
     }
-    return done();
+    return;
   }
-  bool moved = false;
   for (nfds_t i = 0; i < n_used; ++i) {
-    if (fds[i].revents & (POLLOUT | POLLERR | POLLHUP)) moved |= owners[i]->pump_send();
-    if (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) moved |= owners[i]->pump_recv();
+    if (fds[i].revents & (POLLOUT | POLLERR | POLLHUP)) owners[i]->pump_send();
+    if (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) owners[i]->pump_recv();
   }
   for (nfds_t i = n_used; i < n; ++i) {
     if (fds[i].revents) peek_unused(*owners[i]);
   }
-  return moved || done();
 }
 
 // Something arrived on a link this collective has not used (yet): if it is a

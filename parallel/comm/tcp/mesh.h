@@ -70,7 +70,7 @@ class Mesh {
   void abort();
 
  private:
-  bool poll_once(const std::function<bool()>& done);
+  void poll_once();
   void peek_unused(Link& l);
   [[noreturn]] void throw_timeout() const;
 
