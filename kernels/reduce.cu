@@ -198,7 +198,7 @@ int64_t choose_splits(const ReduceParams& p, bool rows) {
   const int64_t blocks = rows ? ceil_div(p.M, p.R >= 1024 ? 1 : 8) : ceil_div(p.M, 256);
   const int64_t min_per_block = rows ? 8192 : 256;
   if (blocks >= 2 * sms || p.R < 2 * min_per_block) return 1;
-  return std::max<int64_t>(1, std::min({ceil_div(4 * sms, blocks), p.R / min_per_block,
+  return std::max<int64_t>(1, std::min({ceil_div(8 * sms, blocks), p.R / min_per_block,
                                         int64_t(65535)}));
 }
 
