@@ -1,55 +1,31 @@
-// Fused attention (kernels/attention.h). Tiles of 32 query rows by 32 keys;
-// 256 threads, 8 per row, each thread holding D/8 of its row's accumulators.
-// Shared-memory rows are padded to D + 1 floats so that the rows a warp reads
-// at once fall in different banks.
+// Fused attention (kernels/attention.h): the f32 CUDA-core kernels, and the
+// dispatch between them and the tensor-core kernels of attention_tc.cu.
+// Here tiles are 32 query rows by 32 keys; 256 threads, 8 per row, each
+// thread holding D/8 of its row's accumulators. Shared-memory rows are padded
+// to D + 1 floats so that the rows a warp reads at once fall in different banks.
 #include <algorithm>
-#include <cmath>
+#include <cstdlib>
+#include <cstring>
 
-#include "kernels/attention.h"
-#include "kernels/device.cuh"
+#include "kernels/attention_internal.cuh"
 
 namespace spmd::kernels {
+namespace attention_detail {
 namespace {
 
 constexpr int kBr = 32, kBc = 32, kThreads = 256, kLanes = 8;
 
-struct Heads {  // a (B, H, T, D) tensor
-  void* data;
-  int64_t sb, sh, st, sd;
-};
-
-struct AttnParams {
-  int64_t B, H, Hkv, T, S;
-  int D;
-  float scale;
-  bool causal;
-  Heads q, k, v, o, dout, dq, dk, dv;
-  float* lse;
-  float* delta;  // backward: rowsum(dout * out)
-};
-
-Heads heads_of(const TensorArg& t) {
-  return {t.data, t.strides[0], t.strides[1], t.strides[2], t.strides[3]};
-}
-
 // rows row0.. of head (b, h) into dst[32][ld] as f32 times `mult`; rows past
 // `rows` become 0.
 template <class T>
-__device__ __forceinline__ void load_tile(float* dst, int ld, const Heads& t, int64_t b,
-                                          int64_t h, int64_t row0, int64_t rows, int D,
-                                          float mult) {
+__device__ __forceinline__ void load_tile(float* dst, int ld, const Heads& t, int64_t b, int64_t h,
+                                          int64_t row0, int64_t rows, int D, float mult) {
   const T* base = static_cast<const T*>(t.data) + b * t.sb + h * t.sh;
   for (int e = threadIdx.x; e < kBr * D; e += blockDim.x) {
     const int r = e / D, d = e % D;
     const int64_t row = row0 + r;
     dst[r * ld + d] = row < rows ? convert<float>(base[row * t.st + d * t.sd]) * mult : 0.0f;
   }
-}
-
-template <class T>
-__device__ __forceinline__ void store_row(const Heads& t, int64_t b, int64_t h, int64_t row, int d,
-                                          float value) {
-  static_cast<T*>(t.data)[b * t.sb + h * t.sh + row * t.st + d * t.sd] = convert<T>(value);
 }
 
 __device__ __forceinline__ float dot(const float* a, const float* b, int D) {
@@ -66,10 +42,6 @@ __device__ __forceinline__ float row_max(float v) {
 __device__ __forceinline__ float row_sum(float v) {
   for (int off = kLanes / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
-}
-
-__device__ __forceinline__ bool visible(const AttnParams& p, int64_t qi, int64_t kj) {
-  return qi < p.T && kj < p.S && (!p.causal || kj <= qi);
 }
 
 // --- Forward ---------------------------------------------------------------------
@@ -146,7 +118,8 @@ __global__ void attention_delta_kernel(AttnParams p) {
   for (int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < rows;
        row += warps) {
     const int64_t b = row / (p.H * p.T), h = (row / p.T) % p.H, i = row % p.T;
-    const T* dob = static_cast<const T*>(p.dout.data) + b * p.dout.sb + h * p.dout.sh + i * p.dout.st;
+    const T* dob =
+        static_cast<const T*>(p.dout.data) + b * p.dout.sb + h * p.dout.sh + i * p.dout.st;
     const T* ob = static_cast<const T*>(p.o.data) + b * p.o.sb + h * p.o.sh + i * p.o.st;
     float acc = 0.0f;
     for (int d = lane; d < p.D; d += 32)
@@ -280,6 +253,14 @@ __global__ void __launch_bounds__(kThreads) attention_dq_kernel(AttnParams p) {
 
 // --- Launching ---------------------------------------------------------------------
 
+Heads heads_of(const TensorArg& t) {
+  const size_t elem = scalar_size(t.dtype);
+  const bool vec = t.strides[3] == 1 && t.strides[2] % 8 == 0 && t.strides[1] % 8 == 0 &&
+                   t.strides[0] % 8 == 0 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 &&
+                   elem == 2;
+  return {t.data, t.strides[0], t.strides[1], t.strides[2], t.strides[3], vec};
+}
+
 AttnParams params_of(const TensorArg& q, const TensorArg& k, const TensorArg& v, bool causal,
                      double scale) {
   SPMD_CHECK(q.ndim == 4 && k.ndim == 4 && v.ndim == 4, "attention: expected 4-d q, k, v");
@@ -302,61 +283,66 @@ AttnParams params_of(const TensorArg& q, const TensorArg& k, const TensorArg& v,
   return p;
 }
 
-// Launches kernel<T, DPT> with `smem` bytes of dynamic shared memory, raising
-// the kernel's limit past the default 48 KB when it needs more.
-template <class Kernel>
-void launch(Kernel kernel, dim3 grid, size_t smem, const AttnParams& p, Stream stream) {
-  if (smem > 48 * 1024) {
-    SPMD_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  }
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  SPMD_CUDA_CHECK_LAUNCH();
-}
-
 // Calls f(Tag<T>{}, std::integral_constant<int, DPT>{}) for q's dtype and head size.
 template <class F>
-void dispatch(const TensorArg& q, F&& f) {
-  SPMD_CHECK(attention_supported(q), "attention on CUDA: unsupported dtype ",
-             scalar_name(q.dtype), " or head size ", q.sizes[3]);
+void dispatch_simt(const TensorArg& q, F&& f) {
   auto by_size = [&](auto tag) {
-    if (q.sizes[3] <= 64) f(tag, std::integral_constant<int, 8>{});
-    else f(tag, std::integral_constant<int, 16>{});
+    if (q.sizes[3] <= 64) {
+      f(tag, std::integral_constant<int, 8>{});
+    } else {
+      f(tag, std::integral_constant<int, 16>{});
+    }
   };
   switch (q.dtype) {
-    case ScalarType::kF32: return by_size(Tag<float>{});
-    case ScalarType::kBF16: return by_size(Tag<bf16>{});
-    default: return by_size(Tag<f16>{});
+    case ScalarType::kF32:
+      return by_size(Tag<float>{});
+    case ScalarType::kBF16:
+      return by_size(Tag<bf16>{});
+    default:
+      return by_size(Tag<f16>{});
   }
+}
+
+bool use_tensor_cores(const TensorArg& q, AttentionKernel which) {
+  return which != AttentionKernel::kSimt && tensor_core_applies(q);
 }
 
 }  // namespace
+}  // namespace attention_detail
+
+using namespace attention_detail;
 
 bool attention_supported(const TensorArg& q) {
-  const bool dtype_ok = q.dtype == ScalarType::kF32 || q.dtype == ScalarType::kBF16 ||
-                        q.dtype == ScalarType::kF16;
+  const bool dtype_ok =
+      q.dtype == ScalarType::kF32 || q.dtype == ScalarType::kBF16 || q.dtype == ScalarType::kF16;
   return dtype_ok && q.ndim == 4 && q.sizes[3] >= 1 && q.sizes[3] <= 128;
 }
 
 void attention_forward(const TensorArg& q, const TensorArg& k, const TensorArg& v,
                        const TensorArg& out, float* lse, bool causal, double scale,
-                       Stream stream) {
+                       AttentionKernel which, Stream stream) {
+  SPMD_CHECK(attention_supported(q), "attention on CUDA: unsupported dtype ", scalar_name(q.dtype),
+             " or head size ", q.sizes[3]);
   AttnParams p = params_of(q, k, v, causal, scale);
   p.o = heads_of(out);
   p.lse = lse;
   if (p.B * p.H * p.T == 0) return;
+  if (use_tensor_cores(q, which)) return forward_tc(p, q.dtype, stream);
   const size_t smem = (3 * kBr * (p.D + 1) + kBr * (kBc + 1)) * sizeof(float);
   const dim3 grid(unsigned(p.B * p.H), unsigned((p.T + kBr - 1) / kBr));
-  dispatch(q, [&](auto tag, auto dpt) {
+  dispatch_simt(q, [&](auto tag, auto dpt) {
     using T = typename decltype(tag)::type;
-    launch(attention_forward_kernel<T, decltype(dpt)::value>, grid, smem, p, stream);
+    launch_kernel(attention_forward_kernel<T, decltype(dpt)::value>, grid, kThreads, smem, p,
+                  stream);
   });
 }
 
 void attention_backward(const TensorArg& dout, const TensorArg& q, const TensorArg& k,
                         const TensorArg& v, const TensorArg& out, const float* lse,
-                        const TensorArg& dq, const TensorArg& dk, const TensorArg& dv,
-                        bool causal, double scale, Scratch& scratch, Stream stream) {
+                        const TensorArg& dq, const TensorArg& dk, const TensorArg& dv, bool causal,
+                        double scale, AttentionKernel which, Scratch& scratch, Stream stream) {
+  SPMD_CHECK(attention_supported(q), "attention on CUDA: unsupported dtype ", scalar_name(q.dtype),
+             " or head size ", q.sizes[3]);
   AttnParams p = params_of(q, k, v, causal, scale);
   p.o = heads_of(out);
   p.dout = heads_of(dout);
@@ -366,18 +352,22 @@ void attention_backward(const TensorArg& dout, const TensorArg& q, const TensorA
   p.lse = const_cast<float*>(lse);
   if (p.B * p.H * p.T == 0 || p.S == 0) return;
   p.delta = static_cast<float*>(scratch.allocate(size_t(p.B * p.H * p.T) * sizeof(float)));
+  dispatch_simt(q, [&](auto tag, auto) {
+    using T = typename decltype(tag)::type;
+    attention_delta_kernel<T><<<grid_for(p.B * p.H * p.T * 32, 256), 256, 0, stream>>>(p);
+  });
+  SPMD_CUDA_CHECK_LAUNCH();
+  if (use_tensor_cores(q, which)) return backward_tc(p, q.dtype, stream);
   const int ld = p.D + 1, lp = kBc + 1;
   const size_t smem_dkdv = (4 * kBr * ld + 2 * kBr * lp + 2 * kBr) * sizeof(float);
   const size_t smem_dq = (4 * kBr * ld + kBr * lp) * sizeof(float);
   const dim3 grid_dkdv(unsigned(p.B * p.Hkv), unsigned((p.S + kBc - 1) / kBc));
   const dim3 grid_dq(unsigned(p.B * p.H), unsigned((p.T + kBr - 1) / kBr));
-  dispatch(q, [&](auto tag, auto dpt) {
+  dispatch_simt(q, [&](auto tag, auto dpt) {
     using T = typename decltype(tag)::type;
     constexpr int kDpt = decltype(dpt)::value;
-    attention_delta_kernel<T><<<grid_for(p.B * p.H * p.T * 32, 256), 256, 0, stream>>>(p);
-    SPMD_CUDA_CHECK_LAUNCH();
-    launch(attention_dkdv_kernel<T, kDpt>, grid_dkdv, smem_dkdv, p, stream);
-    launch(attention_dq_kernel<T, kDpt>, grid_dq, smem_dq, p, stream);
+    launch_kernel(attention_dkdv_kernel<T, kDpt>, grid_dkdv, kThreads, smem_dkdv, p, stream);
+    launch_kernel(attention_dq_kernel<T, kDpt>, grid_dq, kThreads, smem_dq, p, stream);
   });
 }
 

@@ -14,27 +14,39 @@ namespace spmd::kernels {
 size_t scalar_size(ScalarType t) {
   switch (t) {
     case ScalarType::kF64:
-    case ScalarType::kI64: return 8;
+    case ScalarType::kI64:
+      return 8;
     case ScalarType::kF32:
-    case ScalarType::kI32: return 4;
+    case ScalarType::kI32:
+      return 4;
     case ScalarType::kBF16:
-    case ScalarType::kF16: return 2;
+    case ScalarType::kF16:
+      return 2;
     case ScalarType::kU8:
-    case ScalarType::kBool: return 1;
+    case ScalarType::kBool:
+      return 1;
   }
   return 0;
 }
 
 const char* scalar_name(ScalarType t) {
   switch (t) {
-    case ScalarType::kF32: return "f32";
-    case ScalarType::kF64: return "f64";
-    case ScalarType::kBF16: return "bf16";
-    case ScalarType::kF16: return "f16";
-    case ScalarType::kI32: return "i32";
-    case ScalarType::kI64: return "i64";
-    case ScalarType::kU8: return "u8";
-    case ScalarType::kBool: return "bool";
+    case ScalarType::kF32:
+      return "f32";
+    case ScalarType::kF64:
+      return "f64";
+    case ScalarType::kBF16:
+      return "bf16";
+    case ScalarType::kF16:
+      return "f16";
+    case ScalarType::kI32:
+      return "i32";
+    case ScalarType::kI64:
+      return "i64";
+    case ScalarType::kU8:
+      return "u8";
+    case ScalarType::kBool:
+      return "bool";
   }
   return "?";
 }
@@ -66,8 +78,8 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 void throw_cublas_error(int status, const char* call, const char* file, int line) {
   const char* base = std::strrchr(file, '/');
   const auto s = static_cast<cublasStatus_t>(status);
-  SPMD_THROW(Error, "cuBLAS error in ", call, " (", base ? base + 1 : file, ":", line, "): ",
-             cublasGetStatusName(s), ": ", cublasGetStatusString(s));
+  SPMD_THROW(Error, "cuBLAS error in ", call, " (", base ? base + 1 : file, ":", line,
+             "): ", cublasGetStatusName(s), ": ", cublasGetStatusString(s));
 }
 
 }  // namespace spmd::kernels

@@ -40,11 +40,25 @@ __device__ __forceinline__ To convert(From x) {
 
 // The type a storage type T is computed in.
 template <class T>
-struct ComputeOf { using type = int64_t; };
-template <> struct ComputeOf<float> { using type = float; };
-template <> struct ComputeOf<bf16> { using type = float; };
-template <> struct ComputeOf<f16> { using type = float; };
-template <> struct ComputeOf<double> { using type = double; };
+struct ComputeOf {
+  using type = int64_t;
+};
+template <>
+struct ComputeOf<float> {
+  using type = float;
+};
+template <>
+struct ComputeOf<bf16> {
+  using type = float;
+};
+template <>
+struct ComputeOf<f16> {
+  using type = float;
+};
+template <>
+struct ComputeOf<double> {
+  using type = double;
+};
 template <class T>
 using compute_t = typename ComputeOf<T>::type;
 
@@ -53,14 +67,22 @@ using compute_t = typename ComputeOf<T>::type;
 template <class C>
 __device__ __forceinline__ C load_as(const void* p, ScalarType dt, int64_t i) {
   switch (dt) {
-    case ScalarType::kF32: return convert<C>(static_cast<const float*>(p)[i]);
-    case ScalarType::kF64: return convert<C>(static_cast<const double*>(p)[i]);
-    case ScalarType::kBF16: return convert<C>(static_cast<const bf16*>(p)[i]);
-    case ScalarType::kF16: return convert<C>(static_cast<const f16*>(p)[i]);
-    case ScalarType::kI32: return convert<C>(static_cast<const int32_t*>(p)[i]);
-    case ScalarType::kI64: return convert<C>(static_cast<const int64_t*>(p)[i]);
-    case ScalarType::kU8: return convert<C>(static_cast<const uint8_t*>(p)[i]);
-    case ScalarType::kBool: return convert<C>(static_cast<const uint8_t*>(p)[i] != 0);
+    case ScalarType::kF32:
+      return convert<C>(static_cast<const float*>(p)[i]);
+    case ScalarType::kF64:
+      return convert<C>(static_cast<const double*>(p)[i]);
+    case ScalarType::kBF16:
+      return convert<C>(static_cast<const bf16*>(p)[i]);
+    case ScalarType::kF16:
+      return convert<C>(static_cast<const f16*>(p)[i]);
+    case ScalarType::kI32:
+      return convert<C>(static_cast<const int32_t*>(p)[i]);
+    case ScalarType::kI64:
+      return convert<C>(static_cast<const int64_t*>(p)[i]);
+    case ScalarType::kU8:
+      return convert<C>(static_cast<const uint8_t*>(p)[i]);
+    case ScalarType::kBool:
+      return convert<C>(static_cast<const uint8_t*>(p)[i] != 0);
   }
   return C(0);
 }
@@ -68,14 +90,30 @@ __device__ __forceinline__ C load_as(const void* p, ScalarType dt, int64_t i) {
 template <class C>
 __device__ __forceinline__ void store_as(void* p, ScalarType dt, int64_t i, C v) {
   switch (dt) {
-    case ScalarType::kF32: static_cast<float*>(p)[i] = convert<float>(v); break;
-    case ScalarType::kF64: static_cast<double*>(p)[i] = convert<double>(v); break;
-    case ScalarType::kBF16: static_cast<bf16*>(p)[i] = convert<bf16>(v); break;
-    case ScalarType::kF16: static_cast<f16*>(p)[i] = convert<f16>(v); break;
-    case ScalarType::kI32: static_cast<int32_t*>(p)[i] = convert<int32_t>(v); break;
-    case ScalarType::kI64: static_cast<int64_t*>(p)[i] = convert<int64_t>(v); break;
-    case ScalarType::kU8: static_cast<uint8_t*>(p)[i] = convert<uint8_t>(v); break;
-    case ScalarType::kBool: static_cast<uint8_t*>(p)[i] = v != C(0) ? 1 : 0; break;
+    case ScalarType::kF32:
+      static_cast<float*>(p)[i] = convert<float>(v);
+      break;
+    case ScalarType::kF64:
+      static_cast<double*>(p)[i] = convert<double>(v);
+      break;
+    case ScalarType::kBF16:
+      static_cast<bf16*>(p)[i] = convert<bf16>(v);
+      break;
+    case ScalarType::kF16:
+      static_cast<f16*>(p)[i] = convert<f16>(v);
+      break;
+    case ScalarType::kI32:
+      static_cast<int32_t*>(p)[i] = convert<int32_t>(v);
+      break;
+    case ScalarType::kI64:
+      static_cast<int64_t*>(p)[i] = convert<int64_t>(v);
+      break;
+    case ScalarType::kU8:
+      static_cast<uint8_t*>(p)[i] = convert<uint8_t>(v);
+      break;
+    case ScalarType::kBool:
+      static_cast<uint8_t*>(p)[i] = v != C(0) ? 1 : 0;
+      break;
   }
 }
 
@@ -171,11 +209,15 @@ __device__ __forceinline__ A block_reduce(A v, F combine, A* shared) {
 
 struct Sum {
   template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a + b;
+  }
 };
 struct Max {
   template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const { return a > b ? a : b; }
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a > b ? a : b;
+  }
 };
 
 // Calls f(Tag<T>{}) with T the storage type of a floating dtype; throws
@@ -187,12 +229,16 @@ struct Tag {
 template <class F>
 void dispatch_floating(ScalarType dt, const char* op, F&& f) {
   switch (dt) {
-    case ScalarType::kF32: return f(Tag<float>{});
-    case ScalarType::kF64: return f(Tag<double>{});
-    case ScalarType::kBF16: return f(Tag<bf16>{});
-    case ScalarType::kF16: return f(Tag<f16>{});
-    default: SPMD_THROW(InvalidArgument, op, ": expected a floating-point tensor, got ",
-                        scalar_name(dt));
+    case ScalarType::kF32:
+      return f(Tag<float>{});
+    case ScalarType::kF64:
+      return f(Tag<double>{});
+    case ScalarType::kBF16:
+      return f(Tag<bf16>{});
+    case ScalarType::kF16:
+      return f(Tag<f16>{});
+    default:
+      SPMD_THROW(InvalidArgument, op, ": expected a floating-point tensor, got ", scalar_name(dt));
   }
 }
 

@@ -16,7 +16,14 @@ namespace spmd::kernels {
 namespace {
 
 enum class Kind : uint8_t {
-  kCopy, kFill, kUnary, kBinary, kScalarRight, kScalarLeft, kWhere, kMaskedFill,
+  kCopy,
+  kFill,
+  kUnary,
+  kBinary,
+  kScalarRight,
+  kScalarLeft,
+  kWhere,
+  kMaskedFill,
 };
 
 struct MapOp {
@@ -30,14 +37,22 @@ struct MapOp {
 template <class C>
 __device__ __forceinline__ C apply(const MapOp& m, C x, C y, C z) {
   switch (m.kind) {
-    case Kind::kCopy: return x;
-    case Kind::kFill: return static_cast<C>(m.scalar);
-    case Kind::kUnary: return unary_op<C>(UnaryOp(m.op), x);
-    case Kind::kBinary: return binary_op<C>(BinaryOp(m.op), x, y);
-    case Kind::kScalarRight: return binary_op<C>(BinaryOp(m.op), x, static_cast<C>(m.scalar));
-    case Kind::kScalarLeft: return binary_op<C>(BinaryOp(m.op), static_cast<C>(m.scalar), x);
-    case Kind::kWhere: return x != C(0) ? y : z;
-    case Kind::kMaskedFill: return y != C(0) ? static_cast<C>(m.scalar) : x;
+    case Kind::kCopy:
+      return x;
+    case Kind::kFill:
+      return static_cast<C>(m.scalar);
+    case Kind::kUnary:
+      return unary_op<C>(UnaryOp(m.op), x);
+    case Kind::kBinary:
+      return binary_op<C>(BinaryOp(m.op), x, y);
+    case Kind::kScalarRight:
+      return binary_op<C>(BinaryOp(m.op), x, static_cast<C>(m.scalar));
+    case Kind::kScalarLeft:
+      return binary_op<C>(BinaryOp(m.op), static_cast<C>(m.scalar), x);
+    case Kind::kWhere:
+      return x != C(0) ? y : z;
+    case Kind::kMaskedFill:
+      return y != C(0) ? static_cast<C>(m.scalar) : x;
   }
   return x;
 }
@@ -75,8 +90,8 @@ __global__ void contiguous_map(T* out, const T* a, const T* b, int64_t n, MapOp 
 }
 
 template <class T>
-void launch_contiguous(const MapOp& m, const TensorArg& out, const TensorArg* a,
-                       const TensorArg* b, Stream stream) {
+void launch_contiguous(const MapOp& m, const TensorArg& out, const TensorArg* a, const TensorArg* b,
+                       Stream stream) {
   const int64_t n = out.numel();
   const int threads = 256;
   const unsigned blocks = grid_for((n + Vec<T>::kSize - 1) / Vec<T>::kSize, threads);
@@ -150,9 +165,15 @@ void launch_strided(const MapOp& m, Compute compute, const TensorArg& out, const
   }
   p.numel = out.numel();
   switch (compute) {
-    case Compute::kFloat: launch_strided_as<float>(p, m, stream); break;
-    case Compute::kDouble: launch_strided_as<double>(p, m, stream); break;
-    case Compute::kInt: launch_strided_as<int64_t>(p, m, stream); break;
+    case Compute::kFloat:
+      launch_strided_as<float>(p, m, stream);
+      break;
+    case Compute::kDouble:
+      launch_strided_as<double>(p, m, stream);
+      break;
+    case Compute::kInt:
+      launch_strided_as<int64_t>(p, m, stream);
+      break;
   }
 }
 
@@ -175,21 +196,26 @@ void run_map(const MapOp& m, Compute compute, const TensorArg& out, const Tensor
   if (out.numel() == 0) return;
   if (contiguous_case(out, a, b)) {
     switch (out.dtype) {
-      case ScalarType::kF32: return launch_contiguous<float>(m, out, a, b, stream);
-      case ScalarType::kF64: return launch_contiguous<double>(m, out, a, b, stream);
-      case ScalarType::kBF16: return launch_contiguous<bf16>(m, out, a, b, stream);
-      case ScalarType::kF16: return launch_contiguous<f16>(m, out, a, b, stream);
-      case ScalarType::kI32: return launch_contiguous<int32_t>(m, out, a, b, stream);
-      case ScalarType::kI64: return launch_contiguous<int64_t>(m, out, a, b, stream);
-      default: break;
+      case ScalarType::kF32:
+        return launch_contiguous<float>(m, out, a, b, stream);
+      case ScalarType::kF64:
+        return launch_contiguous<double>(m, out, a, b, stream);
+      case ScalarType::kBF16:
+        return launch_contiguous<bf16>(m, out, a, b, stream);
+      case ScalarType::kF16:
+        return launch_contiguous<f16>(m, out, a, b, stream);
+      case ScalarType::kI32:
+        return launch_contiguous<int32_t>(m, out, a, b, stream);
+      case ScalarType::kI64:
+        return launch_contiguous<int64_t>(m, out, a, b, stream);
+      default:
+        break;
     }
   }
   launch_strided(m, compute, out, a, b, nullptr, stream);
 }
 
-bool is_comparison(BinaryOp op) {
-  return op >= BinaryOp::kEq && op <= BinaryOp::kLogicalOr;
-}
+bool is_comparison(BinaryOp op) { return op >= BinaryOp::kEq && op <= BinaryOp::kLogicalOr; }
 
 }  // namespace
 
@@ -204,10 +230,11 @@ void fill(const TensorArg& out, double value, Stream stream) {
   const bool one_byte = out.dtype == ScalarType::kU8 || out.dtype == ScalarType::kBool;
   if (out.is_contiguous() && (zero || one_byte)) {
     int byte = 0;
-    if (out.dtype == ScalarType::kBool) byte = value != 0;
-    else if (one_byte) byte = uint8_t(int64_t(value));
-    SPMD_CUDA_CHECK(
-        cudaMemsetAsync(out.data, byte, size_t(n) * scalar_size(out.dtype), stream));
+    if (out.dtype == ScalarType::kBool)
+      byte = value != 0;
+    else if (one_byte)
+      byte = uint8_t(int64_t(value));
+    SPMD_CUDA_CHECK(cudaMemsetAsync(out.data, byte, size_t(n) * scalar_size(out.dtype), stream));
     return;
   }
   run_map({Kind::kFill, 0, value}, compute_of({out.dtype}), out, nullptr, nullptr, stream);
@@ -217,7 +244,8 @@ void copy(const TensorArg& src, const TensorArg& out, Stream stream) {
   if (out.numel() == 0) return;
   if (src.dtype == out.dtype && src.is_contiguous() && out.is_contiguous()) {
     if (src.data != out.data) {
-      SPMD_CUDA_CHECK(cudaMemcpyAsync(out.data, src.data, size_t(out.numel()) * scalar_size(out.dtype),
+      SPMD_CUDA_CHECK(cudaMemcpyAsync(out.data, src.data,
+                                      size_t(out.numel()) * scalar_size(out.dtype),
                                       cudaMemcpyDeviceToDevice, stream));
     }
     return;
@@ -314,23 +342,23 @@ void triangle(const TensorArg& x, int64_t diagonal, bool upper, const TensorArg&
   switch (scalar_size(out.dtype)) {
     case 1:
       triangle_kernel<<<blocks, 256, 0, stream>>>(off, static_cast<uint8_t*>(out.data),
-                                                  static_cast<const uint8_t*>(x.data), n,
-                                                  diagonal, upper);
+                                                  static_cast<const uint8_t*>(x.data), n, diagonal,
+                                                  upper);
       break;
     case 2:
       triangle_kernel<<<blocks, 256, 0, stream>>>(off, static_cast<uint16_t*>(out.data),
-                                                  static_cast<const uint16_t*>(x.data), n,
-                                                  diagonal, upper);
+                                                  static_cast<const uint16_t*>(x.data), n, diagonal,
+                                                  upper);
       break;
     case 4:
       triangle_kernel<<<blocks, 256, 0, stream>>>(off, static_cast<uint32_t*>(out.data),
-                                                  static_cast<const uint32_t*>(x.data), n,
-                                                  diagonal, upper);
+                                                  static_cast<const uint32_t*>(x.data), n, diagonal,
+                                                  upper);
       break;
     default:
       triangle_kernel<<<blocks, 256, 0, stream>>>(off, static_cast<uint64_t*>(out.data),
-                                                  static_cast<const uint64_t*>(x.data), n,
-                                                  diagonal, upper);
+                                                  static_cast<const uint64_t*>(x.data), n, diagonal,
+                                                  upper);
   }
   SPMD_CUDA_CHECK_LAUNCH();
 }

@@ -48,12 +48,17 @@ Layout matrix_layout(const TensorArg& t) {
 
 cudaDataType_t cuda_type(ScalarType t) {
   switch (t) {
-    case ScalarType::kF32: return CUDA_R_32F;
-    case ScalarType::kF64: return CUDA_R_64F;
-    case ScalarType::kBF16: return CUDA_R_16BF;
-    case ScalarType::kF16: return CUDA_R_16F;
-    default: SPMD_THROW(InvalidArgument, "matmul on CUDA: unsupported dtype ", scalar_name(t),
-                        " (expected f32, f64, bf16 or f16)");
+    case ScalarType::kF32:
+      return CUDA_R_32F;
+    case ScalarType::kF64:
+      return CUDA_R_64F;
+    case ScalarType::kBF16:
+      return CUDA_R_16BF;
+    case ScalarType::kF16:
+      return CUDA_R_16F;
+    default:
+      SPMD_THROW(InvalidArgument, "matmul on CUDA: unsupported dtype ", scalar_name(t),
+                 " (expected f32, f64, bf16 or f16)");
   }
 }
 
@@ -91,7 +96,7 @@ struct Call {
   int64_t m, n, k, lda, ldb, ldc;
   const void* A;  // cuBLAS's first operand
   const void* B;
-  bool swapped;   // A is our b (row-major output)
+  bool swapped;  // A is our b (row-major output)
 };
 
 // Fills in the cuBLAS arguments of out = a @ b for one batch element.
@@ -125,10 +130,10 @@ Call plan_call(const TensorArg& a, const TensorArg& b, const TensorArg& out) {
 }  // namespace
 
 bool gemm_layout_ok(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  const bool row_major = (cols == 1 || col_stride == 1) &&
-                         (rows == 1 || row_stride >= std::max<int64_t>(1, cols));
-  const bool col_major = (rows == 1 || row_stride == 1) &&
-                         (cols == 1 || col_stride >= std::max<int64_t>(1, rows));
+  const bool row_major =
+      (cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= std::max<int64_t>(1, cols));
+  const bool col_major =
+      (rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= std::max<int64_t>(1, rows));
   return row_major || col_major;
 }
 
@@ -161,7 +166,8 @@ void gemm(const TensorArg& a, const TensorArg& b, const TensorArg& out, double a
   const Batch batch = merge_batch(a, b, out);
   // The innermost batch dim goes to one strided-batched call; outer ones loop.
   const int64_t count = batch.ndim ? batch.sizes[0] : 1;
-  const int64_t sa = batch.ndim ? batch.strides[0][0] : 0, sb = batch.ndim ? batch.strides[1][0] : 0;
+  const int64_t sa = batch.ndim ? batch.strides[0][0] : 0,
+                sb = batch.ndim ? batch.strides[1][0] : 0;
   const int64_t so = batch.ndim ? batch.strides[2][0] : 0;
   int64_t outer = 1;
   for (int d = 1; d < batch.ndim; ++d) outer *= batch.sizes[d];

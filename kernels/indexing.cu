@@ -12,12 +12,12 @@ namespace {
 
 struct IndexParams {
   int ndim, dim;
-  int64_t sizes[kMaxDims];      // the iteration shape
+  int64_t sizes[kMaxDims];  // the iteration shape
   int64_t dst_strides[kMaxDims];
   int64_t src_strides[kMaxDims];
   int64_t index_strides[kMaxDims];  // per iteration dim (select/add: only `dim` is nonzero)
-  bool dst_indexed;             // the index replaces dst's coordinate (adds), else src's
-  int64_t indexed_size;         // the size of the indexed tensor along dim
+  bool dst_indexed;                 // the index replaces dst's coordinate (adds), else src's
+  int64_t indexed_size;             // the size of the indexed tensor along dim
   const void* index;
   ScalarType index_dtype;
   int64_t numel;
@@ -69,8 +69,8 @@ void launch_copy(const IndexParams& p, void* dst, const void* src, Stream stream
 
 template <class T>
 void launch_add(const IndexParams& p, void* dst, const void* src, Stream stream) {
-  index_kernel<T, Add><<<grid_for(p.numel, 256), 256, 0, stream>>>(
-      p, static_cast<T*>(dst), static_cast<const T*>(src));
+  index_kernel<T, Add><<<grid_for(p.numel, 256), 256, 0, stream>>>(p, static_cast<T*>(dst),
+                                                                   static_cast<const T*>(src));
 }
 
 // Moves elements from `src` to `dst`, iterating over `iter`'s shape.
@@ -95,19 +95,38 @@ void run(const TensorArg& iter, int dim, const TensorArg& index, bool per_elemen
   if (p.numel == 0) return;
   if (!add) {
     switch (scalar_size(dst.dtype)) {
-      case 1: launch_copy<uint8_t>(p, dst.data, src.data, stream); break;
-      case 2: launch_copy<uint16_t>(p, dst.data, src.data, stream); break;
-      case 4: launch_copy<uint32_t>(p, dst.data, src.data, stream); break;
-      default: launch_copy<uint64_t>(p, dst.data, src.data, stream);
+      case 1:
+        launch_copy<uint8_t>(p, dst.data, src.data, stream);
+        break;
+      case 2:
+        launch_copy<uint16_t>(p, dst.data, src.data, stream);
+        break;
+      case 4:
+        launch_copy<uint32_t>(p, dst.data, src.data, stream);
+        break;
+      default:
+        launch_copy<uint64_t>(p, dst.data, src.data, stream);
     }
   } else {
     switch (dst.dtype) {
-      case ScalarType::kF32: launch_add<float>(p, dst.data, src.data, stream); break;
-      case ScalarType::kF64: launch_add<double>(p, dst.data, src.data, stream); break;
-      case ScalarType::kBF16: launch_add<bf16>(p, dst.data, src.data, stream); break;
-      case ScalarType::kF16: launch_add<f16>(p, dst.data, src.data, stream); break;
-      case ScalarType::kI32: launch_add<int>(p, dst.data, src.data, stream); break;
-      case ScalarType::kI64: launch_add<int64_t>(p, dst.data, src.data, stream); break;
+      case ScalarType::kF32:
+        launch_add<float>(p, dst.data, src.data, stream);
+        break;
+      case ScalarType::kF64:
+        launch_add<double>(p, dst.data, src.data, stream);
+        break;
+      case ScalarType::kBF16:
+        launch_add<bf16>(p, dst.data, src.data, stream);
+        break;
+      case ScalarType::kF16:
+        launch_add<f16>(p, dst.data, src.data, stream);
+        break;
+      case ScalarType::kI32:
+        launch_add<int>(p, dst.data, src.data, stream);
+        break;
+      case ScalarType::kI64:
+        launch_add<int64_t>(p, dst.data, src.data, stream);
+        break;
       default:
         SPMD_THROW(InvalidArgument, "index_add/scatter_add: no atomic add for ",
                    scalar_name(dst.dtype), " on CUDA");
@@ -116,9 +135,9 @@ void run(const TensorArg& iter, int dim, const TensorArg& index, bool per_elemen
   SPMD_CUDA_CHECK_LAUNCH();
 }
 
-__global__ void out_of_range_kernel(Offsets<1> off, int64_t n, const void* index,
-                                    ScalarType dtype, int64_t size, bool has_ignore,
-                                    int64_t ignore, unsigned long long* first_bad) {
+__global__ void out_of_range_kernel(Offsets<1> off, int64_t n, const void* index, ScalarType dtype,
+                                    int64_t size, bool has_ignore, int64_t ignore,
+                                    unsigned long long* first_bad) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     int64_t o[1];
@@ -159,9 +178,8 @@ bool find_out_of_range(const TensorArg& index, int64_t size, bool has_ignore, in
   auto* first_bad = static_cast<unsigned long long*>(scratch.allocate(sizeof(unsigned long long)));
   SPMD_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), stream));
   const TensorArg* ops[1] = {&index};
-  out_of_range_kernel<<<grid_for(n, 256), 256, 0, stream>>>(collapse_dims<1>(ops), n, index.data,
-                                                            index.dtype, size, has_ignore, ignore,
-                                                            first_bad);
+  out_of_range_kernel<<<grid_for(n, 256), 256, 0, stream>>>(
+      collapse_dims<1>(ops), n, index.data, index.dtype, size, has_ignore, ignore, first_bad);
   SPMD_CUDA_CHECK_LAUNCH();
   unsigned long long bad = 0;
   SPMD_CUDA_CHECK(cudaMemcpyAsync(&bad, first_bad, sizeof bad, cudaMemcpyDeviceToHost, stream));

@@ -31,7 +31,9 @@ __device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
 
 template <class C>
-__device__ __forceinline__ C sigmoid(C x) { return C(1) / (C(1) + m_exp(-x)); }
+__device__ __forceinline__ C sigmoid(C x) {
+  return C(1) / (C(1) + m_exp(-x));
+}
 
 // d gelu_tanh(x) / dx with u = k (x + c x^3), k = sqrt(2/pi), c = 0.044715.
 template <class C>
@@ -52,37 +54,61 @@ template <class C>
 __device__ __forceinline__ C unary_op(UnaryOp op, C x) {
   if constexpr (std::is_integral_v<C>) {
     switch (op) {
-      case UnaryOp::kNeg: return -x;
-      case UnaryOp::kAbs: return x < 0 ? -x : x;
-      case UnaryOp::kRelu: return x > 0 ? x : 0;
-      case UnaryOp::kSquare: return x * x;
-      case UnaryOp::kSign: return (x > 0) - (x < 0);
-      case UnaryOp::kLogicalNot: return x == 0;
-      default: return static_cast<C>(unary_op<double>(op, static_cast<double>(x)));
+      case UnaryOp::kNeg:
+        return -x;
+      case UnaryOp::kAbs:
+        return x < 0 ? -x : x;
+      case UnaryOp::kRelu:
+        return x > 0 ? x : 0;
+      case UnaryOp::kSquare:
+        return x * x;
+      case UnaryOp::kSign:
+        return (x > 0) - (x < 0);
+      case UnaryOp::kLogicalNot:
+        return x == 0;
+      default:
+        return static_cast<C>(unary_op<double>(op, static_cast<double>(x)));
     }
   } else {
     switch (op) {
-      case UnaryOp::kNeg: return -x;
-      case UnaryOp::kAbs: return x < 0 ? -x : x;
-      case UnaryOp::kExp: return m_exp(x);
-      case UnaryOp::kLog: return m_log(x);
-      case UnaryOp::kSqrt: return m_sqrt(x);
-      case UnaryOp::kRsqrt: return C(1) / m_sqrt(x);
-      case UnaryOp::kTanh: return m_tanh(x);
-      case UnaryOp::kSigmoid: return sigmoid(x);
-      case UnaryOp::kRelu: return x > C(0) ? x : (x != x ? x : C(0));
+      case UnaryOp::kNeg:
+        return -x;
+      case UnaryOp::kAbs:
+        return x < 0 ? -x : x;
+      case UnaryOp::kExp:
+        return m_exp(x);
+      case UnaryOp::kLog:
+        return m_log(x);
+      case UnaryOp::kSqrt:
+        return m_sqrt(x);
+      case UnaryOp::kRsqrt:
+        return C(1) / m_sqrt(x);
+      case UnaryOp::kTanh:
+        return m_tanh(x);
+      case UnaryOp::kSigmoid:
+        return sigmoid(x);
+      case UnaryOp::kRelu:
+        return x > C(0) ? x : (x != x ? x : C(0));
       case UnaryOp::kGeluTanh: {
         const C k = C(0.7978845608028654), c = C(0.044715);
         return C(0.5) * x * (C(1) + m_tanh(k * (x + c * x * x * x)));
       }
-      case UnaryOp::kGeluErf: return C(0.5) * x * (C(1) + m_erf(x * C(0.7071067811865476)));
-      case UnaryOp::kSilu: return x * sigmoid(x);
-      case UnaryOp::kSin: return m_sin(x);
-      case UnaryOp::kCos: return m_cos(x);
-      case UnaryOp::kSquare: return x * x;
-      case UnaryOp::kReciprocal: return C(1) / x;
-      case UnaryOp::kSign: return x != x ? x : C((x > C(0)) - (x < C(0)));
-      case UnaryOp::kLogicalNot: return x == C(0) ? C(1) : C(0);
+      case UnaryOp::kGeluErf:
+        return C(0.5) * x * (C(1) + m_erf(x * C(0.7071067811865476)));
+      case UnaryOp::kSilu:
+        return x * sigmoid(x);
+      case UnaryOp::kSin:
+        return m_sin(x);
+      case UnaryOp::kCos:
+        return m_cos(x);
+      case UnaryOp::kSquare:
+        return x * x;
+      case UnaryOp::kReciprocal:
+        return C(1) / x;
+      case UnaryOp::kSign:
+        return x != x ? x : C((x > C(0)) - (x < C(0)));
+      case UnaryOp::kLogicalNot:
+        return x == C(0) ? C(1) : C(0);
     }
     return x;
   }
@@ -121,41 +147,65 @@ __device__ __forceinline__ C int_pow(C base, C exp) {
 template <class C>
 __device__ __forceinline__ C binary_op(BinaryOp op, C a, C b) {
   switch (op) {
-    case BinaryOp::kAdd: return a + b;
-    case BinaryOp::kSub: return a - b;
-    case BinaryOp::kMul: return a * b;
+    case BinaryOp::kAdd:
+      return a + b;
+    case BinaryOp::kSub:
+      return a - b;
+    case BinaryOp::kMul:
+      return a * b;
     case BinaryOp::kDiv:
-      if constexpr (std::is_integral_v<C>) return b == 0 ? 0 : a / b;
-      else return a / b;
+      if constexpr (std::is_integral_v<C>)
+        return b == 0 ? 0 : a / b;
+      else
+        return a / b;
     case BinaryOp::kPow:
-      if constexpr (std::is_integral_v<C>) return int_pow(a, b);
-      else return m_pow(a, b);
-    case BinaryOp::kMaximum: return max_nan(a, b);
-    case BinaryOp::kMinimum: return min_nan(a, b);
-    case BinaryOp::kEq: return C(a == b);
-    case BinaryOp::kNe: return C(a != b);
-    case BinaryOp::kLt: return C(a < b);
-    case BinaryOp::kLe: return C(a <= b);
-    case BinaryOp::kGt: return C(a > b);
-    case BinaryOp::kGe: return C(a >= b);
-    case BinaryOp::kLogicalAnd: return C(a != C(0) && b != C(0));
-    case BinaryOp::kLogicalOr: return C(a != C(0) || b != C(0));
-    case BinaryOp::kReluBackward: return b > C(0) ? a : C(0);
-    default: break;
+      if constexpr (std::is_integral_v<C>)
+        return int_pow(a, b);
+      else
+        return m_pow(a, b);
+    case BinaryOp::kMaximum:
+      return max_nan(a, b);
+    case BinaryOp::kMinimum:
+      return min_nan(a, b);
+    case BinaryOp::kEq:
+      return C(a == b);
+    case BinaryOp::kNe:
+      return C(a != b);
+    case BinaryOp::kLt:
+      return C(a < b);
+    case BinaryOp::kLe:
+      return C(a <= b);
+    case BinaryOp::kGt:
+      return C(a > b);
+    case BinaryOp::kGe:
+      return C(a >= b);
+    case BinaryOp::kLogicalAnd:
+      return C(a != C(0) && b != C(0));
+    case BinaryOp::kLogicalOr:
+      return C(a != C(0) || b != C(0));
+    case BinaryOp::kReluBackward:
+      return b > C(0) ? a : C(0);
+    default:
+      break;
   }
   if constexpr (std::is_integral_v<C>) {
     return static_cast<C>(binary_op<double>(op, double(a), double(b)));
   } else {
     switch (op) {
-      case BinaryOp::kGeluTanhBackward: return a * gelu_tanh_grad(b);
-      case BinaryOp::kGeluErfBackward: return a * gelu_erf_grad(b);
+      case BinaryOp::kGeluTanhBackward:
+        return a * gelu_tanh_grad(b);
+      case BinaryOp::kGeluErfBackward:
+        return a * gelu_erf_grad(b);
       case BinaryOp::kSiluBackward: {
         const C s = sigmoid(b);
         return a * s * (C(1) + b * (C(1) - s));
       }
-      case BinaryOp::kSigmoidBackward: return a * b * (C(1) - b);
-      case BinaryOp::kTanhBackward: return a * (C(1) - b * b);
-      default: return C(0);
+      case BinaryOp::kSigmoidBackward:
+        return a * b * (C(1) - b);
+      case BinaryOp::kTanhBackward:
+        return a * (C(1) - b * b);
+      default:
+        return C(0);
     }
   }
 }

@@ -241,8 +241,8 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   for (const void* p : {static_cast<const void*>(param), static_cast<const void*>(grad),
                         static_cast<const void*>(exp_avg), static_cast<const void*>(exp_avg_sq)})
     vectorised = vectorised && reinterpret_cast<uintptr_t>(p) % 16 == 0;
-  adamw_kernel<<<grid_for((n + 3) / 4, 256), 256, 0, stream>>>(param, grad, exp_avg, exp_avg_sq,
-                                                               n, hp, vectorised);
+  adamw_kernel<<<grid_for((n + 3) / 4, 256), 256, 0, stream>>>(param, grad, exp_avg, exp_avg_sq, n,
+                                                               hp, vectorised);
   SPMD_CUDA_CHECK_LAUNCH();
 }
 

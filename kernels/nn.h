@@ -26,15 +26,14 @@ void softmax_backward(Buffer dy, Buffer y, Buffer dx, int64_t rows, int64_t cols
 void layer_norm(Buffer x, Buffer weight, Buffer bias, double eps, Buffer y, Buffer mean,
                 Buffer rstd, int64_t rows, int64_t cols, Stream stream);
 // dx, and dweight and dbias (overwritten; either may be null).
-void layer_norm_backward(Buffer dy, Buffer x, Buffer weight, Buffer mean, Buffer rstd,
-                         Buffer dx, Buffer dweight, Buffer dbias, int64_t rows, int64_t cols,
-                         Scratch& scratch, Stream stream);
+void layer_norm_backward(Buffer dy, Buffer x, Buffer weight, Buffer mean, Buffer rstd, Buffer dx,
+                         Buffer dweight, Buffer dbias, int64_t rows, int64_t cols, Scratch& scratch,
+                         Stream stream);
 // y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps). weight may be null.
 void rms_norm(Buffer x, Buffer weight, double eps, Buffer y, Buffer rstd, int64_t rows,
               int64_t cols, Stream stream);
-void rms_norm_backward(Buffer dy, Buffer x, Buffer weight, Buffer rstd, Buffer dx,
-                       Buffer dweight, int64_t rows, int64_t cols, Scratch& scratch,
-                       Stream stream);
+void rms_norm_backward(Buffer dy, Buffer x, Buffer weight, Buffer rstd, Buffer dx, Buffer dweight,
+                       int64_t rows, int64_t cols, Scratch& scratch, Stream stream);
 
 // loss[n] = lse[n] - logits[n, targets[n]] (0 where targets[n] == ignore_index)
 // over logits (rows, cols). REQUIRES: targets in range (tensor/cuda checks).

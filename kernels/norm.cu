@@ -146,10 +146,9 @@ void norm_backward(Buffer dy, Buffer x, Buffer weight, Buffer mean, Buffer rstd,
   const int64_t chunks = std::min<int64_t>({want, (rows + 31) / 32, 65535});
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   A* partial = static_cast<A*>(scratch.allocate(2 * size_t(chunks * cols) * sizeof(A)));
-  norm_param_partial_kernel<T>
-      <<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(kColumnsPerBlock, kRowLanes), 0,
-         stream>>>(dyp, xp, mean, rstd, rows, cols, rows_per_chunk, partial,
-                   partial + chunks * cols);
+  norm_param_partial_kernel<T><<<dim3(unsigned(col_blocks), unsigned(chunks)),
+                                 dim3(kColumnsPerBlock, kRowLanes), 0, stream>>>(
+      dyp, xp, mean, rstd, rows, cols, rows_per_chunk, partial, partial + chunks * cols);
   SPMD_CUDA_CHECK_LAUNCH();
   norm_param_final_kernel<A><<<unsigned((cols + 255) / 256), 256, 0, stream>>>(
       partial, partial + chunks * cols, chunks, cols, dweight, dbias);
@@ -164,15 +163,15 @@ void layer_norm(Buffer x, Buffer weight, Buffer bias, double eps, Buffer y, Buff
   dispatch_floating(x.dtype, "layer_norm", [&](auto tag) {
     using T = typename decltype(tag)::type;
     norm_forward_kernel<T><<<unsigned(rows), threads_for_row(cols), 0, stream>>>(
-        static_cast<const T*>(x.data), weight, bias, eps, static_cast<T*>(y.data), mean, rstd,
-        cols, false);
+        static_cast<const T*>(x.data), weight, bias, eps, static_cast<T*>(y.data), mean, rstd, cols,
+        false);
   });
   SPMD_CUDA_CHECK_LAUNCH();
 }
 
 void layer_norm_backward(Buffer dy, Buffer x, Buffer weight, Buffer mean, Buffer rstd, Buffer dx,
-                         Buffer dweight, Buffer dbias, int64_t rows, int64_t cols,
-                         Scratch& scratch, Stream stream) {
+                         Buffer dweight, Buffer dbias, int64_t rows, int64_t cols, Scratch& scratch,
+                         Stream stream) {
   if (rows == 0 || cols == 0) return;
   dispatch_floating(x.dtype, "layer_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -192,9 +191,8 @@ void rms_norm(Buffer x, Buffer weight, double eps, Buffer y, Buffer rstd, int64_
   SPMD_CUDA_CHECK_LAUNCH();
 }
 
-void rms_norm_backward(Buffer dy, Buffer x, Buffer weight, Buffer rstd, Buffer dx,
-                       Buffer dweight, int64_t rows, int64_t cols, Scratch& scratch,
-                       Stream stream) {
+void rms_norm_backward(Buffer dy, Buffer x, Buffer weight, Buffer rstd, Buffer dx, Buffer dweight,
+                       int64_t rows, int64_t cols, Scratch& scratch, Stream stream) {
   if (rows == 0 || cols == 0) return;
   dispatch_floating(x.dtype, "rms_norm_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -105,8 +105,8 @@ __global__ void normal_kernel(T* out, int64_t n, float mean, float std, uint64_t
 
 }  // namespace
 
-void random_uniform(Buffer out, int64_t n, double low, double high, uint64_t seed,
-                    uint64_t offset, Stream stream) {
+void random_uniform(Buffer out, int64_t n, double low, double high, uint64_t seed, uint64_t offset,
+                    Stream stream) {
   if (n == 0) return;
   if (!is_floating(out.dtype)) {
     const int64_t lo = int64_t(low);
@@ -128,21 +128,22 @@ void random_uniform(Buffer out, int64_t n, double low, double high, uint64_t see
         uniform_int_kernel<<<blocks, 256, 0, stream>>>(static_cast<uint8_t*>(out.data), n, lo,
                                                        range, seed, offset);
         break;
-      default: SPMD_THROW(InvalidArgument, "random_uniform: cannot draw bool values");
+      default:
+        SPMD_THROW(InvalidArgument, "random_uniform: cannot draw bool values");
     }
     SPMD_CUDA_CHECK_LAUNCH();
     return;
   }
   dispatch_floating(out.dtype, "random_uniform", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    uniform_kernel<T><<<grid_for((n + 3) / 4, 256), 256, 0, stream>>>(
-        static_cast<T*>(out.data), n, low, high, seed, offset);
+    uniform_kernel<T><<<grid_for((n + 3) / 4, 256), 256, 0, stream>>>(static_cast<T*>(out.data), n,
+                                                                      low, high, seed, offset);
   });
   SPMD_CUDA_CHECK_LAUNCH();
 }
 
-void random_normal(Buffer out, int64_t n, double mean, double std, uint64_t seed,
-                   uint64_t offset, Stream stream) {
+void random_normal(Buffer out, int64_t n, double mean, double std, uint64_t seed, uint64_t offset,
+                   Stream stream) {
   if (n == 0) return;
   dispatch_floating(out.dtype, "random_normal", [&](auto tag) {
     using T = typename decltype(tag)::type;

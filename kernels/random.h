@@ -14,10 +14,10 @@ namespace spmd::kernels {
 // out[i] (n contiguous elements) = uniform in [low, high) from counters
 // offset + i / 4; for an integer dtype, the integers low + ((r * (high - low))
 // >> 32), high - low <= 2^32.
-void random_uniform(Buffer out, int64_t n, double low, double high, uint64_t seed,
-                    uint64_t offset, Stream stream);
+void random_uniform(Buffer out, int64_t n, double low, double high, uint64_t seed, uint64_t offset,
+                    Stream stream);
 // out[i] = mean + std * z, z standard normal by Box-Muller on the lane pairs.
-void random_normal(Buffer out, int64_t n, double mean, double std, uint64_t seed,
-                   uint64_t offset, Stream stream);
+void random_normal(Buffer out, int64_t n, double mean, double std, uint64_t seed, uint64_t offset,
+                   Stream stream);
 
 }  // namespace spmd::kernels

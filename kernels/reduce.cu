@@ -21,32 +21,42 @@ struct ReduceParams {
   void* out;  // the final output, or (split) partial[m * splits + j] of the accumulate type
   ScalarType out_dtype;
   ReduceOp op;
-  int64_t splits;   // blocks sharing one output's R
-  bool finalize;    // write the output (and divide a mean); else write partials
-  int64_t count;    // the divisor of a mean
+  int64_t splits;  // blocks sharing one output's R
+  bool finalize;   // write the output (and divide a mean); else write partials
+  int64_t count;   // the divisor of a mean
 };
 
 template <class A>
 __device__ __forceinline__ A identity(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kProd: return A(1);
+    case ReduceOp::kProd:
+      return A(1);
     case ReduceOp::kMax:
-      if constexpr (std::is_integral_v<A>) return A(INT64_MIN);
-      else return A(-INFINITY);
+      if constexpr (std::is_integral_v<A>)
+        return A(INT64_MIN);
+      else
+        return A(-INFINITY);
     case ReduceOp::kMin:
-      if constexpr (std::is_integral_v<A>) return A(INT64_MAX);
-      else return A(INFINITY);
-    default: return A(0);
+      if constexpr (std::is_integral_v<A>)
+        return A(INT64_MAX);
+      else
+        return A(INFINITY);
+    default:
+      return A(0);
   }
 }
 
 template <class A>
 __device__ __forceinline__ A combine(ReduceOp op, A a, A b) {
   switch (op) {
-    case ReduceOp::kMax: return max_nan(a, b);
-    case ReduceOp::kMin: return min_nan(a, b);
-    case ReduceOp::kProd: return a * b;
-    default: return a + b;
+    case ReduceOp::kMax:
+      return max_nan(a, b);
+    case ReduceOp::kMin:
+      return min_nan(a, b);
+    case ReduceOp::kProd:
+      return a * b;
+    default:
+      return a + b;
   }
 }
 
@@ -130,9 +140,12 @@ __global__ void reduce_columns(ReduceParams p) {
 
 template <class A>
 ScalarType scalar_of() {
-  if constexpr (std::is_same_v<A, float>) return ScalarType::kF32;
-  else if constexpr (std::is_same_v<A, double>) return ScalarType::kF64;
-  else return ScalarType::kI64;
+  if constexpr (std::is_same_v<A, float>)
+    return ScalarType::kF32;
+  else if constexpr (std::is_same_v<A, double>)
+    return ScalarType::kF64;
+  else
+    return ScalarType::kI64;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -183,11 +196,11 @@ template <class A>
 void launch_pass(ReduceParams p, bool rows, Stream stream) {
   if (rows) {
     const int tx = p.R >= 1024 ? 256 : 32, ty = 256 / tx;
-    reduce_rows<A><<<dim3(unsigned(ceil_div(p.M, ty)), unsigned(p.splits)), dim3(tx, ty), 0,
-                     stream>>>(p);
+    reduce_rows<A>
+        <<<dim3(unsigned(ceil_div(p.M, ty)), unsigned(p.splits)), dim3(tx, ty), 0, stream>>>(p);
   } else {
-    reduce_columns<A><<<dim3(unsigned(ceil_div(p.M, 256)), unsigned(p.splits)), 256, 0,
-                        stream>>>(p);
+    reduce_columns<A>
+        <<<dim3(unsigned(ceil_div(p.M, 256)), unsigned(p.splits)), 256, 0, stream>>>(p);
   }
   SPMD_CUDA_CHECK_LAUNCH();
 }
@@ -198,8 +211,8 @@ int64_t choose_splits(const ReduceParams& p, bool rows) {
   const int64_t blocks = rows ? ceil_div(p.M, p.R >= 1024 ? 1 : 8) : ceil_div(p.M, 256);
   const int64_t min_per_block = rows ? 8192 : 256;
   if (blocks >= 2 * sms || p.R < 2 * min_per_block) return 1;
-  return std::max<int64_t>(1, std::min({ceil_div(8 * sms, blocks), p.R / min_per_block,
-                                        int64_t(65535)}));
+  return std::max<int64_t>(
+      1, std::min({ceil_div(8 * sms, blocks), p.R / min_per_block, int64_t(65535)}));
 }
 
 template <class A>
@@ -271,8 +284,7 @@ __global__ void arg_reduce_kernel(Offsets<2> kept, int64_t M, const void* x, Sca
 }
 
 template <class A>
-void arg_reduce_as(bool is_max, const TensorArg& x, int dim, const TensorArg& out,
-                   Stream stream) {
+void arg_reduce_as(bool is_max, const TensorArg& x, int dim, const TensorArg& out, Stream stream) {
   TensorArg kept_x{}, kept_out{};
   for (int d = 0; d < x.ndim; ++d) {
     if (d == dim || x.sizes[d] == 1) continue;

@@ -20,8 +20,7 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kProd };
 
 // out has x's ndim with size 1 on every reduced dim (keepdim form) and any
 // dtype (the result is converted to it).
-void reduce(ReduceOp op, const TensorArg& x, const TensorArg& out, Scratch& scratch,
-            Stream stream);
+void reduce(ReduceOp op, const TensorArg& x, const TensorArg& out, Scratch& scratch, Stream stream);
 // out (i64, x's ndim with size 1 on `dim`) = the index of the largest
 // (smallest) element along dim, the first one on ties; NaN counts as largest
 // and as smallest.

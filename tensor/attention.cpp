@@ -93,8 +93,8 @@ Tensor masked_scores(Backend& be, const Dims& n, const Tensor& qw, const Tensor&
 void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const char* op) {
   SPMD_CHECK(q.defined() && k.defined() && v.defined(), op, ": undefined input");
   SPMD_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, op,
-             ": expected q (B, H, T, D), k and v (B, Hkv, S, D), got ", q.shape(), ", ",
-             k.shape(), ", ", v.shape());
+             ": expected q (B, H, T, D), k and v (B, Hkv, S, D), got ", q.shape(), ", ", k.shape(),
+             ", ", v.shape());
   SPMD_CHECK(k.shape() == v.shape() && q.size(0) == k.size(0) && q.size(3) == k.size(3) &&
                  k.size(1) > 0 && q.size(1) % k.size(1) == 0,
              op, ": shapes q ", q.shape(), ", k ", k.shape(), ", v ", v.shape(),
@@ -133,8 +133,8 @@ void Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bool 
 }
 
 void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const Tensor& out, const Tensor& lse,
-                                 bool causal, double scale, const Tensor& dq, const Tensor& dk,
+                                 const Tensor& v, const Tensor& out, const Tensor& lse, bool causal,
+                                 double scale, const Tensor& dq, const Tensor& dk,
                                  const Tensor& dv) {
   const Dims n = dims_of(q, k);
   if (n.B * n.H * n.T == 0 || n.S == 0) return;
@@ -182,19 +182,17 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   double scale) {
   check_attention_inputs(q, k, v, "attention_backward");
   SPMD_CHECK(dout.defined() && dout.shape() == q.shape() && dout.dtype() == q.dtype(),
-             "attention_backward: dout must have q's shape ", q.shape(), " and dtype ",
-             q.dtype());
+             "attention_backward: dout must have q's shape ", q.shape(), " and dtype ", q.dtype());
   SPMD_CHECK(saved.out.defined() && saved.lse.defined() && saved.lse.dtype() == DType::kF32 &&
                  saved.lse.is_contiguous(),
              "attention_backward: expected the forward's out and its contiguous f32 lse");
-  Backend& be =
-      backend_for({&dout, &q, &k, &v, &saved.out, &saved.lse}, "attention_backward");
+  Backend& be = backend_for({&dout, &q, &k, &v, &saved.out, &saved.lse}, "attention_backward");
   AttentionGrads g;
   g.dq = new_tensor(be, q.device(), q.shape(), q.dtype());
   g.dk = new_tensor(be, k.device(), k.shape(), k.dtype());
   g.dv = new_tensor(be, v.device(), v.shape(), v.dtype());
-  be.attention_backward(dout, q, k, v, saved.out, saved.lse, causal, default_scale(q, scale),
-                        g.dq, g.dk, g.dv);
+  be.attention_backward(dout, q, k, v, saved.out, saved.lse, causal, default_scale(q, scale), g.dq,
+                        g.dk, g.dv);
   return g;
 }
 

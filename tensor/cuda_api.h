@@ -113,13 +113,13 @@ class Event {
   // enable_timing: allow elapsed_ms (costs a little on record).
   explicit Event(bool enable_timing = false);
 
-  void record();                      // on the current stream of the current device
+  void record();  // on the current stream of the current device
   void record(const Stream& stream);
-  void synchronize() const;           // blocks until complete
-  bool query() const;                 // true when complete (or never recorded)
+  void synchronize() const;  // blocks until complete
+  bool query() const;        // true when complete (or never recorded)
   // Milliseconds between this (earlier) event and `end`; both recorded with timing.
   float elapsed_ms(const Event& end) const;
-  void* handle() const;               // the cudaEvent_t (null until first recorded)
+  void* handle() const;  // the cudaEvent_t (null until first recorded)
 
   struct Impl;
 

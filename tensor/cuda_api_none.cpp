@@ -40,9 +40,7 @@ void Stream::wait_event(const Event&) const { unavailable("Stream::wait_event");
 void Stream::wait_stream(const Stream&) const { unavailable("Stream::wait_stream"); }
 Stream current_stream(int) { unavailable("current_stream"); }
 void set_current_stream(const Stream&) { unavailable("set_current_stream"); }
-StreamGuard::StreamGuard(const Stream& stream) : previous_(stream) {
-  unavailable("StreamGuard");
-}
+StreamGuard::StreamGuard(const Stream& stream) : previous_(stream) { unavailable("StreamGuard"); }
 StreamGuard::~StreamGuard() = default;
 
 Event::Event(bool) { unavailable("Event"); }

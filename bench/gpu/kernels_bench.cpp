@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -33,10 +34,10 @@ const Device kGpu = Device::cuda(0);
 struct Row {
   std::string name;
   double ms;
-  double rate;        // GB/s or TFLOP/s
-  const char* unit;   // "GB/s" or "TFLOP/s"
-  std::string peer;   // what it is compared with
-  double ratio;       // ours / peer (rates), or peer time / our time (GEMM)
+  double rate;       // GB/s or TFLOP/s
+  const char* unit;  // "GB/s" or "TFLOP/s"
+  std::string peer;  // what it is compared with
+  double ratio;      // ours / peer (rates), or peer time / our time (GEMM)
   const char* target;
 };
 
@@ -153,8 +154,9 @@ class Bench {
     const int64_t P = 124'000'000;
     Tensor p = random_tensor({P}, DType::kF32, 8), g = random_tensor({P}, DType::kF32, 9);
     Tensor m = random_tensor({P}, DType::kF32, 10), v = random_tensor({P}, DType::kF32, 11, 0, 1);
-    memory_row("adamw_step f32, 124M parameters", 28.0 * double(P),
-               [&] { be_.adamw_step(p, g, m, v, {1e-4, 0.9, 0.95, 1e-8, 0.1, 10}); });
+    memory_row("adamw_step f32, 124M parameters", 28.0 * double(P), [&] {
+      be_.adamw_step(p, g, m, v, {1e-4, 0.9, 0.95, 1e-8, 0.1, 10});
+    });
   }
 
   // Our matmul against cublasGemmEx on the same row-major operands.
@@ -212,19 +214,25 @@ class Bench {
     // causal: half the (T x T) products, 4 (fwd) + 10 (bwd incl. recompute) flops per pair and dim
     const double pairs = double(B * H) * double(T) * double(T + 1) / 2 * double(D);
     auto fwd = [&] { be_.attention(q, k, v, true, scale, out, lse); };
-    auto bwd = [&] {
-      be_.attention_backward(dout, q, k, v, out, lse, true, scale, dq, dk, dv);
-    };
+    auto bwd = [&] { be_.attention_backward(dout, q, k, v, out, lse, true, scale, dq, dk, dv); };
     auto composed_fwd = [&] { be_.Backend::attention(q, k, v, true, scale, out, lse); };
     auto composed_bwd = [&] {
       be_.Backend::attention_backward(dout, q, k, v, out, lse, true, scale, dq, dk, dv);
     };
     const double f = time_ms(fwd, 2, 5), cf = time_ms(composed_fwd, 2, 5);
     const double b = time_ms(bwd, 2, 5), cb = time_ms(composed_bwd, 2, 5);
-    rows_.push_back({"attention fwd bf16 fused (8,12,1024,64) causal", f, 4 * pairs / f / 1e9,
+    setenv("SPMD_ATTENTION", "simt", 1);  // the f32 CUDA-core kernels
+    const double sf = time_ms(fwd, 1, 3), sb = time_ms(bwd, 1, 3);
+    unsetenv("SPMD_ATTENTION");
+    const char* shape = " bf16 (8,12,1024,64) causal";
+    rows_.push_back({std::string("attention fwd, tensor cores") + shape, f, 4 * pairs / f / 1e9,
                      "TFLOP/s", "composed (cuBLAS)", cf / f, "info"});
-    rows_.push_back({"attention bwd bf16 fused (8,12,1024,64) causal", b, 10 * pairs / b / 1e9,
+    rows_.push_back({std::string("attention bwd, tensor cores") + shape, b, 10 * pairs / b / 1e9,
                      "TFLOP/s", "composed (cuBLAS)", cb / b, "info"});
+    rows_.push_back({std::string("attention fwd, f32 CUDA cores") + shape, sf, 4 * pairs / sf / 1e9,
+                     "TFLOP/s", "composed (cuBLAS)", cf / sf, "info"});
+    rows_.push_back({std::string("attention bwd, f32 CUDA cores") + shape, sb,
+                     10 * pairs / sb / 1e9, "TFLOP/s", "composed (cuBLAS)", cb / sb, "info"});
   }
 };
 

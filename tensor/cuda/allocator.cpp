@@ -22,8 +22,8 @@ struct CachingAllocator::Block {
   void* ptr;
   size_t size;  // the size class
   int device;
-  cudaStream_t stream;               // the stream it was allocated for
-  std::vector<cudaStream_t> uses;    // other streams it was used on (record_stream)
+  cudaStream_t stream;             // the stream it was allocated for
+  std::vector<cudaStream_t> uses;  // other streams it was used on (record_stream)
 };
 
 namespace {
@@ -61,8 +61,10 @@ void collect_parked(DevicePool& pool, bool wait) {
     bool done = true;
     for (cudaEvent_t e : it->events) {
       const cudaError_t err = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
-      if (err == cudaErrorNotReady) done = false;
-      else if (err != cudaSuccess) (void)cudaGetLastError();  // treat a broken event as done
+      if (err == cudaErrorNotReady)
+        done = false;
+      else if (err != cudaSuccess)
+        (void)cudaGetLastError();  // treat a broken event as done
     }
     if (!done) {
       ++it;

@@ -25,10 +25,10 @@
 namespace spmd::cuda::detail {
 
 struct MemoryStats {
-  size_t allocated = 0;      // bytes in blocks held by live tensors (rounded sizes)
+  size_t allocated = 0;  // bytes in blocks held by live tensors (rounded sizes)
   size_t peak_allocated = 0;
-  size_t reserved = 0;       // bytes obtained from cudaMalloc: live + cached
-  size_t num_mallocs = 0;    // cudaMalloc calls so far (a test counts these)
+  size_t reserved = 0;     // bytes obtained from cudaMalloc: live + cached
+  size_t num_mallocs = 0;  // cudaMalloc calls so far (a test counts these)
 };
 
 class CachingAllocator {

@@ -26,14 +26,22 @@ void* AllocatorScratch::allocate(size_t nbytes) {
 
 kernels::ScalarType scalar_type(DType dt) {
   switch (dt) {
-    case DType::kF32: return kernels::ScalarType::kF32;
-    case DType::kF64: return kernels::ScalarType::kF64;
-    case DType::kBF16: return kernels::ScalarType::kBF16;
-    case DType::kF16: return kernels::ScalarType::kF16;
-    case DType::kI32: return kernels::ScalarType::kI32;
-    case DType::kI64: return kernels::ScalarType::kI64;
-    case DType::kU8: return kernels::ScalarType::kU8;
-    case DType::kBool: return kernels::ScalarType::kBool;
+    case DType::kF32:
+      return kernels::ScalarType::kF32;
+    case DType::kF64:
+      return kernels::ScalarType::kF64;
+    case DType::kBF16:
+      return kernels::ScalarType::kBF16;
+    case DType::kF16:
+      return kernels::ScalarType::kF16;
+    case DType::kI32:
+      return kernels::ScalarType::kI32;
+    case DType::kI64:
+      return kernels::ScalarType::kI64;
+    case DType::kU8:
+      return kernels::ScalarType::kU8;
+    case DType::kBool:
+      return kernels::ScalarType::kBool;
   }
   SPMD_THROW(InvalidArgument, "unknown dtype ", int(dt));
 }
@@ -52,8 +60,8 @@ kernels::TensorArg tensor_arg(const Tensor& t) {
 
 kernels::Buffer buffer(const Tensor& t, const char* op) {
   if (!t.defined()) return {};
-  SPMD_CHECK(t.is_contiguous(), op, ": expected a contiguous tensor on CUDA, got shape ",
-             t.shape(), " with strides ", t.strides());
+  SPMD_CHECK(t.is_contiguous(), op, ": expected a contiguous tensor on CUDA, got shape ", t.shape(),
+             " with strides ", t.strides());
   return {t.raw_data(), scalar_type(t.dtype())};
 }
 

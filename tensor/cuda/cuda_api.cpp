@@ -49,8 +49,8 @@ thread_local std::array<std::shared_ptr<Stream::Impl>, kMaxDevices> t_current;
 
 int resolve(int device) {
   const int d = device < 0 ? current_device() : device;
-  SPMD_CHECK(d >= 0 && d < device_count(), "cuda: device ", d, " does not exist (",
-             device_count(), " visible)");
+  SPMD_CHECK(d >= 0 && d < device_count(), "cuda: device ", d, " does not exist (", device_count(),
+             " visible)");
   return d;
 }
 
@@ -186,8 +186,9 @@ void Event::record(const Stream& stream) {
         &impl_->event, impl_->timing ? cudaEventDefault : cudaEventDisableTiming));
     impl_->device = stream.device_index();
   }
-  SPMD_CHECK(impl_->device == stream.device_index(), "Event::record: an event of cuda:",
-             impl_->device, " recorded on a stream of cuda:", stream.device_index());
+  SPMD_CHECK(impl_->device == stream.device_index(),
+             "Event::record: an event of cuda:", impl_->device,
+             " recorded on a stream of cuda:", stream.device_index());
   SPMD_CUDA_CHECK(cudaEventRecord(impl_->event, static_cast<cudaStream_t>(stream.handle())));
 }
 
@@ -216,8 +217,8 @@ void* Event::handle() const { return impl_->event; }
 
 void record_stream(const Tensor& t, const Stream& stream) {
   SPMD_CHECK(t.defined() && t.is_cuda(), "record_stream: expected a CUDA tensor");
-  SPMD_CHECK(t.device().index == stream.device_index(), "record_stream: a tensor on ",
-             t.device(), " and a stream of cuda:", stream.device_index());
+  SPMD_CHECK(t.device().index == stream.device_index(), "record_stream: a tensor on ", t.device(),
+             " and a stream of cuda:", stream.device_index());
   detail::CachingAllocator::instance().record_stream(t.storage()->data(),
                                                      static_cast<cudaStream_t>(stream.handle()));
 }

@@ -24,6 +24,7 @@ namespace {
 
 // spmd's op enums and kernels/' (which mirror them; -Wswitch flags a new op
 // that is not mapped here).
+// clang-format off
 #define SPMD_SAME(Enum, name) \
   case Enum::name: return kernels::Enum::name;
 
@@ -54,14 +55,20 @@ kernels::BinaryOp kernel_op(BinaryOp op) {
 }
 
 #undef SPMD_SAME
+// clang-format on
 
 kernels::ReduceOp kernel_op(Reduction op) {
   switch (op) {
-    case Reduction::kSum: return kernels::ReduceOp::kSum;
-    case Reduction::kMean: return kernels::ReduceOp::kMean;
-    case Reduction::kMax: return kernels::ReduceOp::kMax;
-    case Reduction::kMin: return kernels::ReduceOp::kMin;
-    case Reduction::kProd: return kernels::ReduceOp::kProd;
+    case Reduction::kSum:
+      return kernels::ReduceOp::kSum;
+    case Reduction::kMean:
+      return kernels::ReduceOp::kMean;
+    case Reduction::kMax:
+      return kernels::ReduceOp::kMax;
+    case Reduction::kMin:
+      return kernels::ReduceOp::kMin;
+    case Reduction::kProd:
+      return kernels::ReduceOp::kProd;
   }
   SPMD_THROW(InvalidArgument, "reduce: unknown op ", int(op));
 }

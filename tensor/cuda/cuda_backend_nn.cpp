@@ -6,6 +6,8 @@
 // back (the op waits for the GPU once), then throws naming the op, the
 // position and the value, as the CPU does.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/attention.h"
 #include "kernels/indexing.h"
@@ -44,16 +46,15 @@ void CudaBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
                    launch.stream);
 }
 
-void CudaBackend::softmax_backward(const Tensor& dy, const Tensor& y, const Tensor& dx,
-                                   bool log) {
+void CudaBackend::softmax_backward(const Tensor& dy, const Tensor& y, const Tensor& dx, bool log) {
   Launch launch(dx.device());
   kernels::softmax_backward(buffer(dy, "softmax_backward"), buffer(y, "softmax_backward"),
                             buffer(dx, "softmax_backward"), rows_of(y), cols_of(y), log,
                             launch.stream);
 }
 
-void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                             double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                             const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   Launch launch(y.device());
   const char* op = "layer_norm";
   kernels::layer_norm(buffer(x, op), buffer(weight, op), buffer(bias, op), eps, buffer(y, op),
@@ -91,8 +92,8 @@ void CudaBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Ten
 
 // --- Cross-entropy and rotary embeddings ----------------------------------------------
 
-void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets,
-                                int64_t ignore_index, const Tensor& loss, const Tensor& lse) {
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                const Tensor& loss, const Tensor& lse) {
   Launch launch(logits.device());
   const int64_t V = cols_of(logits);
   check_indices(launch, targets, V, "cross_entropy (target)", true, ignore_index);
@@ -187,35 +188,51 @@ void CudaBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tens
                       exp_avg_sq.data<float>(), param.numel(), p, launch.stream);
 }
 
-// --- Attention: the fused kernel where it applies, else the composed default ----------------
+// --- Attention: the fused kernels where they apply, else the composed default ----------------
+//
+// SPMD_ATTENTION chooses, for comparing implementations on a GPU: "composed"
+// (the Backend default: cuBLAS and softmax), "simt" (the f32 CUDA-core fused
+// kernels even where tensor cores apply), anything else or unset: automatic.
 
 namespace {
-bool fused_attention_applies(const Tensor& q, const Tensor& lse) {
-  return kernels::attention_supported(tensor_arg(q)) && lse.dtype() == DType::kF32 &&
-         lse.is_contiguous();
+
+enum class AttentionPath { kComposed, kFused };
+
+AttentionPath attention_path(const Tensor& q, const Tensor& lse, kernels::AttentionKernel* which) {
+  const char* env = std::getenv("SPMD_ATTENTION");
+  const std::string choice = env ? env : "";
+  *which = choice == "simt" ? kernels::AttentionKernel::kSimt : kernels::AttentionKernel::kAuto;
+  const bool fits = kernels::attention_supported(tensor_arg(q)) && lse.dtype() == DType::kF32 &&
+                    lse.is_contiguous();
+  return fits && choice != "composed" ? AttentionPath::kFused : AttentionPath::kComposed;
 }
+
 }  // namespace
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                             double scale, const Tensor& out, const Tensor& lse) {
-  if (!fused_attention_applies(q, lse)) return Backend::attention(q, k, v, causal, scale, out, lse);
+  kernels::AttentionKernel which;
+  if (attention_path(q, lse, &which) == AttentionPath::kComposed) {
+    return Backend::attention(q, k, v, causal, scale, out, lse);
+  }
   Launch launch(q.device());
   kernels::attention_forward(tensor_arg(q), tensor_arg(k), tensor_arg(v), tensor_arg(out),
-                             lse.data<float>(), causal, scale, launch.stream);
+                             lse.data<float>(), causal, scale, which, launch.stream);
 }
 
 void CudaBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const Tensor& out, const Tensor& lse,
-                                     bool causal, double scale, const Tensor& dq,
-                                     const Tensor& dk, const Tensor& dv) {
-  if (!fused_attention_applies(q, lse)) {
+                                     bool causal, double scale, const Tensor& dq, const Tensor& dk,
+                                     const Tensor& dv) {
+  kernels::AttentionKernel which;
+  if (attention_path(q, lse, &which) == AttentionPath::kComposed) {
     return Backend::attention_backward(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
   }
   Launch launch(q.device());
   AllocatorScratch scratch(launch.device, launch.stream);
   kernels::attention_backward(tensor_arg(dout), tensor_arg(q), tensor_arg(k), tensor_arg(v),
                               tensor_arg(out), lse.data<float>(), tensor_arg(dq), tensor_arg(dk),
-                              tensor_arg(dv), causal, scale, scratch, launch.stream);
+                              tensor_arg(dv), causal, scale, which, scratch, launch.stream);
 }
 
 }  // namespace spmd::cuda::detail

@@ -110,7 +110,8 @@ bool direct(const Tensor& t, DType dtype) { return t.is_contiguous() && t.dtype(
 void copy_host_to_device(const Tensor& src, const Tensor& dst) {
   Launch launch(dst.device());
   const Tensor host = contiguous_as(src, src.dtype());
-  const Tensor dev = direct(dst, src.dtype()) ? dst : empty_on(dst.device(), dst.shape(), src.dtype());
+  const Tensor dev =
+      direct(dst, src.dtype()) ? dst : empty_on(dst.device(), dst.shape(), src.dtype());
   PinnedStaging::instance().to_device(static_cast<char*>(dev.raw_data()),
                                       static_cast<const char*>(host.raw_data()), host.nbytes(),
                                       launch.device, launch.stream);
@@ -134,7 +135,8 @@ void copy_device_to_host(const Tensor& src, const Tensor& dst) {
 void copy_device_to_device(const Tensor& src, const Tensor& dst) {
   const int from = src.device().index, to = dst.device().index;
   const Tensor s = contiguous_as(src, src.dtype());
-  const Tensor d = direct(dst, src.dtype()) ? dst : empty_on(dst.device(), dst.shape(), src.dtype());
+  const Tensor d =
+      direct(dst, src.dtype()) ? dst : empty_on(dst.device(), dst.shape(), src.dtype());
   const cudaStream_t from_stream = current_stream_handle(from);
   Launch launch(dst.device());
   // The copy (on the destination's stream) waits for the source's work, and

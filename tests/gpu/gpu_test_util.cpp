@@ -78,24 +78,34 @@ std::vector<double> uniform_values(int64_t n, double lo, double hi, uint64_t see
 
 double round_to(double v, DType dtype) {
   switch (dtype) {
-    case DType::kF32: return double(float(v));
-    case DType::kBF16: return double(float(BFloat16(float(v))));
-    case DType::kF16: return double(float(Half(float(v))));
-    default: return v;
+    case DType::kF32:
+      return double(float(v));
+    case DType::kBF16:
+      return double(float(BFloat16(float(v))));
+    case DType::kF16:
+      return double(float(Half(float(v))));
+    default:
+      return v;
   }
 }
 
 double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 1e-5;
-    case DType::kF64: return 1e-12;
-    case DType::kBF16: return 1e-2;
-    case DType::kF16: return 2e-3;
-    default: return 0;
+    case DType::kF32:
+      return 1e-5;
+    case DType::kF64:
+      return 1e-12;
+    case DType::kBF16:
+      return 1e-2;
+    case DType::kF16:
+      return 2e-3;
+    default:
+      return 0;
   }
 }
 
-std::string differences(const std::vector<double>& got, const std::vector<double>& ref, double rtol) {
+std::string differences(const std::vector<double>& got, const std::vector<double>& ref,
+                        double rtol) {
   if (got.size() != ref.size()) {
     return "got " + std::to_string(got.size()) + " elements, expected " +
            std::to_string(ref.size());
@@ -110,9 +120,12 @@ std::string differences(const std::vector<double>& got, const std::vector<double
   for (size_t i = 0; i < ref.size(); ++i) {
     const double g = got[i], r = ref[i];
     bool ok;
-    if (std::isnan(r)) ok = std::isnan(g);
-    else if (std::isinf(r)) ok = g == r;
-    else ok = std::abs(g - r) <= rtol * (std::abs(r) + rms);  // false for a NaN g
+    if (std::isnan(r))
+      ok = std::isnan(g);
+    else if (std::isinf(r))
+      ok = g == r;
+    else
+      ok = std::abs(g - r) <= rtol * (std::abs(r) + rms);  // false for a NaN g
     if (ok) continue;
     ++bad;
     if (shown++ < 5) os << "  [" << i << "] got " << g << ", expected " << r << "\n";

@@ -13,12 +13,12 @@
 
 // Every [gpu] test starts with this: without a GPU (or in a build without
 // CUDA) it warns and returns, so the test passes as skipped.
-#define SPMD_REQUIRE_GPU()                                                   \
-  do {                                                                       \
-    if (!::spmd::cuda::is_available()) {                                     \
+#define SPMD_REQUIRE_GPU()                                                  \
+  do {                                                                      \
+    if (!::spmd::cuda::is_available()) {                                    \
       WARN("no CUDA GPU (or spmd built without CUDA): skipping this test"); \
-      return;                                                                \
-    }                                                                        \
+      return;                                                               \
+    }                                                                       \
   } while (0)
 
 namespace spmd::test {
@@ -52,6 +52,7 @@ double tolerance(DType dtype);
 // Compares got with ref elementwise: |got - ref| <= rtol (|ref| + rms(ref)),
 // NaN only where ref is NaN. Returns "" when they match, else a report of
 // the worst elements.
-std::string differences(const std::vector<double>& got, const std::vector<double>& ref, double rtol);
+std::string differences(const std::vector<double>& got, const std::vector<double>& ref,
+                        double rtol);
 
 }  // namespace spmd::test
