@@ -10,6 +10,24 @@
 
 namespace spmd {
 
+// clang-format off
+// The names, in the order of the enums (backend.h).
+const char* op_name(UnaryOp op) {
+  static constexpr const char* kNames[] = {
+      "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu_tanh",
+      "gelu_erf", "silu", "sin", "cos", "square", "reciprocal", "sign", "logical_not"};
+  return kNames[int(op)];
+}
+
+const char* op_name(BinaryOp op) {
+  static constexpr const char* kNames[] = {
+      "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+      "logical_and", "logical_or", "relu_backward", "gelu_tanh_backward", "gelu_erf_backward",
+      "silu_backward", "sigmoid_backward", "tanh_backward"};
+  return kNames[int(op)];
+}
+// clang-format on
+
 Backend& backend_for(Device device) {
   if (device.is_cpu()) return cpu_backend();
 #if SPMD_WITH_CUDA

@@ -54,5 +54,8 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape,
 // The elements of any tensor, in row-major order, converted to T, on the host.
 template <class T>
 std::vector<T> to_vector(const Tensor& t);
+// bool elements come back as a std::vector<bool> (nonzero is true).
+template <>
+std::vector<bool> to_vector<bool>(const Tensor& t);
 
 }  // namespace spmd::ops

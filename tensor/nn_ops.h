@@ -2,6 +2,7 @@
 // wraps them in differentiable functions). Each works along the last dim.
 #pragma once
 
+#include "tensor/backend.h"
 #include "tensor/tensor.h"
 
 namespace spmd::ops {
@@ -14,7 +15,7 @@ Tensor softmax_backward(const Tensor& dy, const Tensor& y, int dim = -1, bool lo
 struct NormResult {
   Tensor y;
   Tensor mean;  // undefined for rms_norm
-  Tensor rstd;  // 1/sqrt(var + eps), shape x.shape[:-1], f32
+  Tensor rstd;  // 1/sqrt(var + eps), shape x.shape[:-1], f32 (f64 for f64 x)
 };
 struct NormGrads {
   Tensor dx, dweight, dbias;  // dweight, dbias undefined when the forward had none
@@ -35,8 +36,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings);
 
 struct CrossEntropyResult {
-  Tensor loss;  // 0-d: mean over the rows whose target is not ignore_index
-  Tensor lse;   // (N,) log-sum-exp of each row, saved for backward
+  Tensor loss;        // 0-d: mean over the rows whose target is not ignore_index
+  Tensor lse;         // (N,) log-sum-exp of each row, f32 (f64 for f64 logits), saved for backward
   int64_t count = 0;  // rows that were not ignored
 };
 // Fused log-softmax + negative log-likelihood over logits (N, V) and integer
@@ -57,5 +58,11 @@ RopeTables rope_tables(int64_t T, int64_t head_dim, double theta = 10000.0,
                        Device device = Device::cpu());
 // x (B, T, H, D) rotated pairwise; inverse = true undoes it (the backward).
 Tensor rope(const Tensor& x, const RopeTables& tables, bool inverse = false);
+
+// One fused AdamW step, in place on param, exp_avg and exp_avg_sq
+// (torch.optim.AdamW's update; Backend::adamw_step states the formula).
+// REQUIRES: four f32 tensors of one shape on one device.
+void adamw_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                 const AdamWStep& hp);
 
 }  // namespace spmd::ops

@@ -1,0 +1,142 @@
+// spmd-bench-ops: how fast the CPU tensor ops run beside the libraries under
+// them. For each thread count it prints
+//   GEMM GFLOP/s of ops::matmul, of the same product through Eigen directly
+//   (the library tensor/cpu/matmul.cpp calls), and of OpenBLAS's cblas_sgemm
+//   (the BLAS Eigen hands the product to), with the ratios;
+//   the bandwidth of an elementwise add over 64 MiB (bytes read + written per
+//   second) beside memcpy of the same bytes.
+// The peers run interleaved with ours, repetition by repetition, and each
+// figure is a median, so a noisy shared machine slows all of them alike.
+//
+//   spmd-bench-ops [--threads 1,2] [--min-time 0.3]
+#include <CLI/CLI.hpp>
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#if SPMD_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include "tensor/ops.h"
+#include "tensor/threads.h"
+
+using namespace spmd;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+double seconds_of(const std::function<void()>& f) {
+  const auto start = Clock::now();
+  f();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The median seconds of each contender, run in turn for `reps` rounds after
+// one warm-up round; reps is chosen so the slowest gets about min_time.
+std::vector<double> race(const std::vector<std::function<void()>>& contenders, double min_time) {
+  double slowest = 0;
+  for (const auto& f : contenders) slowest = std::max(slowest, seconds_of(f));  // warm-up
+  const int reps = std::clamp(int(min_time / std::max(slowest, 1e-9)), 5, 200);
+  std::vector<std::vector<double>> times(contenders.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < contenders.size(); ++i) times[i].push_back(seconds_of(contenders[i]));
+  std::vector<double> medians;
+  for (const auto& t : times) medians.push_back(median(t));
+  return medians;
+}
+
+struct Gemm {
+  int64_t M, K, N;
+};
+
+void bench_gemm(const Gemm& g, double min_time) {
+  const Tensor a = ops::randn({g.M, g.K}), b = ops::randn({g.K, g.N});
+  const Eigen::Map<const RowMatrix> ea(a.data<float>(), g.M, g.K), eb(b.data<float>(), g.K, g.N);
+  RowMatrix ec(g.M, g.N);
+  std::vector<float> c(size_t(g.M * g.N));
+  std::vector<std::function<void()>> contenders = {
+      [&] { ops::matmul(a, b); },
+      [&] { ec.noalias() = ea * eb; },
+  };
+#if SPMD_HAVE_OPENBLAS
+  contenders.push_back([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(g.M), int(g.N), int(g.K), 1.0f,
+                a.data<float>(), int(g.K), b.data<float>(), int(g.N), 0.0f, c.data(), int(g.N));
+  });
+#endif
+  const std::vector<double> t = race(contenders, min_time);
+  const double flop = 2.0 * double(g.M) * double(g.K) * double(g.N);
+  std::printf("  %4ldx%-4ld . %4ldx%-4ld  %8.1f  %8.1f", long(g.M), long(g.K), long(g.K), long(g.N),
+              flop / t[0] * 1e-9, flop / t[1] * 1e-9);
+  if (t.size() > 2) std::printf("  %8.1f", flop / t[2] * 1e-9);
+  std::printf("   %6.3f", t[1] / t[0]);
+  if (t.size() > 2) std::printf("  %6.3f", t[2] / t[0]);
+  std::printf("\n");
+}
+
+void bench_elementwise(double min_time) {
+  const int64_t n = (int64_t(64) << 20) / 4;  // 64 MiB of f32
+  const size_t bytes = size_t(n) * 4;
+  const Tensor a = ops::rand({n}), b = ops::rand({n});
+  Tensor acc = ops::rand({n});
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  const std::vector<double> t =
+      race({
+               [&] { ops::add(a, b); },     // allocates a fresh 64 MiB output
+               [&] { ops::add_(acc, b); },  // in place: no allocation
+               [&] { std::memcpy(dst.data(), src.data(), bytes); },
+           },
+           min_time);
+  const double gib = 1024.0 * 1024 * 1024;
+  const double add_bw = 3 * double(bytes) / t[0] / gib, inplace_bw = 3 * double(bytes) / t[1] / gib;
+  const double memcpy_bw = 2 * double(bytes) / t[2] / gib;
+  std::printf("  add (new output)  %6.2f GiB/s  %5.2f ms   %5.2f of memcpy\n", add_bw, t[0] * 1e3,
+              add_bw / memcpy_bw);
+  std::printf("  add_ (in place)   %6.2f GiB/s  %5.2f ms   %5.2f of memcpy\n", inplace_bw,
+              t[1] * 1e3, inplace_bw / memcpy_bw);
+  std::printf("  memcpy            %6.2f GiB/s  %5.2f ms\n", memcpy_bw, t[2] * 1e3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"spmd-bench-ops: CPU tensor ops beside Eigen, OpenBLAS and memcpy"};
+  std::vector<int> thread_counts = {1, 2};
+  double min_time = 0.3;
+  app.add_option("--threads", thread_counts, "thread counts to run with")->delimiter(',');
+  app.add_option("--min-time", min_time, "seconds per measurement, about");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const std::vector<Gemm> shapes = {{512, 512, 512},
+                                      {1024, 1024, 1024},
+                                      {2048, 2048, 2048},
+                                      {1024, 384, 1536},
+                                      {1024, 1536, 384}};
+    for (int threads : thread_counts) {
+      set_num_threads(threads);
+      std::printf("threads=%d  f32 GEMM GFLOP/s (median)\n", threads);
+      std::printf("  %-21s  %8s  %8s  %8s   %6s  %6s\n", "shape (MxK . KxN)", "ours", "eigen",
+                  "openblas", "/eigen", "/blas");
+      for (const Gemm& g : shapes) bench_gemm(g, min_time);
+      std::printf("threads=%d  elementwise, 64 MiB f32 (bytes read + written per second)\n",
+                  threads);
+      bench_elementwise(min_time);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spmd-bench-ops: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,61 @@
+// What a launcher tells a process about its place in the job, read from the
+// environment the way `env://` reads it in PyTorch. Three launchers are
+// understood, tried in this order:
+//
+//   spmdrun / torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+//                        GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+//                        TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+//                        TORCHELASTIC_RUN_ID, SPMD_AGENT_STORE
+//   Slurm (srun)         SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
+//                        SLURM_NNODES, SLURM_TASKS_PER_NODE; the master is the
+//                        first host of SLURM_JOB_NODELIST
+//   Open MPI (mpirun)    OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+//                        OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+//
+// Under Slurm and Open MPI, MASTER_ADDR and MASTER_PORT still win when set.
+// Slurm without MASTER_PORT gets a port derived from SLURM_JOB_ID (so every
+// task of a job agrees and two jobs on a node rarely collide); Open MPI, which
+// names no host, needs MASTER_ADDR (`mpirun -x MASTER_ADDR=node0`).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace spmd {
+
+struct LaunchEnv {
+  std::string launcher;  // "torchrun" (spmdrun too), "slurm" or "openmpi"
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int group_rank = 0;        // the node's index among the job's nodes
+  int group_world_size = 1;  // the number of nodes
+  std::string master_addr;   // empty when the launcher named none
+  int master_port = 0;       // 0 when the launcher named none
+  int restart_count = 0;     // how many times the launcher restarted the group
+  int max_restarts = 0;
+  std::string run_id;
+  // The launcher's agent hosts the store at MASTER_ADDR:MASTER_PORT, so rank 0
+  // connects to it instead of hosting one (SPMD_AGENT_STORE=1, set by spmdrun).
+  bool agent_store = false;
+};
+
+// Looks a variable up: its value, or nullopt when unset. (Injected so that
+// tests can parse a made-up environment.)
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// Parses the environment of this process (getenv).
+LaunchEnv launch_env_from_environment();
+// Parses the environment that `lookup` describes. Throws InvalidArgument
+// naming the variable when one is missing or malformed ("WORLD_SIZE='four' is
+// not an integer"), or when the values disagree (RANK 4 with WORLD_SIZE 4).
+LaunchEnv parse_launch_env(const EnvLookup& lookup);
+
+// The first host of a Slurm node list: "gpu[03-05,9],cpu1" -> "gpu03".
+std::string first_host_of_nodelist(const std::string& nodelist);
+// The task count of node `node` from SLURM_TASKS_PER_NODE: "4(x2),3", 2 -> 3.
+int tasks_on_node(const std::string& tasks_per_node, int node);
+
+}  // namespace spmd

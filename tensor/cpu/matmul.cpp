@@ -1,0 +1,147 @@
+// Matrix products on the CPU, through Eigen. When OpenBLAS is found the build
+// defines EIGEN_USE_BLAS, and Eigen hands each product to sgemm/dgemm; else
+// Eigen's own GEMM (OpenMP-parallel) runs. This is the only translation unit
+// that instantiates Eigen's products.
+//
+// Each operand's last two dims are mapped in place, row-major when the
+// column stride is 1 and column-major when the row stride is 1, so a
+// transposed view reaches the GEMM as a transposed operand, not a copy.
+// Batched products run one GEMM per batch: the GEMM itself is threaded for
+// large matrices, the batches are spread over threads for small ones (the
+// attention scores of many heads). bf16 and f16 are multiplied through f32.
+#include <Eigen/Core>
+
+#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/loops.h"
+
+namespace spmd::cpu {
+namespace {
+
+// How BLAS sees one matrix: its storage order and leading dimension.
+struct MatLayout {
+  bool row_major = true;
+  int64_t ld = 1;
+};
+
+// The layout of a (rows, cols) matrix with these strides; throws when
+// neither order fits (the front end makes such operands contiguous first).
+MatLayout layout_of(int64_t rows, int64_t cols, int64_t s_row, int64_t s_col) {
+  if ((cols <= 1 || s_col == 1) && (rows <= 1 || s_row >= std::max<int64_t>(cols, 1)))
+    return {true, rows <= 1 ? std::max<int64_t>(cols, 1) : s_row};
+  if ((rows <= 1 || s_row == 1) && (cols <= 1 || s_col >= std::max<int64_t>(rows, 1)))
+    return {false, cols <= 1 ? std::max<int64_t>(rows, 1) : s_col};
+  SPMD_THROW(InvalidArgument, "matmul: a (", rows, ", ", cols, ") operand with strides (", s_row,
+             ", ", s_col, ") is neither row- nor column-major");
+}
+
+template <class T, int Order>
+using MatMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>, Eigen::Unaligned,
+                          Eigen::OuterStride<>>;
+template <class T, int Order>
+using ConstMatMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,
+                               Eigen::Unaligned, Eigen::OuterStride<>>;
+
+// c = alpha a b + beta c for one (M, K) x (K, N) product.
+template <class T, int OA, int OB, int OC>
+void gemm(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, const MatLayout* ld,
+          T alpha, T beta) {
+  const ConstMatMap<T, OA> A(a, M, K, Eigen::OuterStride<>(ld[0].ld));
+  const ConstMatMap<T, OB> B(b, K, N, Eigen::OuterStride<>(ld[1].ld));
+  MatMap<T, OC> C(c, M, N, Eigen::OuterStride<>(ld[2].ld));
+  if (beta == T(0)) {
+    C.noalias() = alpha * A * B;
+  } else {
+    if (beta != T(1)) C *= beta;
+    C.noalias() += alpha * A * B;
+  }
+}
+
+using GemmFn = void (*)(const void*, const void*, void*, int64_t, int64_t, int64_t,
+                        const MatLayout*, double, double);
+
+// The gemm instantiation for these three storage orders.
+template <class T>
+GemmFn pick_gemm(const MatLayout* ld) {
+  constexpr int R = Eigen::RowMajor, C = Eigen::ColMajor;
+  auto wrap = []<int OA, int OB, int OC>() -> GemmFn {
+    return [](const void* a, const void* b, void* c, int64_t M, int64_t N, int64_t K,
+              const MatLayout* l, double alpha, double beta) {
+      gemm<T, OA, OB, OC>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), M,
+                          N, K, l, T(alpha), T(beta));
+    };
+  };
+  const int key = ld[0].row_major * 4 + ld[1].row_major * 2 + ld[2].row_major;
+  switch (key) {
+    case 0:
+      return wrap.template operator()<C, C, C>();
+    case 1:
+      return wrap.template operator()<C, C, R>();
+    case 2:
+      return wrap.template operator()<C, R, C>();
+    case 3:
+      return wrap.template operator()<C, R, R>();
+    case 4:
+      return wrap.template operator()<R, C, C>();
+    case 5:
+      return wrap.template operator()<R, C, R>();
+    case 6:
+      return wrap.template operator()<R, R, C>();
+    default:
+      return wrap.template operator()<R, R, R>();
+  }
+}
+
+// One GEMM per batch index of out's leading dims.
+void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& out, double alpha, double beta) {
+  const int nd = out.ndim();
+  const int64_t M = out.size(-2), N = out.size(-1), K = a.size(-1);
+  const MatLayout ld[3] = {layout_of(M, K, a.stride(-2), a.stride(-1)),
+                           layout_of(K, N, b.stride(-2), b.stride(-1)),
+                           layout_of(M, N, out.stride(-2), out.stride(-1))};
+  const GemmFn fn = out.dtype() == DType::kF64 ? pick_gemm<double>(ld) : pick_gemm<float>(ld);
+  const int64_t batches = out.numel() / std::max<int64_t>(M * N, 1);
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  char* pc = static_cast<char*>(out.raw_data());
+  auto run = [&](int64_t i) {
+    fn(pa + byte_offset(a, nd - 2, i), pb + byte_offset(b, nd - 2, i),
+       pc + byte_offset(out, nd - 2, i), M, N, K, ld, alpha, beta);
+  };
+  // Many small products: one per thread, each single-threaded (BLAS and Eigen
+  // run serially inside a parallel region). Otherwise the GEMM uses the threads.
+  constexpr int64_t kSmallGemm = int64_t(1) << 21;  // M*N*K (about 128^3)
+  if (batches > 1 && M * N * K <= kSmallGemm && threads_for(batches, 1) > 1) {
+#pragma omp parallel for schedule(static) num_threads(threads_for(batches, 1))
+    for (int64_t i = 0; i < batches; ++i) run(i);
+  } else {
+    for (int64_t i = 0; i < batches; ++i) run(i);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
+                        double beta) {
+  SPMD_CHECK(a.ndim() == out.ndim() && b.ndim() == out.ndim() && out.ndim() >= 2,
+             "matmul: operands of shapes ", a.shape(), ", ", b.shape(), " and out ", out.shape(),
+             " must have the same number (>= 2) of dims");
+  if (out.dtype() == DType::kF32 || out.dtype() == DType::kF64) {
+    return batched_gemm(a, b, out, alpha, beta);
+  }
+  SPMD_CHECK(is_half_float(out.dtype()), "matmul: expected a floating dtype, got ",
+             dtype_name(out.dtype()));
+  // bf16/f16: multiply f32 copies, round once into out.
+  auto to_f32 = [this](const Tensor& t) {
+    Tensor f(std::make_shared<Storage>(allocate(size_t(t.numel()) * 4, Device::cpu()),
+                                       size_t(t.numel()) * 4, Device::cpu()),
+             t.shape(), contiguous_strides(t.shape()), 0, DType::kF32);
+    copy(t, f);
+    return f;
+  };
+  const Tensor out32 =
+      to_f32(out);  // beta reads it; with beta == 0 the copy is cheap beside a GEMM
+  batched_gemm(to_f32(a), to_f32(b), out32, alpha, beta);
+  copy(out32, out);
+}
+
+}  // namespace spmd::cpu

@@ -1,0 +1,157 @@
+// The safetensors format (tensor/safetensors.h): an 8-byte little-endian
+// header length, a JSON header naming each tensor's dtype, shape and byte
+// range, then the raw bytes. Writing copies each tensor to the host,
+// contiguous; reading checks every range against the file before copying.
+#include "tensor/safetensors.h"
+
+#include <bit>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tensor/copy.h"
+#include "tensor/factory.h"
+#include "tensor/views.h"
+
+namespace spmd {
+namespace {
+
+using nlohmann::json;
+
+// The format's dtype names.
+constexpr std::pair<DType, const char*> kDTypeNames[] = {
+    {DType::kF32, "F32"}, {DType::kF64, "F64"}, {DType::kBF16, "BF16"}, {DType::kF16, "F16"},
+    {DType::kI32, "I32"}, {DType::kI64, "I64"}, {DType::kU8, "U8"},     {DType::kBool, "BOOL"}};
+
+const char* format_name(DType dt) {
+  for (const auto& [d, name] : kDTypeNames)
+    if (d == dt) return name;
+  SPMD_THROW(InvalidArgument, "safetensors: no name for dtype ", dtype_name(dt));
+}
+
+DType parse_format_dtype(const std::string& name, const std::string& path) {
+  for (const auto& [d, n] : kDTypeNames)
+    if (name == n) return d;
+  SPMD_THROW(InvalidArgument, "load_safetensors: ", path, ": unsupported dtype '", name, "'");
+}
+
+void write_u64_le(std::ostream& os, uint64_t v) {
+  unsigned char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(v >> (8 * i));
+  os.write(reinterpret_cast<const char*>(bytes), 8);
+}
+
+uint64_t read_u64_le(const unsigned char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+std::vector<unsigned char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  SPMD_CHECK(in.good(), "load_safetensors: cannot open ", path);
+  const std::streamsize size = in.tellg();
+  std::vector<unsigned char> bytes(size_t(std::max<std::streamsize>(size, 0)));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(bytes.data()), size);
+  SPMD_CHECK(in.good(), "load_safetensors: cannot read ", path);
+  return bytes;
+}
+
+// One header entry as a tensor over `data` (the bytes after the header).
+Tensor parse_entry(const std::string& name, const json& entry, const unsigned char* data,
+                   uint64_t data_size, const std::string& path) {
+  const std::string where = "load_safetensors: " + path + ": tensor '" + name + "'";
+  SPMD_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
+                 entry.contains("data_offsets"),
+             where, " needs dtype, shape and data_offsets");
+  const DType dtype = parse_format_dtype(entry.at("dtype").get<std::string>(), path);
+  Shape shape;
+  for (const json& d : entry.at("shape")) {
+    SPMD_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where, ": bad shape ",
+               entry.at("shape").dump());
+    shape.push_back(d.get<int64_t>());
+  }
+  const json& range = entry.at("data_offsets");
+  SPMD_CHECK(range.is_array() && range.size() == 2 && range[0].is_number_unsigned() &&
+                 range[1].is_number_unsigned(),
+             where, ": bad data_offsets ", range.dump());
+  const uint64_t begin = range[0].get<uint64_t>(), end = range[1].get<uint64_t>();
+  const uint64_t nbytes = uint64_t(shape.numel()) * element_size(dtype);
+  SPMD_CHECK(begin <= end && end <= data_size && end - begin == nbytes, where, ": data_offsets [",
+             begin, ", ", end, ") do not hold ", nbytes, " bytes of ", shape, " ",
+             dtype_name(dtype), " within ", data_size, " bytes of data");
+  Tensor t = ops::empty(shape, {dtype, Device::cpu()});
+  if (nbytes) std::memcpy(t.raw_data(), data + begin, nbytes);
+  return t;
+}
+
+}  // namespace
+
+void save_safetensors(const std::string& path, const TensorMap& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
+  json header = json::object();
+  std::vector<Tensor> hosts;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    SPMD_CHECK(name != "__metadata__", "save_safetensors: '__metadata__' cannot name a tensor");
+    SPMD_CHECK(t.defined(), "save_safetensors: tensor '", name, "' is undefined");
+    hosts.push_back(ops::contiguous(ops::to(t, Device::cpu())));
+    const uint64_t nbytes = hosts.back().nbytes();
+    header[name] = {{"dtype", format_name(t.dtype())},
+                    {"shape", t.shape().to_vector()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  SPMD_CHECK(out.good(), "save_safetensors: cannot open ", path, " for writing");
+  write_u64_le(out, text.size());
+  out.write(text.data(), std::streamsize(text.size()));
+  for (const Tensor& t : hosts)
+    out.write(static_cast<const char*>(t.raw_data()), std::streamsize(t.nbytes()));
+  out.flush();
+  SPMD_CHECK(out.good(), "save_safetensors: writing ", path, " failed");
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const std::vector<unsigned char> bytes = read_file(path);
+  SPMD_CHECK(bytes.size() >= 8, "load_safetensors: ", path, " is ", bytes.size(),
+             " bytes, too short for a header");
+  const uint64_t n = read_u64_le(bytes.data());
+  SPMD_CHECK(n <= bytes.size() - 8, "load_safetensors: ", path, ": header length ", n,
+             " runs past the end of the file (", bytes.size(), " bytes)");
+  json header;
+  try {
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + std::ptrdiff_t(n));
+  } catch (const json::exception& e) {
+    SPMD_THROW(InvalidArgument, "load_safetensors: ", path, ": the header is not JSON (", e.what(),
+               ")");
+  }
+  SPMD_CHECK(header.is_object(), "load_safetensors: ", path, ": the header is not a JSON object");
+  SafetensorsFile file;
+  const unsigned char* data = bytes.data() + 8 + n;
+  const uint64_t data_size = bytes.size() - 8 - n;
+  try {
+    for (const auto& [name, entry] : header.items()) {
+      if (name != "__metadata__") {
+        file.tensors[name] = parse_entry(name, entry, data, data_size, path);
+        continue;
+      }
+      for (const auto& [key, value] : entry.items()) {
+        SPMD_CHECK(value.is_string(), "load_safetensors: ", path, ": metadata '", key,
+                   "' is not a string");
+        file.metadata[key] = value.get<std::string>();
+      }
+    }
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    SPMD_THROW(InvalidArgument, "load_safetensors: ", path, ": malformed header (", e.what(), ")");
+  }
+  return file;
+}
+
+}  // namespace spmd

@@ -1,0 +1,145 @@
+// Reading the launcher's variables: torchrun's, Slurm's and Open MPI's, each
+// from a made-up environment, and the errors for missing or malformed ones.
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "runtime/env.h"
+#include "runtime/error.h"
+
+using namespace spmd;
+
+namespace {
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("env: torchrun's variables", "[env]") {
+  LaunchEnv e = parse_launch_env(env_of({{"RANK", "5"},
+                                         {"WORLD_SIZE", "8"},
+                                         {"LOCAL_RANK", "1"},
+                                         {"LOCAL_WORLD_SIZE", "4"},
+                                         {"GROUP_RANK", "1"},
+                                         {"GROUP_WORLD_SIZE", "2"},
+                                         {"MASTER_ADDR", "node0"},
+                                         {"MASTER_PORT", "29500"},
+                                         {"TORCHELASTIC_RESTART_COUNT", "2"},
+                                         {"TORCHELASTIC_MAX_RESTARTS", "3"},
+                                         {"TORCHELASTIC_RUN_ID", "job42"},
+                                         {"SPMD_AGENT_STORE", "1"}}));
+  CHECK(e.launcher == "torchrun");
+  CHECK(e.rank == 5);
+  CHECK(e.world_size == 8);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 4);
+  CHECK(e.group_rank == 1);
+  CHECK(e.group_world_size == 2);
+  CHECK(e.master_addr == "node0");
+  CHECK(e.master_port == 29500);
+  CHECK(e.restart_count == 2);
+  CHECK(e.max_restarts == 3);
+  CHECK(e.run_id == "job42");
+  CHECK(e.agent_store);
+}
+
+TEST_CASE("env: without local variables the job is one node", "[env]") {
+  LaunchEnv e = parse_launch_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "3"}}));
+  CHECK(e.local_rank == 2);
+  CHECK(e.local_world_size == 3);
+  CHECK(e.master_addr.empty());
+  CHECK(e.master_port == 0);
+  CHECK_FALSE(e.agent_store);
+}
+
+TEST_CASE("env: missing and malformed values name the variable", "[env]") {
+  CHECK_THROWS_WITH(parse_launch_env(env_of({{"RANK", "0"}})),
+                    Catch::Contains("WORLD_SIZE is not set"));
+  CHECK_THROWS_WITH(parse_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "four"}})),
+                    Catch::Contains("WORLD_SIZE='four' is not an integer"));
+  CHECK_THROWS_WITH(parse_launch_env(env_of({{"RANK", "-1"}, {"WORLD_SIZE", "4"}})),
+                    Catch::Contains("RANK=-1 is out of range"));
+  CHECK_THROWS_WITH(parse_launch_env(env_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}})),
+                    Catch::Contains("rank 4 is not below the world size 4"));
+  CHECK_THROWS_WITH(
+      parse_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "70000"}})),
+      Catch::Contains("MASTER_PORT=70000"));
+  CHECK_THROWS_WITH(
+      parse_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", ""}})),
+      Catch::Contains("MASTER_PORT='' is not an integer"));
+  CHECK_THROWS_WITH(
+      parse_launch_env(env_of(
+          {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}})),
+      Catch::Contains("local rank 2 is not below the local world size 2"));
+  CHECK_THROWS_WITH(parse_launch_env(env_of({})), Catch::Contains("no launcher variables"));
+}
+
+TEST_CASE("env: Slurm's variables, master from the node list", "[env]") {
+  LaunchEnv e = parse_launch_env(env_of({{"SLURM_PROCID", "6"},
+                                         {"SLURM_NTASKS", "7"},
+                                         {"SLURM_LOCALID", "2"},
+                                         {"SLURM_NODEID", "1"},
+                                         {"SLURM_NNODES", "2"},
+                                         {"SLURM_TASKS_PER_NODE", "4,3"},
+                                         {"SLURM_JOB_ID", "123456"},
+                                         {"SLURM_JOB_NODELIST", "gpu[07-08]"}}));
+  CHECK(e.launcher == "slurm");
+  CHECK(e.rank == 6);
+  CHECK(e.world_size == 7);
+  CHECK(e.local_rank == 2);
+  CHECK(e.local_world_size == 3);  // the second node runs 3 tasks
+  CHECK(e.group_rank == 1);
+  CHECK(e.group_world_size == 2);
+  CHECK(e.master_addr == "gpu07");
+  CHECK(e.master_port == 20000 + 123456 % 20000);
+  CHECK(e.run_id == "123456");
+  // MASTER_ADDR and MASTER_PORT win when set.
+  LaunchEnv f = parse_launch_env(env_of({{"SLURM_PROCID", "0"},
+                                         {"SLURM_NTASKS", "2"},
+                                         {"SLURM_LOCALID", "0"},
+                                         {"SLURM_JOB_NODELIST", "a1,b2"},
+                                         {"MASTER_ADDR", "10.0.0.9"},
+                                         {"MASTER_PORT", "4000"}}));
+  CHECK(f.master_addr == "10.0.0.9");
+  CHECK(f.master_port == 4000);
+  CHECK(f.local_world_size == 2);
+}
+
+TEST_CASE("env: Slurm node lists and tasks per node", "[env]") {
+  CHECK(first_host_of_nodelist("node1") == "node1");
+  CHECK(first_host_of_nodelist("node1,node2") == "node1");
+  CHECK(first_host_of_nodelist("gpu[03-05,9],cpu1") == "gpu03");
+  CHECK(first_host_of_nodelist("rack[2,4]-n[001-010]") == "rack2-n001");
+  CHECK(first_host_of_nodelist("x[9]") == "x9");
+  CHECK_THROWS_AS(first_host_of_nodelist(""), InvalidArgument);
+  CHECK_THROWS_AS(first_host_of_nodelist("a[1-2"), InvalidArgument);
+  CHECK(tasks_on_node("4(x2),3", 0) == 4);
+  CHECK(tasks_on_node("4(x2),3", 1) == 4);
+  CHECK(tasks_on_node("4(x2),3", 2) == 3);
+  CHECK(tasks_on_node("8", 0) == 8);
+  CHECK_THROWS_WITH(tasks_on_node("4(x2),3", 3), Catch::Contains("names 3 nodes"));
+  CHECK_THROWS_AS(tasks_on_node("four", 0), InvalidArgument);
+}
+
+TEST_CASE("env: Open MPI's variables", "[env]") {
+  LaunchEnv e = parse_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "3"},
+                                         {"OMPI_COMM_WORLD_SIZE", "4"},
+                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                         {"MASTER_ADDR", "host0"},
+                                         {"MASTER_PORT", "29400"}}));
+  CHECK(e.launcher == "openmpi");
+  CHECK(e.rank == 3);
+  CHECK(e.world_size == 4);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 2);
+  CHECK(e.master_addr == "host0");
+  CHECK(e.master_port == 29400);
+  CHECK_THROWS_WITH(parse_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "0"}})),
+                    Catch::Contains("OMPI_COMM_WORLD_SIZE is not set"));
+}
