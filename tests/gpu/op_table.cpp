@@ -64,16 +64,12 @@ void add_elementwise(std::vector<OpCase>& t) {
                  c.be.copy(in[0], d);
                  return Out{f, d};
                }});
-  const char* unary_names[] = {"neg",        "abs",  "exp",        "log",  "sqrt",
-                               "rsqrt",      "tanh", "sigmoid",    "relu", "gelu_tanh",
-                               "gelu_erf",   "silu", "sin",        "cos",  "square",
-                               "reciprocal", "sign", "logical_not"};
   for (int k = 0; k <= int(UnaryOp::kLogicalNot); ++k) {
     const auto op = UnaryOp(k);
     const bool positive = op == UnaryOp::kLog || op == UnaryOp::kSqrt || op == UnaryOp::kRsqrt ||
                           op == UnaryOp::kReciprocal;
     const Values values = positive ? Values::kPositive : Values::kFloat;
-    t.push_back({std::string("unary ") + unary_names[k] + " (contiguous and transposed)",
+    t.push_back({std::string("unary ") + op_name(op) + " (contiguous and transposed)",
                  {{{33, 65}, values}, {{65, 33}, values}},
                  kAllFloats,
                  [op](const RunContext& c, const In& in) {
@@ -96,33 +92,12 @@ void add_elementwise(std::vector<OpCase>& t) {
          }
          return outs;
        }});
-  const char* binary_names[] = {"add",
-                                "sub",
-                                "mul",
-                                "div",
-                                "pow",
-                                "maximum",
-                                "minimum",
-                                "eq",
-                                "ne",
-                                "lt",
-                                "le",
-                                "gt",
-                                "ge",
-                                "logical_and",
-                                "logical_or",
-                                "relu_backward",
-                                "gelu_tanh_backward",
-                                "gelu_erf_backward",
-                                "silu_backward",
-                                "sigmoid_backward",
-                                "tanh_backward"};
   for (int k = 0; k <= int(BinaryOp::kTanhBackward); ++k) {
     const auto op = BinaryOp(k);
-    const bool logical = op >= BinaryOp::kEq && op <= BinaryOp::kLogicalOr;
+    const bool logical = produces_bool(op);
     const Values va = op == BinaryOp::kPow ? Values::kPositive : Values::kFloat;
     const Values vb = op == BinaryOp::kDiv ? Values::kPositive : Values::kFloat;
-    t.push_back({std::string("binary ") + binary_names[k] + " (broadcast, and a contiguous pair)",
+    t.push_back({std::string("binary ") + op_name(op) + " (broadcast, and a contiguous pair)",
                  {{{7, 1, 33}, va}, {{1, 5, 33}, vb}, {{5, 33}, va}, {{5, 33}, vb}},
                  kAllFloats,
                  [op, logical](const RunContext& c, const In& in) {
