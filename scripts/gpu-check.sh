@@ -43,14 +43,14 @@ cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DSPMD_CUDA
   -DSPMD_CUDA_ARCHS=90 -DSPMD_DEPS_DIR="$PWD/.deps" "${nccl_args[@]}" >"$out/configure.log" 2>&1 \
   || { tail -30 "$out/configure.log"; die "configure failed"; }
 say "build"
-targets=(test_gpu_ops test_gpu_runtime)
+targets=(test_gpu_ops test_gpu_runtime test_attention)
 [ $bench = 1 ] && targets+=(spmd-bench-gpu-kernels)
 cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 \
   || { grep -E "error|Error" "$out/build.log" | head -30; die "build failed"; }
 say "built in $((SECONDS - start))s"
 
 declare -A result
-for t in test_gpu_ops test_gpu_runtime; do
+for t in test_gpu_ops test_gpu_runtime test_attention; do
   say "test $t"
   bin=$(find build-gpu/tests -name "$t" -type f -perm -u+x | head -1)
   if timeout 240 "$bin" --durations yes >"$out/$t.log" 2>&1; then
@@ -70,7 +70,7 @@ fi
 
 echo
 echo "== gpu-check summary ($((SECONDS - start))s)"
-for t in test_gpu_ops test_gpu_runtime; do printf '%-20s %s\n' "$t" "${result[$t]}"; done
+for t in test_gpu_ops test_gpu_runtime test_attention; do printf '%-20s %s\n' "$t" "${result[$t]}"; done
 [ $bench = 1 ] && cat "$out/bench.txt"
-for t in test_gpu_ops test_gpu_runtime; do [ "${result[$t]}" = passed ] || exit 1; done
+for t in test_gpu_ops test_gpu_runtime test_attention; do [ "${result[$t]}" = passed ] || exit 1; done
 [ "${result[bench]:-ok}" = ok ] || exit 1
