@@ -137,4 +137,14 @@ std::string differences(const std::vector<double>& got, const std::vector<double
   return head.str() + os.str();
 }
 
+double relative_error(const std::vector<double>& got, const std::vector<double>& ref) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    diff += (got[i] - ref[i]) * (got[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  if (got.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  return std::sqrt(diff) / std::sqrt(norm);  // NaN anywhere gives NaN: never below a bound
+}
+
 }  // namespace spmd::test
