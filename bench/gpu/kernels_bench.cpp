@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda_check.h"
 #include "tensor/backend.h"
 #include "tensor/cuda_api.h"
 
@@ -101,7 +102,8 @@ class Bench {
     const double f4 = double(n_) * 4;
     const auto stream = static_cast<cudaStream_t>(cuda::current_stream().handle());
     const double copy_ms = time_ms([&] {
-      cudaMemcpyAsync(out.raw_data(), a.raw_data(), size_t(f4), cudaMemcpyDeviceToDevice, stream);
+      SPMD_CUDA_CHECK(cudaMemcpyAsync(out.raw_data(), a.raw_data(), size_t(f4),
+                                      cudaMemcpyDeviceToDevice, stream));
     });
     copy_gbps_ = 2 * f4 / copy_ms / 1e6;
     rows_.push_back({"cudaMemcpy D2D f32", copy_ms, copy_gbps_, "GB/s", "itself", 1, "-"});
@@ -169,19 +171,21 @@ class Bench {
 
     static cublasHandle_t handle = [] {
       cublasHandle_t h;
-      cublasCreate(&h);
+      SPMD_CUBLAS_CHECK(cublasCreate(&h));
       return h;
     }();
-    cublasSetStream(handle, static_cast<cudaStream_t>(cuda::current_stream().handle()));
+    SPMD_CUBLAS_CHECK(
+        cublasSetStream(handle, static_cast<cudaStream_t>(cuda::current_stream().handle())));
     const cudaDataType_t t = dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t compute =
         dtype == DType::kF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float one = 1, zero = 0;
     // Row-major C = A B is column-major C^T = B^T A^T.
     const double raw = time_ms([&] {
-      cublasGemmEx(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M),
-                   int(K), &one, b.raw_data(), t, int(b_transposed ? K : N), a.raw_data(), t,
-                   int(K), &zero, c.raw_data(), t, int(N), compute, CUBLAS_GEMM_DEFAULT);
+      SPMD_CUBLAS_CHECK(cublasGemmEx(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                                     int(N), int(M), int(K), &one, b.raw_data(), t,
+                                     int(b_transposed ? K : N), a.raw_data(), t, int(K), &zero,
+                                     c.raw_data(), t, int(N), compute, CUBLAS_GEMM_DEFAULT));
     });
     const double tflops = 2.0 * double(M) * double(N) * double(K) / ours / 1e9;
     char name[96];
