@@ -46,11 +46,17 @@ add_library(spmd::openmp ALIAS spmd_dep_openmp)
 
 # BLAS under Eigen's products: Debian's OpenMP build of OpenBLAS when present
 # (one OpenMP thread pool for BLAS and our loops), else Eigen's own GEMM.
-find_library(SPMD_OPENBLAS_LIBRARY NAMES openblas
-             PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
-             NO_DEFAULT_PATH)
-if(NOT SPMD_OPENBLAS_LIBRARY)
-  find_library(SPMD_OPENBLAS_LIBRARY NAMES openblas)
+# SPMD_USE_OPENBLAS=OFF builds the fallback on purpose (as on a machine without it).
+option(SPMD_USE_OPENBLAS "Send Eigen's products to OpenBLAS when it is found" ON)
+if(SPMD_USE_OPENBLAS)
+  find_library(SPMD_OPENBLAS_LIBRARY NAMES openblas
+               PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+               NO_DEFAULT_PATH)
+  if(NOT SPMD_OPENBLAS_LIBRARY)
+    find_library(SPMD_OPENBLAS_LIBRARY NAMES openblas)
+  endif()
+else()
+  unset(SPMD_OPENBLAS_LIBRARY CACHE)
 endif()
 add_library(spmd_dep_blas INTERFACE)
 if(SPMD_OPENBLAS_LIBRARY)
