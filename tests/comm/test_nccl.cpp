@@ -13,6 +13,8 @@
 #include "harness.h"
 #include "parallel/comm/nccl/nccl_process_group.h"
 #include "runtime/hash_store.h"
+#include "tensor/cuda_api.h"
+#include "tensor/factory.h"
 #include "values.h"
 
 using namespace spmd;
@@ -25,10 +27,8 @@ namespace {
 // must not initialize CUDA, or the ranks it forks could not use it.
 bool have_gpu() {
   static const bool present = [] {
-    auto outcome = run_processes(1, [](int, const std::string&) {
-      int n = 0;
-      report(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? "yes" : "no");
-    });
+    auto outcome = run_processes(
+        1, [](int, const std::string&) { report(cuda::is_available() ? "yes" : "no"); });
     return outcome[0].report == "yes";
   }();
   return present;
@@ -37,20 +37,10 @@ bool have_gpu() {
 void check(bool cond, const char* what) { expect(cond, what); }
 
 Tensor gpu_floats(const std::vector<float>& values) {
-  void* p = nullptr;
-  expect(cudaMalloc(&p, std::max<size_t>(4, values.size() * 4)) == cudaSuccess, "cudaMalloc");
-  cudaMemcpy(p, values.data(), values.size() * 4, cudaMemcpyHostToDevice);
-  DataPtr data(p, [](void* q) { cudaFree(q); });
-  auto storage = std::make_shared<Storage>(std::move(data), values.size() * 4, Device::cuda(0));
-  return Tensor(storage, Shape{int64_t(values.size())}, Shape{1}, 0, DType::kF32);
+  return ops::from_vector(values, Shape{int64_t(values.size())}, Device::cuda(0));
 }
 
-std::vector<float> to_host(const Tensor& t) {
-  std::vector<float> v(size_t(t.numel()));
-  cudaDeviceSynchronize();
-  cudaMemcpy(v.data(), t.raw_data(), v.size() * 4, cudaMemcpyDeviceToHost);
-  return v;
-}
+std::vector<float> to_host(const Tensor& t) { return ops::to_vector<float>(t); }
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "runtime/error.h"
+#include "tensor/cuda_api.h"
 
 namespace spmd::dist {
 namespace {
@@ -56,12 +57,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-// The stream the caller's work on `device` is queued on. Until tensor/'s
-// CUDA layer (cuda_api.h, with per-thread current streams) lands, this is the
-// device's default stream, which every kernel of a plain program uses.
+// The stream the calling thread's work on `device` is queued on.
 cudaStream_t caller_stream(int device) {
-  (void)device;
-  return cudaStreamLegacy;
+  return static_cast<cudaStream_t>(cuda::current_stream(device).handle());
 }
 
 int gpu_count() {

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include "runtime/error.h"
+#include "tensor/cuda_api.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -24,9 +25,8 @@ StreamMark::StreamMark(const Tensor& t) : impl_(std::make_unique<Impl>()) {
   // A blocking-sync event: waiting on it sleeps instead of spinning.
   check(cudaEventCreateWithFlags(&impl_->event, cudaEventDisableTiming | cudaEventBlockingSync),
         "cudaEventCreate");
-  // The caller's stream: the device's default stream until tensor/'s CUDA
-  // layer (per-thread current streams) lands.
-  check(cudaEventRecord(impl_->event, cudaStreamLegacy), "cudaEventRecord");
+  auto stream = static_cast<cudaStream_t>(cuda::current_stream(device).handle());
+  check(cudaEventRecord(impl_->event, stream), "cudaEventRecord");
 }
 
 StreamMark::~StreamMark() {
