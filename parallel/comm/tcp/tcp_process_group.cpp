@@ -123,6 +123,7 @@ void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
       if (!error && is_recv) {
         try {
           ops::copy_(t, host);
+          ops::synchronize(t.device());  // the bytes are on the device when the Work completes
         } catch (...) {
           error = std::current_exception();
         }
