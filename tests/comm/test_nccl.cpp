@@ -112,8 +112,8 @@ TEST_CASE("three ranks share one GPU through the TCP backend", "[gpu]") {
     Tensor all = gpu_floats(std::vector<float>(3000, -1.f));
     g.all_gather(all, t).wait();
     expect(to_host(all)[2999] == got[999], "all_gather of CUDA tensors");
-    Tensor out = gpu_floats(std::vector<float>(500, float(r))), in = gpu_floats({0.f});
-    in = gpu_floats(std::vector<float>(500, -1.f));
+    Tensor out = gpu_floats(std::vector<float>(500, float(r)));
+    Tensor in = gpu_floats(std::vector<float>(500, -1.f));
     g.batch_isend_irecv(
          {{OpType::kSend, out, (r + 1) % p, 0}, {OpType::kRecv, in, (r + p - 1) % p, 0}})
         .wait();
