@@ -18,7 +18,20 @@ Work::Work(std::string description, Duration default_timeout) : state_(std::make
   state_->default_timeout = default_timeout;
 }
 
-void Work::wait() const { wait(state_->default_timeout); }
+void Work::wait() const {
+  std::function<bool()> runner;
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->done) runner = state_->runner;
+  }
+  if (runner) runner();  // may run the operation right here
+  wait(state_->default_timeout);
+}
+
+void Work::set_runner(std::function<bool()> run) const {
+  std::lock_guard lock(state_->mu);
+  state_->runner = std::move(run);
+}
 
 void Work::wait(Duration timeout) const {
   std::unique_lock lock(state_->mu);
@@ -56,6 +69,7 @@ void Work::complete(std::exception_ptr error) const {
     state_->completing = true;
     state_->error = std::move(error);  // callbacks may read it through exception()
     callbacks.swap(state_->callbacks);
+    state_->runner = nullptr;
   }
   // Callbacks run before waiters wake, so a waiter sees their effects (a
   // staged result copied back) the moment wait() returns.

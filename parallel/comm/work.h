@@ -55,6 +55,12 @@ class Work {
   // Runs `fn` (on the completing thread, or at once if already complete).
   // Used to copy staged results back or release buffers; must not throw.
   void on_complete(std::function<void()> fn) const;
+  // Lets wait() (without a timeout) run the operation on the waiting thread
+  // when the backend has not started it yet: `run` returns whether it did
+  // (and then completed this Work). The caller was going to block until the
+  // operation finished anyway, so nothing changes but who executes it, and
+  // the hand-offs to and from a worker thread are saved.
+  void set_runner(std::function<bool()> run) const;
 
  private:
   struct State {
@@ -66,6 +72,7 @@ class Work {
     bool completing = false;  // complete() has begun (the first outcome wins)
     std::exception_ptr error;
     std::vector<std::function<void()>> callbacks;
+    std::function<bool()> runner;
   };
   std::shared_ptr<State> state_;
 };

@@ -92,15 +92,20 @@ Work TcpProcessGroup::launch(CommOp op) {
     launch_p2p(std::move(op), work);
     return work;
   }
-  Queued item{std::move(op), work, nullptr};
+  auto item = std::make_shared<Queued>(Queued{std::move(op), work, nullptr});
 #if SPMD_WITH_CUDA
-  if (on_gpu) item.mark = std::make_shared<StreamMark>(item.op.tensor);
+  if (on_gpu) item->mark = std::make_shared<StreamMark>(item->op.tensor);
 #else
-  SPMD_CHECK(!on_gpu, item.op.description, ": this spmd was built without CUDA");
+  SPMD_CHECK(!on_gpu, item->op.description, ": this spmd was built without CUDA");
 #endif
+  work.set_runner([group = weak_from_this(), weak = std::weak_ptr<Queued>(item)] {
+    auto g = group.lock();
+    auto it = weak.lock();
+    return g && it && g->run_if_next(it);
+  });
   {
     std::lock_guard lock(mu_);
-    SPMD_CHECK(!stopping_, item.op.description, ": the group has been shut down");
+    SPMD_CHECK(!stopping_, item->op.description, ": the group has been shut down");
     queue_.push_back(std::move(item));
   }
   cv_.notify_one();
@@ -143,26 +148,52 @@ void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
 
 void TcpProcessGroup::worker_loop() {
   for (;;) {
-    Queued item;
+    QueuedPtr item;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
       if (queue_.empty()) return;
       item = std::move(queue_.front());
       queue_.pop_front();
+      running_ = true;
     }
-    if (!aborted_.empty()) {
-      item.work.complete(std::make_exception_ptr(CommError(str_cat(
-          item.op.description, ": the group was aborted by an earlier failure: ", aborted_))));
-      continue;
-    }
+    run(*item);
+  }
+}
+
+// A waiter's offer to run `item` itself: taken only when it is the next
+// collective and nothing is running, so the group's order holds.
+bool TcpProcessGroup::run_if_next(const QueuedPtr& item) {
+  {
+    std::lock_guard lock(mu_);
+    if (running_ || queue_.empty() || queue_.front() != item) return false;
+    queue_.pop_front();
+    running_ = true;
+  }
+  run(*item);
+  return true;
+}
+
+// Runs one collective, lets the next one go, and completes the Work (in that
+// order, so a caller woken by the completion can run its next one at once).
+void TcpProcessGroup::run(Queued& item) {
+  std::exception_ptr error;
+  if (!aborted_.empty()) {
+    error = std::make_exception_ptr(CommError(str_cat(
+        item.op.description, ": the group was aborted by an earlier failure: ", aborted_)));
+  } else {
     try {
       execute(item);
-      item.work.complete();
     } catch (...) {
-      item.work.complete(fail(item.op, std::current_exception()));
+      error = fail(item.op, std::current_exception());
     }
   }
+  {
+    std::lock_guard lock(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();
+  item.work.complete(error);
 }
 
 void TcpProcessGroup::execute(Queued& item) {
