@@ -218,34 +218,8 @@ Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& desc
       return pending->work;
     }
     SPMD_CHECK(!stopping_, description, ": the group has been shut down");
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    cudaEvent_t ready;
-    check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "event");
-    cudaStream_t caller = caller_stream(device_);
-    check_cuda(cudaEventRecord(ready, caller), "cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(state_->stream, ready, 0), "cudaStreamWaitEvent");
-    cudaEventDestroy(ready);  // freed once recorded work completes
-    const bool grouped = ops.size() > 1;
-    if (grouped) ncclGroupStart();
-    ncclResult_t r = ncclSuccess;
-    for (const CommOp& op : ops) {
-      if (r == ncclSuccess || r == ncclInProgress) r = ncclResult_t(issue(op));
-    }
-    if (grouped) {
-      const ncclResult_t end = ncclGroupEnd();
-      if (r == ncclSuccess || r == ncclInProgress) r = end;
-    }
-    // A non-blocking communicator may still be queueing the call: NCCL asks
-    // that it be polled to completion before the next call.
-    const auto deadline = Clock::now() + timeout();
-    while (r == ncclInProgress && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-      ncclCommGetAsyncError(state_->comm, &r);
-    }
-    if (r != ncclSuccess) {
-      SPMD_THROW(CommError, description, ": NCCL refused the call: ", ncclGetErrorString(r), " (",
-                 ncclGetLastError(state_->comm), ")");
-    }
+    follow_caller_stream();
+    issue_all(ops, description);
     for (const CommOp& op : ops) {  // their memory stays allocated until the GPU is done
       for (const Tensor* t : {&op.tensor, &op.input}) {
         if (t->defined()) pending->tensors.push_back(*t);
@@ -265,6 +239,43 @@ Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& desc
   }
   cv_.notify_all();
   return pending->work;
+}
+
+// Makes the communication stream wait for what the caller's current stream
+// has queued so far (and nothing queued later).
+void NcclProcessGroup::follow_caller_stream() {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  cudaEvent_t ready;
+  check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "event");
+  check_cuda(cudaEventRecord(ready, caller_stream(device_)), "cudaEventRecord");
+  check_cuda(cudaStreamWaitEvent(state_->stream, ready, 0), "cudaStreamWaitEvent");
+  cudaEventDestroy(ready);  // released once the recorded point is reached
+}
+
+// Issues the ops, as one NCCL group when there are several, and waits until
+// NCCL has queued them.
+void NcclProcessGroup::issue_all(const std::vector<CommOp>& ops, const std::string& description) {
+  const bool grouped = ops.size() > 1;
+  if (grouped) ncclGroupStart();
+  ncclResult_t r = ncclSuccess;
+  for (const CommOp& op : ops) {
+    if (r == ncclSuccess || r == ncclInProgress) r = ncclResult_t(issue(op));
+  }
+  if (grouped) {
+    const ncclResult_t end = ncclGroupEnd();
+    if (r == ncclSuccess || r == ncclInProgress) r = end;
+  }
+  // A non-blocking communicator may still be queueing the calls: NCCL asks
+  // that it be polled to completion before the next call.
+  const auto deadline = Clock::now() + timeout();
+  while (r == ncclInProgress && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    ncclCommGetAsyncError(state_->comm, &r);
+  }
+  if (r != ncclSuccess) {
+    SPMD_THROW(CommError, description, ": NCCL refused the call: ", ncclGetErrorString(r), " (",
+               ncclGetLastError(state_->comm), ")");
+  }
 }
 
 // Queues one op's NCCL calls on the communication stream.

@@ -59,6 +59,8 @@ class NcclProcessGroup final : public ProcessGroup {
                    int device);
   void init_communicator();
   Work enqueue(std::vector<CommOp>& ops, const std::string& description);
+  void follow_caller_stream();
+  void issue_all(const std::vector<CommOp>& ops, const std::string& description);
   int issue(const CommOp& op);  // an ncclResult_t (nccl.h stays out of this header)
   void watchdog_loop();
   void abort_all(const std::string& why, bool timed_out);
