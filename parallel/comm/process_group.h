@@ -88,16 +88,21 @@ class ProcessGroup {
   Work all_reduce(const Tensor& t, ReduceOp op = ReduceOp::kSum);
   // Combines `t` over every rank into root's `t`; the others' are unchanged.
   Work reduce(const Tensor& t, int root, ReduceOp op = ReduceOp::kSum);
-  // output = every rank's input, concatenated in rank order.
-  // REQUIRES: output.numel() == size() * input.numel(), same dtype.
+  // output = every rank's input, concatenated in rank order. In place when
+  // input is output's block rank() (as FSDP gathers into one buffer).
+  // REQUIRES: output.numel() == size() * input.numel(), same dtype; no other
+  // overlap of the two.
   Work all_gather(const Tensor& output, const Tensor& input);
-  // output = segment rank() of the combination of every rank's input.
-  // REQUIRES: input.numel() == size() * output.numel(), same dtype.
+  // output = segment rank() of the combination of every rank's input; input
+  // is left as it was. In place when output is input's segment rank().
+  // REQUIRES: input.numel() == size() * output.numel(), same dtype; no other
+  // overlap of the two.
   Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::kSum);
   // Rank r sends rows [off_j, off_j + input_split_sizes[j]) of input (dim 0)
   // to rank j, which stores them as its output rows from rank r. Empty split
   // lists mean equal splits (dim 0 divisible by size()).
-  // REQUIRES: the sizes agree pairwise across ranks (checked on the wire).
+  // REQUIRES: the sizes agree pairwise across ranks (checked on the wire);
+  // output and input do not overlap.
   Work all_to_all(const Tensor& output, const Tensor& input,
                   const std::vector<int64_t>& output_split_sizes = {},
                   const std::vector<int64_t>& input_split_sizes = {});
@@ -117,8 +122,8 @@ class ProcessGroup {
 
   // Subgroups. Every rank of this group calls these, in the same order
   // relative to each other (they are collective over the group's store).
-  // new_group: the ranks listed (group ranks, in increasing order) form a
-  // new group; the others get nullptr.
+  // new_group: the ranks listed (ranks of this group, in any order) form a
+  // new group, numbered in increasing order; the others get nullptr.
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
   // split: ranks that pass the same color form a group, ordered by (key,
   // rank); a negative color joins no group (nullptr).
