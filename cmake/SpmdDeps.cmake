@@ -19,7 +19,11 @@ function(spmd_header_dep target header)
     message(FATAL_ERROR "spmd: cannot find ${header}; run scripts/setup.sh, or set SPMD_DEPS_DIR")
   endif()
   add_library(spmd_dep_${target} INTERFACE)
-  target_include_directories(spmd_dep_${target} SYSTEM INTERFACE ${${target}_INCLUDE_DIR})
+  # /usr/include is every compiler's default; naming it again (-isystem) would
+  # break nvcc's host compiler, whose <cmath> relies on #include_next.
+  if(NOT ${target}_INCLUDE_DIR STREQUAL "/usr/include")
+    target_include_directories(spmd_dep_${target} SYSTEM INTERFACE ${${target}_INCLUDE_DIR})
+  endif()
   add_library(spmd::${target} ALIAS spmd_dep_${target})
 endfunction()
 
