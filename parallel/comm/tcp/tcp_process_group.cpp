@@ -179,8 +179,8 @@ bool TcpProcessGroup::run_if_next(const QueuedPtr& item) {
 void TcpProcessGroup::run(Queued& item) {
   std::exception_ptr error;
   if (!aborted_.empty()) {
-    error = std::make_exception_ptr(CommError(str_cat(
-        item.op.description, ": the group was aborted by an earlier failure: ", aborted_)));
+    error = std::make_exception_ptr(CommError(
+        str_cat(item.op.description, ": the group was aborted by an earlier failure: ", aborted_)));
   } else {
     try {
       execute(item);
