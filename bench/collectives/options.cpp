@@ -1,0 +1,168 @@
+// spmd-bench's command line (CLI11), with nccl-tests' flag names.
+#include "bench/collectives/options.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <iostream>
+
+#include "runtime/error.h"
+
+namespace spmd::bench {
+
+size_t parse_bytes(const std::string& text, const char* flag) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    SPMD_THROW(InvalidArgument, flag, " '", text, "' is not a size (use e.g. 8, 4K, 64M, 1G)");
+  }
+  std::string suffix = text.substr(pos);
+  double scale = 1;
+  if (suffix == "K" || suffix == "k") scale = 1 << 10;
+  if (suffix == "M" || suffix == "m") scale = 1 << 20;
+  if (suffix == "G" || suffix == "g") scale = 1 << 30;
+  SPMD_CHECK(suffix.empty() || scale > 1, flag, " '", text,
+             "' has an unknown suffix (K, M and G are powers of 1024)");
+  SPMD_CHECK(value >= 0, flag, " '", text, "' is negative");
+  return size_t(std::llround(value * scale));
+}
+
+std::vector<size_t> sweep_sizes(const BenchOptions& o) {
+  std::vector<size_t> sizes;
+  for (size_t s = o.min_bytes; s <= o.max_bytes;) {
+    sizes.push_back(s);
+    const size_t next = o.step_factor > 1 ? size_t(double(s) * o.step_factor) : s + o.step_bytes;
+    if (next <= s) break;  // a factor that rounds to no growth, or a zero step
+    s = next;
+  }
+  return sizes;
+}
+
+std::vector<dist::ReduceOp> parse_redops(const std::string& text) {
+  using dist::ReduceOp;
+  const std::vector<ReduceOp> all = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax,
+                                     ReduceOp::kMin, ReduceOp::kAvg};
+  if (text == "all") return all;
+  for (ReduceOp op : all) {
+    if (dist::reduce_op_name(op) == text) return {op};
+  }
+  SPMD_THROW(InvalidArgument, "-o/--op '", text, "': expected sum, prod, max, min, avg or all");
+}
+
+std::string_view type_name(DType dt) {
+  switch (dt) {
+    case DType::kF32: return "float";
+    case DType::kF64: return "double";
+    case DType::kBF16: return "bfloat16";
+    case DType::kF16: return "half";
+    case DType::kI32: return "int32";
+    case DType::kI64: return "int64";
+    default: return dtype_name(dt);
+  }
+}
+
+std::vector<DType> parse_dtypes(const std::string& text) {
+  const std::vector<DType> all = {DType::kF32, DType::kF64, DType::kBF16,
+                                  DType::kF16, DType::kI32, DType::kI64};
+  if (text == "all") return all;
+  for (DType dt : all) {
+    if (type_name(dt) == text) return {dt};
+  }
+  DType dt;
+  try {
+    dt = parse_dtype(text);  // f32, float32, bf16, ...
+  } catch (const Error&) {
+    dt = DType::kU8;
+  }
+  SPMD_CHECK(dist::is_comm_dtype(dt), "-d/--datatype '", text,
+             "': expected float, double, bfloat16, half, int32, int64 (or f32, bf16, ...) or all");
+  return {dt};
+}
+
+namespace {
+
+struct RawFlags {
+  std::string op, min = "32M", max = "32M", step = "1M", redop = "sum", dtype = "float";
+  std::string backend = "tcp", device = "cpu";
+};
+
+void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
+  app.add_option("op", raw.op,
+                 "all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, sendrecv "
+                 "or all");
+  app.add_option("-b,--minbytes", raw.min, "Smallest size (K/M/G suffixes)");
+  app.add_option("-e,--maxbytes", raw.max, "Largest size");
+  app.add_option("-f,--stepfactor", o.step_factor, "Multiply the size by this each step");
+  app.add_option("-i,--stepbytes", raw.step, "Add this each step (when -f is 1)");
+  app.add_option("-n,--iters", o.iters, "Timed calls per size")->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", o.warmup, "Untimed calls before them")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--check", o.checks, "Checked calls after the timed ones (0: no check)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-o,--op", raw.redop, "Reduction: sum, prod, max, min, avg or all");
+  app.add_option("-d,--datatype", raw.dtype,
+                 "float, double, bfloat16, half, int32, int64 or all");
+  app.add_option("-r,--root", o.root, "Root of broadcast and reduce");
+  app.add_option("--backend", raw.backend, "tcp or nccl");
+  app.add_option("--device", raw.device, "cpu or cuda (this rank's GPU: its local rank)");
+  app.add_option("--json", o.json_path, "Also write one JSON object per row to this file");
+  app.add_flag("--limits", o.limits,
+               "Print the machine's bounds (loopback TCP between two processes, memcpy) and exit");
+}
+
+// Turns the raw strings into options; throws InvalidArgument on bad values.
+void resolve(BenchOptions& o, const RawFlags& raw) {
+  if (!o.limits) {
+    SPMD_CHECK(!raw.op.empty(), "spmd-bench: name an op (or all), or pass --limits");
+    if (raw.op == "all") {
+      o.ops = all_op_kinds();
+    } else {
+      auto op = parse_op_kind(raw.op);
+      SPMD_CHECK(op.has_value(), "spmd-bench: unknown op '", raw.op,
+                 "': expected all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
+                 "all_to_all, sendrecv or all");
+      o.ops = {*op};
+    }
+  }
+  o.min_bytes = parse_bytes(raw.min, "-b/--minbytes");
+  o.max_bytes = parse_bytes(raw.max, "-e/--maxbytes");
+  o.step_bytes = parse_bytes(raw.step, "-i/--stepbytes");
+  SPMD_CHECK(o.min_bytes <= o.max_bytes, "spmd-bench: -b ", raw.min, " is larger than -e ",
+             raw.max);
+  SPMD_CHECK(o.step_factor >= 1, "spmd-bench: -f/--stepfactor ", o.step_factor, " is below 1");
+  o.redops = parse_redops(raw.redop);
+  o.dtypes = parse_dtypes(raw.dtype);
+  o.backend = dist::parse_backend(raw.backend);
+  SPMD_CHECK(raw.device == "cpu" || raw.device == "cuda", "spmd-bench: --device '", raw.device,
+             "': expected cpu or cuda");
+  o.cuda = raw.device == "cuda";
+  SPMD_CHECK(o.backend != dist::CommBackend::kNccl || o.cuda,
+             "spmd-bench: --backend nccl carries CUDA tensors only: add --device cuda");
+}
+
+}  // namespace
+
+std::optional<BenchOptions> parse_options(int argc, char** argv, int* exit_code) {
+  CLI::App app{
+      "spmd-bench: the bandwidth and latency of each collective, as nccl-tests measures them.\n"
+      "Run it under spmdrun: spmdrun --standalone --nproc-per-node 4 spmd-bench all_reduce "
+      "-b 8 -e 256M -f 2"};
+  BenchOptions o;
+  RawFlags raw;
+  add_flags(app, o, raw);
+  try {
+    app.parse(argc, argv);
+    resolve(o, raw);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e);
+    return std::nullopt;
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    *exit_code = 2;
+    return std::nullopt;
+  }
+  return o;
+}
+
+}  // namespace spmd::bench

@@ -1,0 +1,60 @@
+// What a spmd-bench run measures, parsed from nccl-tests' flags:
+//
+//   spmd-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP]
+//              [-c CHECKS] [-o REDOP] [-d DTYPE] [-r ROOT] [--backend tcp|nccl]
+//              [--device cpu|cuda] [--json FILE]
+//   spmd-bench --limits
+//
+// OP is all_reduce, broadcast, reduce, all_gather, reduce_scatter,
+// all_to_all, sendrecv or all. Sizes take K, M and G suffixes (powers of
+// 1024). -o and -d also accept `all`, as in nccl-tests. The defaults are
+// nccl-tests' own: one size of 32 MiB, 20 iterations, f32, sum, one check.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench/collectives/cases.h"
+#include "parallel/comm/types.h"
+#include "tensor/dtype.h"
+
+namespace spmd::bench {
+
+struct BenchOptions {
+  std::vector<OpKind> ops;
+  size_t min_bytes = size_t(32) << 20;
+  size_t max_bytes = size_t(32) << 20;
+  double step_factor = 1;              // > 1: multiply the size by it
+  size_t step_bytes = size_t(1) << 20;  // factor 1: add this instead
+  int iters = 20;
+  int warmup = 5;
+  int checks = 1;  // checked iterations after the timed ones (0: no check)
+  std::vector<dist::ReduceOp> redops{dist::ReduceOp::kSum};
+  std::vector<DType> dtypes{DType::kF32};
+  int root = 0;
+  dist::CommBackend backend = dist::CommBackend::kTcp;
+  bool cuda = false;
+  std::string json_path;  // empty: no JSON
+  bool limits = false;    // --limits: the machine's bounds, no process group
+};
+
+// Parses argv. Returns the options, or nullopt after printing help or a
+// usage error (then *exit_code is what main should return).
+std::optional<BenchOptions> parse_options(int argc, char** argv, int* exit_code);
+
+// "64M" -> 67108864; throws InvalidArgument naming the flag otherwise.
+size_t parse_bytes(const std::string& text, const char* flag);
+
+// The sizes of the sweep, from min to max inclusive.
+std::vector<size_t> sweep_sizes(const BenchOptions& o);
+
+// "sum" / "all"; "float", "f32", "bfloat16", "all", ...
+std::vector<dist::ReduceOp> parse_redops(const std::string& text);
+std::vector<DType> parse_dtypes(const std::string& text);
+
+// nccl-tests' name of a dtype: float, double, bfloat16, half, int32, int64.
+std::string_view type_name(DType dt);
+
+}  // namespace spmd::bench
