@@ -10,6 +10,7 @@
 // Exit codes: 0 when every checked value was right; 1 when a value was wrong
 // or a collective failed; 2 for a usage error.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "bench/collectives/limits.h"
@@ -82,8 +83,9 @@ int main(int argc, char** argv) {
   if (!options) return code;
   try {
     if (options->limits) {
-      // Once per machine: under spmdrun only rank 0 measures.
-      return launch_env_from_environment().rank == 0 ? print_limits(stdout) : 0;
+      // Once per machine: alone, or under spmdrun on rank 0 only.
+      const char* rank = std::getenv("RANK");
+      return (!rank || std::string(rank) == "0") ? print_limits(stdout) : 0;
     }
     return run(*options);
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <iostream>
+#include <sstream>
 
 #include "runtime/error.h"
 
@@ -89,8 +90,8 @@ struct RawFlags {
 
 void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
   app.add_option("op", raw.op,
-                 "all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, sendrecv "
-                 "or all");
+                 "all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, sendrecv, "
+                 "all, or a comma-separated list");
   app.add_option("-b,--minbytes", raw.min, "Smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", raw.max, "Largest size");
   app.add_option("-f,--stepfactor", o.step_factor, "Multiply the size by this each step");
@@ -115,14 +116,17 @@ void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
 void resolve(BenchOptions& o, const RawFlags& raw) {
   if (!o.limits) {
     SPMD_CHECK(!raw.op.empty(), "spmd-bench: name an op (or all), or pass --limits");
-    if (raw.op == "all") {
-      o.ops = all_op_kinds();
-    } else {
-      auto op = parse_op_kind(raw.op);
-      SPMD_CHECK(op.has_value(), "spmd-bench: unknown op '", raw.op,
+    std::stringstream list(raw.op);  // one op, a comma-separated list, or all
+    for (std::string name; std::getline(list, name, ',');) {
+      if (name == "all") {
+        o.ops.insert(o.ops.end(), all_op_kinds().begin(), all_op_kinds().end());
+        continue;
+      }
+      auto op = parse_op_kind(name);
+      SPMD_CHECK(op.has_value(), "spmd-bench: unknown op '", name,
                  "': expected all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
                  "all_to_all, sendrecv or all");
-      o.ops = {*op};
+      o.ops.push_back(*op);
     }
   }
   o.min_bytes = parse_bytes(raw.min, "-b/--minbytes");

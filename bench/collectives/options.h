@@ -6,7 +6,7 @@
 //   spmd-bench --limits
 //
 // OP is all_reduce, broadcast, reduce, all_gather, reduce_scatter,
-// all_to_all, sendrecv or all. Sizes take K, M and G suffixes (powers of
+// all_to_all, sendrecv, all, or a comma-separated list of them. Sizes take K, M and G suffixes (powers of
 // 1024). -o and -d also accept `all`, as in nccl-tests. The defaults are
 // nccl-tests' own: one size of 32 MiB, 20 iterations, f32, sum, one check.
 #pragma once
