@@ -49,6 +49,9 @@ class Case {
        dist::ProcessGroup& group, Device device);
 
   const CaseShape& shape() const { return shape_; }
+  // The buffers (a handle: writes through it change the case's memory).
+  const Tensor& input() const { return input_; }
+  const Tensor& output() const { return output_; }
   // Issues one call of the op and returns its Work.
   dist::Work launch();
   // Writes the inputs a check expects (values.h), and a distinct pattern into

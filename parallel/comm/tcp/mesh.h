@@ -4,7 +4,8 @@
 // calls wait_recv()/wait_sent() for the ticket it depends on next. While it
 // waits, the Mesh pumps every link the collective has touched, so sends and
 // receives to all peers progress together, and sleeps in poll() when no
-// socket can move; it never spins.
+// socket can move. It spins (pumps without sleeping) only when set_spin()
+// allowed it, for a bounded time without progress (tuning.h, docs/comm.md).
 //
 // While it waits, the Mesh also glances (MSG_PEEK) at the first bytes that
 // arrive on links the collective has not used: a header there with the
@@ -63,6 +64,9 @@ class Mesh {
   // arrived: the ranks known to have reached it.
   std::vector<int> heard_from() const;
 
+  // Before sleeping in poll(), keep pumping for up to `spin` without
+  // progress (tuning.h's spin_us; zero: sleep at once).
+  void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
   // Calls `hook` once per collective that has waited longer than `after`.
   void set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook);
   // Shuts every connection down: peers see EOF, and this mesh is unusable.
@@ -70,6 +74,7 @@ class Mesh {
   void abort();
 
  private:
+  void spin_while_waiting(const std::function<bool()>& done);
   void poll_once();
   void peek_unused(Link& l);
   [[noreturn]] void throw_timeout() const;
@@ -80,6 +85,7 @@ class Mesh {
   std::vector<bool> glanced_;  // unused links already peeked at in this collective
   Header header_;
   Clock::time_point start_, deadline_;
+  std::chrono::microseconds spin_{0};
   std::chrono::milliseconds slow_after_{0};
   std::function<void()> slow_hook_;
   bool slow_called_ = false;

@@ -25,8 +25,8 @@ std::string P2PEngine::describe_op(const Op& op) const {
 }
 
 P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
-                     std::chrono::milliseconds timeout)
-    : group_(std::move(group_name)), rank_(rank), timeout_(timeout) {
+                     std::chrono::milliseconds timeout, std::chrono::microseconds spin)
+    : group_(std::move(group_name)), rank_(rank), timeout_(timeout), spin_(spin) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0,
@@ -115,10 +115,16 @@ void P2PEngine::abort(const std::string& why) {
 
 // --- The engine thread ----------------------------------------------------------
 
+// Waits for events (or, while operations are pending and spinning is
+// allowed, only looks for them until spin_ has passed without any), handles
+// them, takes new operations, and expires late ones.
 void P2PEngine::loop() {
   epoll_event events[64];
+  auto spin_until = Clock::now();
   for (;;) {
-    const int n = ::epoll_wait(epoll_fd_, events, 64, next_timeout_ms());
+    const bool spin = spin_.count() > 0 && Clock::now() < spin_until && has_pending();
+    const int n = ::epoll_wait(epoll_fd_, events, 64, spin ? 0 : next_timeout_ms());
+    if (n > 0) spin_until = Clock::now() + spin_;
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u32 == uint32_t(-1)) {
         uint64_t ignored;
@@ -242,6 +248,13 @@ void P2PEngine::expire(Clock::time_point now) {
     std::erase_if(peer.sends,
                   [&](auto& op) { return op->deadline <= now && (timeout(*op), true); });
   }
+}
+
+bool P2PEngine::has_pending() const {
+  for (const auto& peer : peers_) {
+    if (!peer->sends.empty() || !peer->recvs.empty() || peer->receiving) return true;
+  }
+  return false;
 }
 
 int P2PEngine::next_timeout_ms() const {

@@ -40,9 +40,12 @@ class P2PEngine {
 
   // fds[peer] is the point-to-point socket to each other rank (-1 for self);
   // the engine owns them. `group_name` and `timeout` are for errors and
-  // deadlines.
+  // deadlines. While operations are pending, the engine polls its sockets
+  // without sleeping for up to `spin` without progress (zero: it sleeps at
+  // once; tuning.h's spin_us).
   P2PEngine(std::string group_name, int rank, std::vector<int> fds,
-            std::chrono::milliseconds timeout);
+            std::chrono::milliseconds timeout,
+            std::chrono::microseconds spin = std::chrono::microseconds(0));
   ~P2PEngine();  // fails what is still pending, stops the thread, closes
   P2PEngine(const P2PEngine&) = delete;
   P2PEngine& operator=(const P2PEngine&) = delete;
@@ -75,12 +78,14 @@ class P2PEngine {
   void deliver_unexpected(Peer& peer);
   void expire(Clock::time_point now);
   int next_timeout_ms() const;
+  bool has_pending() const;
   void fail_peer(Peer& peer, const std::string& why);
   void wake();
 
   std::string group_;
   int rank_;
   std::chrono::milliseconds timeout_;
+  std::chrono::microseconds spin_;
   std::vector<std::unique_ptr<Peer>> peers_;
   int epoll_fd_ = -1;
   int event_fd_ = -1;

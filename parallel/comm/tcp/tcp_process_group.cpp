@@ -56,8 +56,10 @@ void TcpProcessGroup::connect() {
     if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);
   }
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
+  mesh_->set_spin(std::chrono::microseconds(tuning_.spin_us));
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
-  p2p_ = std::make_unique<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout());
+  p2p_ = std::make_unique<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout(),
+                                     std::chrono::microseconds(tuning_.spin_us));
   worker_ = std::thread([this] { worker_loop(); });
 }
 

@@ -1,8 +1,11 @@
 // Reading the TCP backend's knobs from the environment.
 #include "parallel/comm/tcp/tuning.h"
 
+#include <sched.h>
+
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "runtime/error.h"
 
@@ -17,10 +20,29 @@ void override_from(const char* name, T& value, long long min) {
   SPMD_CHECK(*end == '\0' && v >= min, name, "='", text, "' is not an integer >= ", min);
   value = T(v);
 }
+
+// The threads this process may run on (its affinity mask: a container or
+// taskset may allow fewer than the machine has).
+int usable_hardware_threads() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return int(std::thread::hardware_concurrency());
+}
+
+int local_world_size() {
+  const char* text = std::getenv("LOCAL_WORLD_SIZE");
+  return text ? std::atoi(text) : 0;
+}
 }  // namespace
+
+int Tuning::default_spin_us(int local_ranks, int hardware_threads) {
+  return local_ranks > 0 && local_ranks <= hardware_threads ? kSpinMicros : 0;
+}
 
 Tuning Tuning::from_env() {
   Tuning t;
+  t.spin_us = default_spin_us(local_world_size(), usable_hardware_threads());
+  override_from("SPMD_TCP_SPIN_US", t.spin_us, 0);
   override_from("SPMD_TCP_SMALL_ALL_REDUCE_BYTES", t.small_all_reduce_bytes, 0);
   override_from("SPMD_TCP_SMALL_ROOTED_BYTES", t.small_rooted_bytes, 0);
   override_from("SPMD_TCP_CHUNK_BYTES", t.chunk_bytes, 1024);

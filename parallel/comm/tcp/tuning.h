@@ -26,11 +26,23 @@ struct Tuning {
   // grow to 4 MiB). The receive buffer is left to autotuning: capping it caps
   // TCP's window.
   size_t send_buffer_bytes = 256 << 10;
+  // How long a waiting rank keeps polling its sockets without sleeping
+  // (non-blocking reads and writes) before it sleeps in poll(), restarted
+  // whenever a byte moves. The one exception to "a waiting rank never spins",
+  // and only when it cannot take a core from another rank: waking a sleeping
+  // thread costs ~20 us here, four times a loopback message. 0 disables it.
+  // The default: kSpinMicros when this host's ranks (LOCAL_WORLD_SIZE) do not
+  // outnumber its hardware threads, else 0 (docs/comm.md).
+  int spin_us = 0;
+  static constexpr int kSpinMicros = 50;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
-  // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW and
-  // SPMD_TCP_SEND_BUFFER_BYTES.
+  // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
+  // SPMD_TCP_SEND_BUFFER_BYTES and SPMD_TCP_SPIN_US.
   static Tuning from_env();
+  // The spin default for `local_ranks` ranks on a host of `hardware_threads`
+  // (local_ranks <= 0: unknown, no spin).
+  static int default_spin_us(int local_ranks, int hardware_threads);
 };
 
 }  // namespace spmd::dist::tcp
