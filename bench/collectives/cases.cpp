@@ -17,22 +17,28 @@ constexpr double kSentinel = 1000;
 }  // namespace
 
 const std::vector<OpKind>& all_op_kinds() {
-  static const std::vector<OpKind> kAll = {OpKind::kAllReduce,     OpKind::kBroadcast,
-                                           OpKind::kReduce,        OpKind::kAllGather,
-                                           OpKind::kReduceScatter, OpKind::kAllToAll,
-                                           OpKind::kSendRecv};
+  static const std::vector<OpKind> kAll = {
+      OpKind::kAllReduce,     OpKind::kBroadcast, OpKind::kReduce,  OpKind::kAllGather,
+      OpKind::kReduceScatter, OpKind::kAllToAll,  OpKind::kSendRecv};
   return kAll;
 }
 
 std::string_view op_kind_name(OpKind op) {
   switch (op) {
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kAllToAll: return "all_to_all";
-    case OpKind::kSendRecv: return "sendrecv";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kReduce:
+      return "reduce";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kAllToAll:
+      return "all_to_all";
+    case OpKind::kSendRecv:
+      return "sendrecv";
   }
   return "?";
 }
@@ -52,11 +58,14 @@ bool rooted(OpKind op) { return op == OpKind::kBroadcast || op == OpKind::kReduc
 
 double bus_factor(OpKind op, int p) {
   switch (op) {
-    case OpKind::kAllReduce: return 2.0 * (p - 1) / p;
+    case OpKind::kAllReduce:
+      return 2.0 * (p - 1) / p;
     case OpKind::kAllGather:
     case OpKind::kReduceScatter:
-    case OpKind::kAllToAll: return double(p - 1) / p;
-    default: return 1;
+    case OpKind::kAllToAll:
+      return double(p - 1) / p;
+    default:
+      return 1;
   }
 }
 
@@ -92,8 +101,8 @@ CaseShape case_shape(OpKind op, size_t bytes, DType dtype, int p) {
 
 // --- One case ------------------------------------------------------------------------
 
-Case::Case(OpKind op, DType dtype, ReduceOp redop, int root, size_t bytes, dist::ProcessGroup& group,
-           Device device)
+Case::Case(OpKind op, DType dtype, ReduceOp redop, int root, size_t bytes,
+           dist::ProcessGroup& group, Device device)
     : op_(op),
       dtype_(dtype),
       redop_(redop),
@@ -102,8 +111,8 @@ Case::Case(OpKind op, DType dtype, ReduceOp redop, int root, size_t bytes, dist:
       rank_(group.rank()),
       p_(group.size()),
       shape_(case_shape(op, bytes, dtype, group.size())) {
-  SPMD_CHECK(op != OpKind::kSendRecv || p_ >= 2, "spmd-bench sendrecv: needs at least 2 ranks (got ",
-             p_, ")");
+  SPMD_CHECK(op != OpKind::kSendRecv || p_ >= 2,
+             "spmd-bench sendrecv: needs at least 2 ranks (got ", p_, ")");
   SPMD_CHECK(!rooted(op) || (root >= 0 && root < p_), "spmd-bench ", op_kind_name(op), ": root ",
              root, " is not a rank of a group of ", p_);
   // Zeros, not garbage: uninitialized floats may be NaNs or subnormals, which
@@ -115,12 +124,18 @@ Case::Case(OpKind op, DType dtype, ReduceOp redop, int root, size_t bytes, dist:
 
 dist::Work Case::launch() {
   switch (op_) {
-    case OpKind::kAllReduce: return group_.all_reduce(input_, redop_);
-    case OpKind::kBroadcast: return group_.broadcast(input_, root_);
-    case OpKind::kReduce: return group_.reduce(input_, root_, redop_);
-    case OpKind::kAllGather: return group_.all_gather(output_, input_);
-    case OpKind::kReduceScatter: return group_.reduce_scatter(output_, input_, redop_);
-    case OpKind::kAllToAll: return group_.all_to_all(output_, input_);
+    case OpKind::kAllReduce:
+      return group_.all_reduce(input_, redop_);
+    case OpKind::kBroadcast:
+      return group_.broadcast(input_, root_);
+    case OpKind::kReduce:
+      return group_.reduce(input_, root_, redop_);
+    case OpKind::kAllGather:
+      return group_.all_gather(output_, input_);
+    case OpKind::kReduceScatter:
+      return group_.reduce_scatter(output_, input_, redop_);
+    case OpKind::kAllToAll:
+      return group_.all_to_all(output_, input_);
     case OpKind::kSendRecv: {
       // The ring exchange: send to the right, receive from the left, together.
       using dist::OpType;
@@ -132,7 +147,8 @@ dist::Work Case::launch() {
 }
 
 // Fills a host tensor of `count` elements with value_of(i) and copies it into `dst`.
-static void fill_tensor(const Tensor& dst, size_t count, const std::function<double(size_t)>& value_of) {
+static void fill_tensor(const Tensor& dst, size_t count,
+                        const std::function<double(size_t)>& value_of) {
   Tensor host = dst.is_cpu() ? dst : ops::empty(dst.shape(), {dst.dtype()});
   with_storage_type(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -149,13 +165,14 @@ void Case::fill() {
   const ReduceOp values_op = reduces(op_) ? redop_ : ReduceOp::kSum;
   const int r = rank_;
   const bool holds_data = op_ != OpKind::kBroadcast || r == root_;
-  fill_tensor(input_, shape_.in_count, [&](size_t i) {
-    return holds_data ? input_value(values_op, r, i) : kSentinel;
-  });
+  fill_tensor(input_, shape_.in_count,
+              [&](size_t i) { return holds_data ? input_value(values_op, r, i) : kSentinel; });
   if (output_.defined()) fill_tensor(output_, shape_.out_count, [](size_t) { return kSentinel; });
 }
 
-Tensor Case::host_input() const { return input_.is_cpu() ? input_ : ops::to(input_, Device::cpu()); }
+Tensor Case::host_input() const {
+  return input_.is_cpu() ? input_ : ops::to(input_, Device::cpu());
+}
 
 Tensor Case::host_output() const {
   return output_.is_cpu() ? output_ : ops::to(output_, Device::cpu());
@@ -181,10 +198,12 @@ int64_t Case::count_wrong() const {
   auto reduced = [&](size_t i) { return reduced_value(rop, p, i); };
   const Tensor in = host_input();
   switch (op_) {
-    case OpKind::kAllReduce: return wrong_in(in, m, reduced);
+    case OpKind::kAllReduce:
+      return wrong_in(in, m, reduced);
     case OpKind::kBroadcast:
       return wrong_in(in, m, [&](size_t i) { return input_value(ReduceOp::kSum, root_, i); });
-    case OpKind::kReduce: return r == root_ ? wrong_in(in, m, reduced) : wrong_in(in, m, own);
+    case OpKind::kReduce:
+      return r == root_ ? wrong_in(in, m, reduced) : wrong_in(in, m, own);
     case OpKind::kAllGather:
       return wrong_in(in, m, own) + wrong_in(host_output(), m * p, [&](size_t i) {
                return input_value(ReduceOp::kSum, int(i / m), i % m);

@@ -23,7 +23,15 @@
 
 namespace spmd::bench {
 
-enum class OpKind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
+enum class OpKind {
+  kAllReduce,
+  kBroadcast,
+  kReduce,
+  kAllGather,
+  kReduceScatter,
+  kAllToAll,
+  kSendRecv
+};
 
 // Every op, in the order `all` runs them.
 const std::vector<OpKind>& all_op_kinds();

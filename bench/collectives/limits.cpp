@@ -43,8 +43,8 @@ std::pair<int, int> loopback_pair() {
                  ::listen(listener, 1) == 0 && ::getsockname(listener, (sockaddr*)&addr, &len) == 0,
              "spmd-bench --limits: cannot listen on loopback: ", std::strerror(errno));
   const int a = ::socket(AF_INET, SOCK_STREAM, 0);
-  SPMD_CHECK(::connect(a, (sockaddr*)&addr, len) == 0, "spmd-bench --limits: cannot connect: ",
-             std::strerror(errno));
+  SPMD_CHECK(::connect(a, (sockaddr*)&addr, len) == 0,
+             "spmd-bench --limits: cannot connect: ", std::strerror(errno));
   const int b = ::accept(listener, nullptr, nullptr);
   ::close(listener);
   int one = 1;
@@ -113,7 +113,8 @@ double across_processes(Parent parent, Child child) {
   ::close(a);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  SPMD_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "spmd-bench --limits: the child failed");
+  SPMD_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+             "spmd-bench --limits: the child failed");
   return s;
 }
 

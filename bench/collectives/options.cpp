@@ -53,13 +53,20 @@ std::vector<dist::ReduceOp> parse_redops(const std::string& text) {
 
 std::string_view type_name(DType dt) {
   switch (dt) {
-    case DType::kF32: return "float";
-    case DType::kF64: return "double";
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "half";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
-    default: return dtype_name(dt);
+    case DType::kF32:
+      return "float";
+    case DType::kF64:
+      return "double";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "half";
+    case DType::kI32:
+      return "int32";
+    case DType::kI64:
+      return "int64";
+    default:
+      return dtype_name(dt);
   }
 }
 
@@ -102,8 +109,7 @@ void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
   app.add_option("-c,--check", o.checks, "Checked calls after the timed ones (0: no check)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("-o,--op", raw.redop, "Reduction: sum, prod, max, min, avg or all");
-  app.add_option("-d,--datatype", raw.dtype,
-                 "float, double, bfloat16, half, int32, int64 or all");
+  app.add_option("-d,--datatype", raw.dtype, "float, double, bfloat16, half, int32, int64 or all");
   app.add_option("-r,--root", o.root, "Root of broadcast and reduce");
   app.add_option("--backend", raw.backend, "tcp or nccl");
   app.add_option("--device", raw.device, "cpu or cuda (this rank's GPU: its local rank)");

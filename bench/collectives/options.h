@@ -6,9 +6,9 @@
 //   spmd-bench --limits
 //
 // OP is all_reduce, broadcast, reduce, all_gather, reduce_scatter,
-// all_to_all, sendrecv, all, or a comma-separated list of them. Sizes take K, M and G suffixes (powers of
-// 1024). -o and -d also accept `all`, as in nccl-tests. The defaults are
-// nccl-tests' own: one size of 32 MiB, 20 iterations, f32, sum, one check.
+// all_to_all, sendrecv, all, or a comma-separated list of them. Sizes take K, M and G suffixes
+// (powers of 1024). -o and -d also accept `all`, as in nccl-tests. The defaults are nccl-tests'
+// own: one size of 32 MiB, 20 iterations, f32, sum, one check.
 #pragma once
 
 #include <cstddef>
@@ -26,7 +26,7 @@ struct BenchOptions {
   std::vector<OpKind> ops;
   size_t min_bytes = size_t(32) << 20;
   size_t max_bytes = size_t(32) << 20;
-  double step_factor = 1;              // > 1: multiply the size by it
+  double step_factor = 1;               // > 1: multiply the size by it
   size_t step_bytes = size_t(1) << 20;  // factor 1: add this instead
   int iters = 20;
   int warmup = 5;

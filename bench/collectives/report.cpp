@@ -41,12 +41,11 @@ void Report::row(const Row& r) {
   busbw_sum_ += r.busbw;
   wrong_ += r.wrong;
   if (json_.is_open()) {
-    const nlohmann::json j = {{"op", op_kind_name(r.op)}, {"size", r.size_bytes},
-                              {"count", r.count},         {"type", type_name(r.dtype)},
-                              {"redop", redop_column(r)}, {"root", r.root},
-                              {"time_us", r.time_us},     {"algbw", r.algbw},
-                              {"busbw", r.busbw},         {"wrong", r.wrong},
-                              {"nranks", world_size_},    {"impl", impl_}};
+    const nlohmann::json j = {
+        {"op", op_kind_name(r.op)},   {"size", r.size_bytes},     {"count", r.count},
+        {"type", type_name(r.dtype)}, {"redop", redop_column(r)}, {"root", r.root},
+        {"time_us", r.time_us},       {"algbw", r.algbw},         {"busbw", r.busbw},
+        {"wrong", r.wrong},           {"nranks", world_size_},    {"impl", impl_}};
     json_ << j.dump() << "\n";
     json_.flush();
   }

@@ -47,10 +47,18 @@ inline double reduced_value(dist::ReduceOp op, int p, size_t i) {
     const double v = input_value(op, r, i);
     switch (op) {
       case dist::ReduceOp::kSum:
-      case dist::ReduceOp::kAvg: acc += v; break;
-      case dist::ReduceOp::kProd: acc *= v; break;
-      case dist::ReduceOp::kMin: acc = std::min(acc, v); break;
-      case dist::ReduceOp::kMax: acc = std::max(acc, v); break;
+      case dist::ReduceOp::kAvg:
+        acc += v;
+        break;
+      case dist::ReduceOp::kProd:
+        acc *= v;
+        break;
+      case dist::ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case dist::ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
     }
   }
   return op == dist::ReduceOp::kAvg ? acc / p : acc;
@@ -93,13 +101,20 @@ bool matches(T got, double expected, bool rounded_division) {
 template <class F>
 void with_storage_type(DType dt, F&& f) {
   switch (dt) {
-    case DType::kF32: return f(float{});
-    case DType::kF64: return f(double{});
-    case DType::kBF16: return f(BFloat16{});
-    case DType::kF16: return f(Half{});
-    case DType::kI32: return f(int32_t{});
-    case DType::kI64: return f(int64_t{});
-    default: SPMD_THROW(InvalidArgument, "spmd-bench: cannot check dtype ", dtype_name(dt));
+    case DType::kF32:
+      return f(float{});
+    case DType::kF64:
+      return f(double{});
+    case DType::kBF16:
+      return f(BFloat16{});
+    case DType::kF16:
+      return f(Half{});
+    case DType::kI32:
+      return f(int32_t{});
+    case DType::kI64:
+      return f(int64_t{});
+    default:
+      SPMD_THROW(InvalidArgument, "spmd-bench: cannot check dtype ", dtype_name(dt));
   }
 }
 
