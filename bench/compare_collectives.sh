@@ -6,6 +6,7 @@
 # ratio tables (medians over the rounds) and draws the plot.
 #
 #   bench/compare_collectives.sh [--rounds 3] [--ranks "2 4"] [--out DIR] [--quick]
+#                                [--sweeps "small large"]
 #
 # Sweeps: all_reduce 8 B..4 KiB (latency), and all_reduce, broadcast,
 # all_gather, reduce_scatter, all_to_all, sendrecv at 1 MiB..256 MiB
@@ -19,13 +20,15 @@ rounds=3
 ranks="2 4"
 out=""
 max_large=256M
+sweeps="small large"
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) max_large=16M; shift ;;
-    *) echo "usage: $0 [--rounds N] [--ranks \"2 4\"] [--out DIR] [--quick]" >&2; exit 2 ;;
+    --sweeps) sweeps=$2; shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--ranks \"2 4\"] [--out DIR] [--quick] [--sweeps \"small large\"]" >&2; exit 2 ;;
   esac
 done
 out=${out:-$build/compare}
@@ -62,8 +65,8 @@ for round in $(seq 1 "$rounds"); do
     for k in 0 1 2; do
       impl=${impls[$(( (k + round) % 3 ))]}
       echo "compare: round $round/$rounds, $p ranks, $impl" >&2
-      run "$impl" "$p" small all_reduce "$round" "${small_flags[@]}"
-      run "$impl" "$p" large "$large_ops" "$round" "${large_flags[@]}"
+      case " $sweeps " in *" small "*) run "$impl" "$p" small all_reduce "$round" "${small_flags[@]}" ;; esac
+      case " $sweeps " in *" large "*) run "$impl" "$p" large "$large_ops" "$round" "${large_flags[@]}" ;; esac
     done
   done
 done

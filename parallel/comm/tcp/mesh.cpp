@@ -5,6 +5,7 @@
 #include "parallel/comm/tcp/mesh.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -62,6 +63,9 @@ void Mesh::wait_until(const std::function<bool()>& done) {
 // The bounded spin: pump every used link without sleeping until done() holds
 // or nothing has moved for spin_. A message that arrives meanwhile is read
 // at once, without the ~20 us of waking a thread that sleeps in poll().
+// Each idle round yields the core, so a thread of this process that was just
+// woken (the group's worker, a waiting caller) runs at once instead of
+// waiting for the spinner's time slice to end.
 void Mesh::spin_while_waiting(const std::function<bool()>& done) {
   auto give_up = Clock::now() + spin_;
   while (!done()) {
@@ -72,6 +76,8 @@ void Mesh::spin_while_waiting(const std::function<bool()>& done) {
       give_up = now + spin_;
     } else if (now >= give_up || now >= deadline_) {
       return;
+    } else {
+      sched_yield();
     }
   }
 }

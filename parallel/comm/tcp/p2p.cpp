@@ -3,6 +3,7 @@
 // p2p_receive.cpp.
 #include "parallel/comm/tcp/p2p.h"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -125,6 +126,7 @@ void P2PEngine::loop() {
     const bool spin = spin_.count() > 0 && Clock::now() < spin_until && has_pending();
     const int n = ::epoll_wait(epoll_fd_, events, 64, spin ? 0 : next_timeout_ms());
     if (n > 0) spin_until = Clock::now() + spin_;
+    if (n == 0 && spin) sched_yield();  // an idle spin lets woken threads run (mesh.cpp)
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u32 == uint32_t(-1)) {
         uint64_t ignored;
