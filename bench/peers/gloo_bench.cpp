@@ -1,0 +1,503 @@
+// gloo_bench: the Gloo peer of spmd-bench. The same sweep as spmd-bench,
+// through every algorithm Gloo (Debian's libgloo-dev) has for each op, over
+// Gloo's own TCP transport, so that a comparison can take Gloo's *best*
+// algorithm per op and size rather than the one PyTorch happens to call.
+//
+//   gloo_bench --nprocs 4 all_reduce -b 1M -e 256M -f 4 --json out.json
+//
+// It forks its own ranks; they meet through a gloo::rendezvous::FileStore in
+// a fresh temporary directory and connect a full mesh of Gloo TCP pairs on
+// 127.0.0.1. Each row is printed (on rank 0, spmd-bench's columns) and
+// written as JSON with impl "gloo-<Algorithm>", one row per algorithm:
+//
+//   all_reduce      allreduce(RING) (PyTorch's call), allreduce(BCUBE),
+//                   AllreduceRing, AllreduceRingChunked,
+//                   AllreduceHalvingDoubling, AllreduceBcube
+//   broadcast       broadcast (binomial tree), BroadcastOneToAll
+//   reduce          reduce
+//   all_gather      allgather, AllgatherRing
+//   reduce_scatter  ReduceScatterHalvingDoubling (in place: rank r's block
+//                   lands at the front of its buffer)
+//   all_to_all      alltoall
+//   sendrecv        unbound buffers: send right, receive from the left
+//
+// Sizes, counts, bus factors and the time (mean over ranks of each rank's
+// time per call, each call complete before the next) are spmd-bench's
+// (bench/collectives/cases.h). float and sum only (what the comparison
+// uses); -c checks every algorithm with spmd-bench's values. An algorithm
+// object is built once per size and run for every call, as a Gloo user
+// would. Not here: Gloo's CUDA algorithms, other dtypes and reductions.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gloo/allgather.h"
+#include "gloo/allgather_ring.h"
+#include "gloo/allreduce.h"
+#include "gloo/allreduce_bcube.h"
+#include "gloo/allreduce_halving_doubling.h"
+#include "gloo/allreduce_ring.h"
+#include "gloo/allreduce_ring_chunked.h"
+#include "gloo/alltoall.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/broadcast_one_to_all.h"
+#include "gloo/math.h"
+#include "gloo/reduce.h"
+#include "gloo/reduce_scatter.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/file_store.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace {
+
+using Ctx = std::shared_ptr<gloo::Context>;
+using Call = std::function<void()>;
+
+const char* const kOps[] = {"all_reduce",     "broadcast",  "reduce",  "all_gather",
+                            "reduce_scatter", "all_to_all", "sendrecv"};
+
+struct Options {
+  std::vector<std::string> ops;
+  int nprocs = 2;
+  size_t min_bytes = 32u << 20, max_bytes = 32u << 20, step_bytes = 1u << 20;
+  double step_factor = 1;
+  int iters = 20, warmup = 5, checks = 1, root = 0;
+  std::string json;
+};
+
+// One size of one op on this rank: its buffers, as spmd-bench shapes them.
+struct Case {
+  std::string op;
+  int rank = 0, size = 1, root = 0;
+  size_t count = 0, size_bytes = 0;
+  std::vector<float> in, out;
+};
+
+// --- Values (spmd-bench's, bench/collectives/values.h) -------------------------------
+
+uint64_t mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+float input_value(int r, size_t i) { return float(int(mix(mix(i) ^ uint64_t(r + 1)) & 15) - 8); }
+float reduced_value(int p, size_t i) {
+  float acc = 0;
+  for (int r = 0; r < p; ++r) acc += input_value(r, i);
+  return acc;
+}
+
+// --- The algorithms ----------------------------------------------------------------
+
+void sum_f32(void* c, const void* a, const void* b, size_t n) { gloo::sum<float>(c, a, b, n); }
+
+// Each maker builds one algorithm for the case's buffers and returns one call.
+Call allreduce_new(const Ctx& ctx, Case& c, gloo::AllreduceOptions::Algorithm algorithm) {
+  auto opts = std::make_shared<gloo::AllreduceOptions>(ctx);
+  opts->setOutput(c.in.data(), c.count);
+  opts->setAlgorithm(algorithm);
+  opts->setReduceFunction(&sum_f32);
+  return [opts] { gloo::allreduce(*opts); };
+}
+
+template <class Algorithm, class... Args>
+Call classic(const Ctx& ctx, Args&&... args) {
+  auto algorithm = std::make_shared<Algorithm>(ctx, std::forward<Args>(args)...);
+  return [algorithm] { algorithm->run(); };
+}
+
+Call broadcast_new(const Ctx& ctx, Case& c) {
+  auto opts = std::make_shared<gloo::BroadcastOptions>(ctx);
+  opts->setOutput(c.in.data(), c.count);
+  opts->setRoot(c.root);
+  return [opts] { gloo::broadcast(*opts); };
+}
+
+Call reduce_new(const Ctx& ctx, Case& c) {
+  auto opts = std::make_shared<gloo::ReduceOptions>(ctx);
+  opts->setOutput(c.in.data(), c.count);
+  opts->setRoot(c.root);
+  opts->setReduceFunction(&sum_f32);
+  return [opts] { gloo::reduce(*opts); };
+}
+
+Call allgather_new(const Ctx& ctx, Case& c) {
+  auto opts = std::make_shared<gloo::AllgatherOptions>(ctx);
+  opts->setInput(c.in.data(), c.count);
+  opts->setOutput(c.out.data(), c.count * size_t(c.size));
+  return [opts] { gloo::allgather(*opts); };
+}
+
+Call alltoall_new(const Ctx& ctx, Case& c) {
+  auto opts = std::make_shared<gloo::AlltoallOptions>(ctx);
+  opts->setInput(c.in.data(), c.in.size());
+  opts->setOutput(c.out.data(), c.out.size());
+  return [opts] { gloo::alltoall(*opts); };
+}
+
+// A ring exchange: send the input right, receive the left neighbour's.
+Call sendrecv_unbound(const Ctx& ctx, Case& c) {
+  std::shared_ptr<gloo::transport::UnboundBuffer> in =
+      ctx->createUnboundBuffer(c.in.data(), c.count * sizeof(float));
+  std::shared_ptr<gloo::transport::UnboundBuffer> out =
+      ctx->createUnboundBuffer(c.out.data(), c.count * sizeof(float));
+  const int right = (c.rank + 1) % c.size, left = (c.rank + c.size - 1) % c.size;
+  const uint64_t slot = uint64_t(ctx->nextSlot());
+  return [in, out, right, left, slot] {
+    out->recv(left, slot);
+    in->send(right, slot);
+    in->waitSend();
+    out->waitRecv();
+  };
+}
+
+struct Algo {
+  const char* op;
+  const char* name;
+  std::function<Call(const Ctx&, Case&)> make;
+  bool needs_power_of_two = false;  // AllreduceBcube (base 2) is wrong on other sizes
+};
+
+std::vector<Algo> algorithms() {
+  using A = gloo::AllreduceOptions::Algorithm;
+  auto ptrs = [](Case& c) { return std::vector<float*>{c.in.data()}; };
+  return {
+      {"all_reduce", "allreduce(RING)",
+       [](auto& x, Case& c) { return allreduce_new(x, c, A::RING); }},
+      {"all_reduce", "allreduce(BCUBE)",
+       [](auto& x, Case& c) { return allreduce_new(x, c, A::BCUBE); }},
+      {"all_reduce", "AllreduceRing",
+       [=](auto& x, Case& c) {
+         return classic<gloo::AllreduceRing<float>>(x, ptrs(c), int(c.count));
+       }},
+      {"all_reduce", "AllreduceRingChunked",
+       [=](auto& x, Case& c) {
+         return classic<gloo::AllreduceRingChunked<float>>(x, ptrs(c), int(c.count));
+       }},
+      {"all_reduce", "AllreduceHalvingDoubling",
+       [=](auto& x, Case& c) {
+         return classic<gloo::AllreduceHalvingDoubling<float>>(x, ptrs(c), int(c.count));
+       }},
+      {"all_reduce", "AllreduceBcube",
+       [=](auto& x, Case& c) {
+         return classic<gloo::AllreduceBcube<float>>(x, ptrs(c), int(c.count));
+       },
+       true},
+      {"broadcast", "broadcast", broadcast_new},
+      {"broadcast", "BroadcastOneToAll",
+       [=](auto& x, Case& c) {
+         return classic<gloo::BroadcastOneToAll<float>>(x, ptrs(c), c.count, c.root);
+       }},
+      {"reduce", "reduce", reduce_new},
+      {"all_gather", "allgather", allgather_new},
+      {"all_gather", "AllgatherRing",
+       [](auto& x, Case& c) {
+         return classic<gloo::AllgatherRing<float>>(x, std::vector<const float*>{c.in.data()},
+                                                    c.out.data(), int(c.count));
+       }},
+      {"reduce_scatter", "ReduceScatterHalvingDoubling",
+       [=](auto& x, Case& c) {
+         return classic<gloo::ReduceScatterHalvingDoubling<float>>(
+             x, ptrs(c), int(c.in.size()), std::vector<int>(size_t(c.size), int(c.count)));
+       }},
+      {"all_to_all", "alltoall", alltoall_new},
+      {"sendrecv", "unbound send/recv", sendrecv_unbound},
+  };
+}
+
+// --- Shapes, checks, timing --------------------------------------------------------
+
+// spmd-bench's shape: size is the larger buffer; count is each rank's part
+// for all_gather, reduce_scatter and all_to_all.
+Case make_case(const std::string& op, size_t bytes, int rank, int size, int root) {
+  Case c;
+  c.op = op;
+  c.rank = rank;
+  c.size = size;
+  c.root = root;
+  const size_t total = bytes / sizeof(float), p = size_t(size);
+  const bool parted = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
+  c.count = parted ? total / p : total;
+  size_t ins = c.count, outs = 0;
+  if (op == "all_gather") outs = c.count * p;
+  if (op == "reduce_scatter") ins = c.count * p;
+  if (op == "all_to_all") ins = outs = c.count * p;
+  if (op == "sendrecv") outs = c.count;
+  c.in.assign(ins, 0.f);
+  c.out.assign(outs, 0.f);
+  c.size_bytes = std::max(ins, outs) * sizeof(float);
+  return c;
+}
+
+void fill(Case& c) {
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    const bool holds = c.op != "broadcast" || c.rank == c.root;
+    c.in[i] = holds ? input_value(c.rank, i) : 1000.f;
+  }
+  std::fill(c.out.begin(), c.out.end(), 1000.f);
+}
+
+// The expected value of each output element; in place ops are checked in `in`.
+long long count_wrong(const Case& c) {
+  const size_t m = c.count, p = size_t(c.size);
+  long long wrong = 0;
+  auto expect = [&](float got, float want) { wrong += got != want; };
+  if (c.op == "all_reduce" || (c.op == "reduce" && c.rank == c.root))
+    for (size_t i = 0; i < m; ++i) expect(c.in[i], reduced_value(c.size, i));
+  if (c.op == "broadcast")
+    for (size_t i = 0; i < m; ++i) expect(c.in[i], input_value(c.root, i));
+  if (c.op == "reduce_scatter")
+    for (size_t i = 0; i < m; ++i) expect(c.in[i], reduced_value(c.size, size_t(c.rank) * m + i));
+  if (c.op == "all_gather")
+    for (size_t i = 0; i < m * p; ++i) expect(c.out[i], input_value(int(i / m), i % m));
+  if (c.op == "all_to_all")
+    for (size_t i = 0; i < m * p; ++i)
+      expect(c.out[i], input_value(int(i / m), size_t(c.rank) * m + i % m));
+  if (c.op == "sendrecv")
+    for (size_t i = 0; i < m; ++i) expect(c.out[i], input_value((c.rank + c.size - 1) % c.size, i));
+  return wrong;
+}
+
+// Sums v over the ranks, in place.
+void sum_over_ranks(const Ctx& ctx, std::vector<double>& v) {
+  gloo::AllreduceOptions opts(ctx);
+  opts.setOutput(v.data(), v.size());
+  opts.setReduceFunction(
+      [](void* c, const void* a, const void* b, size_t n) { gloo::sum<double>(c, a, b, n); });
+  gloo::allreduce(opts);
+}
+
+double bus_factor(const std::string& op, int p) {
+  if (op == "all_reduce") return 2.0 * (p - 1) / p;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return double(p - 1) / p;
+  return 1;
+}
+
+// Times one algorithm on one case; prints and writes the row on rank 0.
+long long measure(const Ctx& ctx, const Algo& algo, Case& c, const Options& o, FILE* json) {
+  Call call = algo.make(ctx, c);
+  for (int i = 0; i < o.warmup; ++i) call();
+  gloo::BarrierOptions barrier(ctx);
+  gloo::barrier(barrier);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < o.iters; ++i) call();
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  std::vector<double> sums{took.count() / std::max(o.iters, 1), 0};
+  for (int i = 0; i < o.checks; ++i) {
+    fill(c);
+    gloo::barrier(barrier);  // Gloo's classic algorithms write into a peer's buffer unasked
+    call();
+    sums[1] += double(count_wrong(c));
+  }
+  sum_over_ranks(ctx, sums);
+  const double t = sums[0] / c.size, algbw = double(c.size_bytes) / t / 1e9;
+  const double busbw = algbw * bus_factor(c.op, c.size);
+  const bool rooted = c.op == "broadcast" || c.op == "reduce";
+  const char* redop =
+      c.op == "all_reduce" || c.op == "reduce" || c.op == "reduce_scatter" ? "sum" : "none";
+  if (c.rank == 0) {
+    std::printf("  %10zu  %12zu  %8s  %6s  %6d  %9.1f  %7.3f  %7.3f  %6lld\n", c.size_bytes,
+                c.count, "float", redop, rooted ? c.root : -1, t * 1e6, algbw, busbw,
+                (long long)sums[1]);
+    std::fflush(stdout);
+    if (json) {
+      std::fprintf(json,
+                   "{\"op\":\"%s\",\"size\":%zu,\"count\":%zu,\"type\":\"float\",\"redop\":\"%s\","
+                   "\"root\":%d,\"time_us\":%.3f,\"algbw\":%.6f,\"busbw\":%.6f,\"wrong\":%lld,"
+                   "\"nranks\":%d,\"impl\":\"gloo-%s\"}\n",
+                   c.op.c_str(), c.size_bytes, c.count, redop, rooted ? c.root : -1, t * 1e6, algbw,
+                   busbw, (long long)sums[1], c.size, algo.name);
+      std::fflush(json);
+    }
+  }
+  return (long long)sums[1];
+}
+
+// --- One rank -------------------------------------------------------------------------
+
+std::vector<size_t> sweep_sizes(const Options& o) {
+  std::vector<size_t> sizes;
+  for (size_t s = o.min_bytes; s <= o.max_bytes;) {
+    sizes.push_back(s);
+    const size_t next = o.step_factor > 1 ? size_t(double(s) * o.step_factor) : s + o.step_bytes;
+    if (next <= s) break;
+    s = next;
+  }
+  return sizes;
+}
+
+long long run_rank(int rank, const Options& o, const std::string& store_dir) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, o.nprocs);
+  context->setTimeout(std::chrono::seconds(300));
+  gloo::rendezvous::FileStore store(store_dir);
+  context->connectFullMesh(store, device);
+  const Ctx ctx = context;
+  FILE* json = rank == 0 && !o.json.empty() ? std::fopen(o.json.c_str(), "w") : nullptr;
+  long long wrong = 0;
+  for (const std::string& op : o.ops) {
+    for (const Algo& algo : algorithms()) {
+      if (algo.op != op) continue;
+      if (algo.needs_power_of_two && (o.nprocs & (o.nprocs - 1)) != 0) {
+        if (rank == 0)
+          std::printf("# %s (gloo %s): needs a power-of-two group\n", op.c_str(), algo.name);
+        std::fflush(stdout);
+        continue;
+      }
+      if (rank == 0) std::printf("# %s (gloo %s)\n", op.c_str(), algo.name);
+      std::fflush(stdout);
+      size_t last = 0;
+      for (size_t bytes : sweep_sizes(o)) {
+        Case c = make_case(op, bytes, rank, o.nprocs, o.root);
+        if (c.count == 0 || c.size_bytes == last) continue;
+        last = c.size_bytes;
+        wrong += measure(ctx, algo, c, o, json);
+      }
+    }
+  }
+  if (json) std::fclose(json);
+  return wrong;
+}
+
+// --- Options and the ranks' processes ----------------------------------------------
+
+size_t parse_bytes(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  const char unit = char(std::toupper(*end));
+  if (unit == 'K') v *= 1024.0;
+  if (unit == 'M') v *= 1024.0 * 1024;
+  if (unit == 'G') v *= 1024.0 * 1024 * 1024;
+  return size_t(v + 0.5);
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "gloo_bench: %s\nusage: gloo_bench [--nprocs P] OP[,OP...|all] [-b B] [-e B] [-f F] "
+               "[-i B] [-n N] [-w N] [-c N] [-r R] [-d float] [-o sum] [--json FILE]\n",
+               why);
+  std::exit(2);
+}
+
+void add_ops(Options& o, const std::string& list) {
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, comma - start);
+    bool known = false;
+    for (const char* op : kOps) {
+      if (name == "all" || name == op) {
+        o.ops.push_back(op);
+        known = true;
+      }
+    }
+    if (!known) usage(("unknown op '" + name + "'").c_str());
+    start = comma + 1;
+  }
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a[0] != '-') {
+      add_ops(o, a);
+      continue;
+    }
+    if (i + 1 >= argc) usage(("flag " + a + " lacks its value").c_str());
+    const char* v = argv[++i];
+    if (a == "--nprocs")
+      o.nprocs = std::atoi(v);
+    else if (a == "-b" || a == "--minbytes")
+      o.min_bytes = parse_bytes(v);
+    else if (a == "-e" || a == "--maxbytes")
+      o.max_bytes = parse_bytes(v);
+    else if (a == "-i" || a == "--stepbytes")
+      o.step_bytes = parse_bytes(v);
+    else if (a == "-f" || a == "--stepfactor")
+      o.step_factor = std::atof(v);
+    else if (a == "-n" || a == "--iters")
+      o.iters = std::atoi(v);
+    else if (a == "-w" || a == "--warmup_iters")
+      o.warmup = std::atoi(v);
+    else if (a == "-c" || a == "--check")
+      o.checks = std::atoi(v);
+    else if (a == "-r" || a == "--root")
+      o.root = std::atoi(v);
+    else if (a == "--json")
+      o.json = v;
+    else if ((a == "-d" || a == "--datatype") && std::strcmp(v, "float") != 0)
+      usage("-d: float only");
+    else if ((a == "-o" || a == "--op") && std::strcmp(v, "sum") != 0)
+      usage("-o: sum only");
+    else if (a != "-d" && a != "--datatype" && a != "-o" && a != "--op")
+      usage(("unknown flag " + a).c_str());
+  }
+  if (o.ops.empty()) usage("name an op (or all)");
+  if (o.nprocs < 1 || o.root < 0 || o.root >= o.nprocs)
+    usage("need --nprocs >= 1 and 0 <= root < nprocs");
+  return o;
+}
+
+// Rank r's process: its exit status says whether it finished and checked clean.
+int rank_main(int rank, const Options& o, const std::string& dir) {
+  try {
+    return run_rank(rank, o, dir) == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gloo_bench: rank %d failed: %s\n", rank, e.what());
+    return 3;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  char dir_template[] = "/tmp/gloo_bench.XXXXXX";
+  const char* dir = ::mkdtemp(dir_template);
+  if (!dir) usage("cannot create a directory for the rendezvous store");
+  std::printf("# gloo_bench: %d ranks, Gloo TCP, -b %zu -e %zu -f %g -n %d -w %d -c %d\n#\n",
+              o.nprocs, o.min_bytes, o.max_bytes, o.step_factor, o.iters, o.warmup, o.checks);
+  std::printf(
+      "# %10s  %12s  %8s  %6s  %6s  %9s  %7s  %7s  %6s\n#  %10s  %12s  %8s  %6s  %6s  %9s  %7s  "
+      "%7s  %6s\n",
+      "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "(B)",
+      "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "");
+  std::fflush(stdout);
+  std::vector<pid_t> children;
+  for (int r = 0; r < o.nprocs; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int status = rank_main(r, o, dir);
+      std::fflush(stdout);
+      ::_exit(status);
+    }
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (size_t done = 0; done < children.size(); ++done) {
+    int status = 0;
+    const pid_t pid = ::wait(&status);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+    if (!failed) {  // the first failure ends the others: they would wait for it forever
+      failed = WIFEXITED(status) ? WEXITSTATUS(status) : 4;
+      for (pid_t c : children)
+        if (c != pid) ::kill(c, SIGTERM);
+    }
+  }
+  std::filesystem::remove_all(dir);
+  if (failed == 1) std::printf("# Wrong values: FAILED\n");
+  return failed;
+}
