@@ -112,6 +112,31 @@ TEST_CASE("batch_isend_irecv exchanges both ways at once", "[comm][p2p]") {
   }));
 }
 
+// Rank 0 issues an all_reduce, does not wait on it, and blocks on a message
+// that rank 1 sends only once the all_reduce is done: valid (collectives run
+// by themselves, as in NCCL), and a deadlock if a collective ran only when
+// waited on. The group's worker starts it.
+TEST_CASE("a collective nobody waits on runs by itself", "[comm][p2p]") {
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    Tensor t = cpu_tensor(1000, DType::kI64), msg = cpu_tensor(10, DType::kI64);
+    fill_i64(t, 1);
+    if (g.rank() == 0) {
+      Work reduce = g.all_reduce(t);
+      g.recv(msg, 1).wait();
+      check_i64(msg, 42, "the message sent after the all_reduce");
+      reduce.wait();
+    } else {
+      g.all_reduce(t).wait();
+      fill_i64(msg, 42);
+      g.send(msg, 0).wait();
+    }
+    const auto* sum = static_cast<const int64_t*>(t.raw_data());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      expect(sum[i] == 2 * (1 + i), "all_reduce element ", i, " is ", sum[i]);  // 1 + i on 2 ranks
+    }
+  }));
+}
+
 TEST_CASE("new_group: members reduce among themselves, the others get none", "[comm][groups]") {
   REQUIRE_NOTHROW(run_world(4, [](ProcessGroup& world) {
     const int r = world.rank();

@@ -43,6 +43,7 @@ Tuning Tuning::from_env() {
   Tuning t;
   t.spin_us = default_spin_us(local_world_size(), usable_hardware_threads());
   override_from("SPMD_TCP_SPIN_US", t.spin_us, 0);
+  override_from("SPMD_TCP_START_AFTER_US", t.start_after_us, 0);
   override_from("SPMD_TCP_SMALL_ALL_REDUCE_BYTES", t.small_all_reduce_bytes, 0);
   override_from("SPMD_TCP_SMALL_ROOTED_BYTES", t.small_rooted_bytes, 0);
   override_from("SPMD_TCP_CHUNK_BYTES", t.chunk_bytes, 1024);

@@ -35,10 +35,15 @@ struct Tuning {
   // outnumber its hardware threads, else 0 (docs/comm.md).
   int spin_us = 0;
   static constexpr int kSpinMicros = 50;
+  // How long a launched collective waits for a thread to wait on it (and
+  // run it itself, with no thread hand-off) before the group's worker starts
+  // it (collective_queue.h). Bounds how late a collective that nobody waits
+  // on starts; 0 starts every collective on the worker at once.
+  int start_after_us = 100;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
-  // SPMD_TCP_SEND_BUFFER_BYTES and SPMD_TCP_SPIN_US.
+  // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US and SPMD_TCP_START_AFTER_US.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).

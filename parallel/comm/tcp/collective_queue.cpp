@@ -1,0 +1,121 @@
+// The collective queue: a waiter runs its collective itself; the worker,
+// asleep on a timerfd, starts only those nobody has taken in time.
+#include "parallel/comm/tcp/collective_queue.h"
+
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace spmd::dist::tcp {
+
+CollectiveQueue::CollectiveQueue(std::chrono::microseconds start_after)
+    : start_after_(start_after) {
+  timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+  SPMD_CHECK(timer_fd_ >= 0, "CollectiveQueue: timerfd_create failed: ", std::strerror(errno));
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+CollectiveQueue::~CollectiveQueue() {
+  stop();
+  ::close(timer_fd_);
+}
+
+CollectiveQueue::EntryPtr CollectiveQueue::push(std::function<void()> run,
+                                                std::function<void()> complete,
+                                                const std::string& description) {
+  auto entry = std::make_shared<Entry>();
+  entry->run = std::move(run);
+  entry->complete = std::move(complete);
+  entry->due = Clock::now() + start_after_;
+  std::lock_guard lock(mu_);
+  SPMD_CHECK(!stopping_, description, ": the group has been shut down");
+  queue_.push_back(entry);
+  // Only the first in line needs the timer: a running collective's thread
+  // schedules the next one when it ends.
+  if (queue_.size() == 1 && !running_) arm_locked(entry->due);
+  return entry;
+}
+
+bool CollectiveQueue::run_through(const EntryPtr& entry) {
+  std::unique_lock lock(mu_);
+  bool ran = false;
+  while (!ran && !entry->done && !running_ && !queue_.empty()) {
+    ran = queue_.front() == entry;
+    run_front(lock);
+  }
+  schedule_locked();
+  return ran;
+}
+
+void CollectiveQueue::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    schedule_locked();
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+// Sleeps on the timer until the first collective in line is due (or the
+// queue stops), runs it unless another thread took it meanwhile, repeats.
+void CollectiveQueue::worker_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (!running_ && !queue_.empty() && (stopping_ || queue_.front()->due <= Clock::now())) {
+      run_front(lock);
+      continue;
+    }
+    if (stopping_ && queue_.empty() && !running_) return;
+    schedule_locked();
+    lock.unlock();
+    uint64_t expirations = 0;
+    [[maybe_unused]] const ssize_t r = ::read(timer_fd_, &expirations, sizeof expirations);
+    lock.lock();
+    armed_for_ = Clock::time_point::max();  // a one-shot timer is disarmed once it fires
+  }
+}
+
+// Runs the first collective in line on this thread; lets the next one go
+// before completing this one's Work. `lock` is held on entry and on return.
+void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
+  EntryPtr entry = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  lock.unlock();
+  entry->run();
+  lock.lock();
+  running_ = false;
+  entry->done = true;
+  lock.unlock();
+  entry->complete();
+  lock.lock();
+}
+
+// Points the timer at what the worker must do next: nothing while a
+// collective runs (its thread calls this again when it ends) or none is
+// queued; else start the first in line when it is due (at once when stopping).
+void CollectiveQueue::schedule_locked() {
+  if (running_ || (queue_.empty() && !stopping_)) return arm_locked(Clock::time_point::max());
+  arm_locked(stopping_ ? Clock::now() : queue_.front()->due);
+}
+
+// Sets the timer to fire at `when` (max: disarms it); one syscall, and none
+// when it is already set so.
+void CollectiveQueue::arm_locked(Clock::time_point when) {
+  if (when == armed_for_) return;
+  armed_for_ = when;
+  itimerspec spec{};
+  if (when != Clock::time_point::max()) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
+    spec.it_value.tv_sec = std::max<int64_t>(0, ns.count() / 1000000000);
+    spec.it_value.tv_nsec = ns.count() % 1000000000;
+    if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) spec.it_value.tv_nsec = 1;
+  }
+  ::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+}  // namespace spmd::dist::tcp
