@@ -137,6 +137,26 @@ TEST_CASE("a collective nobody waits on runs by itself", "[comm][p2p]") {
   }));
 }
 
+// Rank 0 sends more than the sockets can hold and, without waiting on the
+// send, enters a barrier that rank 1 reaches only once the whole message has
+// arrived: the send must move on with no thread waiting on it (the engine's
+// thread takes it over), else this deadlocks.
+TEST_CASE("a send nobody waits on is delivered by itself", "[comm][p2p]") {
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    Tensor msg = cpu_tensor(int64_t(4) << 20, DType::kI64);  // 32 MiB
+    if (g.rank() == 0) {
+      fill_i64(msg, 7);
+      Work send = g.send(msg, 1);
+      g.barrier().wait();
+      send.wait();
+    } else {
+      g.recv(msg, 0).wait();
+      check_i64(msg, 7, "the 32 MiB message");
+      g.barrier().wait();
+    }
+  }));
+}
+
 TEST_CASE("new_group: members reduce among themselves, the others get none", "[comm][groups]") {
   REQUIRE_NOTHROW(run_world(4, [](ProcessGroup& world) {
     const int r = world.rank();

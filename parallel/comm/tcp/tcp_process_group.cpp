@@ -56,10 +56,11 @@ void TcpProcessGroup::connect() {
     if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);
   }
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
-  mesh_->set_spin(std::chrono::microseconds(tuning_.spin_us));
+  mesh_->set_spin(tuning_.spin());
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
-  p2p_ = std::make_unique<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout(),
-                                     std::chrono::microseconds(tuning_.spin_us));
+  p2p_ =
+      std::make_shared<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout(), tuning_.spin(),
+                                  std::chrono::microseconds(tuning_.start_after_us));
   queue_ = std::make_unique<CollectiveQueue>(std::chrono::microseconds(tuning_.start_after_us));
 }
 
@@ -67,6 +68,7 @@ TcpProcessGroup::~TcpProcessGroup() { shutdown(); }
 
 void TcpProcessGroup::shutdown() {
   if (queue_) queue_->stop();  // the queued collectives finish (or time out) first
+  if (p2p_) p2p_->stop();
   p2p_.reset();
   mesh_.reset();
 }
@@ -132,6 +134,11 @@ void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
     });
   }
   inner.on_complete([host] {});  // keeps the host memory alive until the transfer ends
+  // A caller that waits on it moves its bytes itself (p2p.h).
+  work.set_runner([engine = std::weak_ptr(p2p_), inner] {
+    auto e = engine.lock();
+    return e && e->drive(inner);
+  });
   if (op.type == OpType::kSend) {
     p2p_->send(host.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, inner);
   } else {

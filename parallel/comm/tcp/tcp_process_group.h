@@ -80,7 +80,7 @@ class TcpProcessGroup final : public ProcessGroup,
   std::string route_hint_;
   tcp::Tuning tuning_;
   std::unique_ptr<tcp::Mesh> mesh_;
-  std::unique_ptr<tcp::P2PEngine> p2p_;
+  std::shared_ptr<tcp::P2PEngine> p2p_;  // shared with the Works' runners
   tcp::Workspace workspace_;
 #if SPMD_WITH_CUDA
   std::unique_ptr<tcp::HostStaging> staging_;  // pinned buffers for CUDA tensors
