@@ -60,6 +60,10 @@ class Mesh {
   }
   // Moves bytes on every used link until done() holds.
   void wait_until(const std::function<bool()>& done);
+  // Moves what can move now on every used link, without waiting.
+  void progress() {
+    for (Link* l : used_) l->pump();
+  }
 
   // The peers whose header for the current (or just failed) collective has
   // arrived: the ranks known to have reached it.
