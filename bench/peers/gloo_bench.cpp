@@ -22,8 +22,8 @@
 //   sendrecv        unbound buffers: send right, receive from the left
 //
 // Sizes, counts, bus factors and the time (mean over ranks of each rank's
-// time per call, each call complete before the next) are spmd-bench's
-// (bench/collectives/cases.h). float and sum only (what the comparison
+// time per call, each call complete before the next; or as -a says) are
+// spmd-bench's (bench/collectives/cases.h). float and sum only (what the comparison
 // uses); -c checks every algorithm with spmd-bench's values. An algorithm
 // object is built once per size and run for every call, as a Gloo user
 // would. Not here: Gloo's CUDA algorithms, other dtypes and reductions.
@@ -71,7 +71,7 @@ struct Options {
   int nprocs = 2;
   size_t min_bytes = 32u << 20, max_bytes = 32u << 20, step_bytes = 1u << 20;
   double step_factor = 1;
-  int iters = 20, warmup = 5, checks = 1, root = 0;
+  int iters = 20, warmup = 5, checks = 1, root = 0, average = 1;
   std::string json;
 };
 
@@ -268,12 +268,14 @@ long long count_wrong(const Case& c) {
   return wrong;
 }
 
-// Sums v over the ranks, in place.
-void sum_over_ranks(const Ctx& ctx, std::vector<double>& v) {
+void sum_f64(void* c, const void* a, const void* b, size_t n) { gloo::sum<double>(c, a, b, n); }
+void max_f64(void* c, const void* a, const void* b, size_t n) { gloo::max<double>(c, a, b, n); }
+
+// Sums v (or takes its maximum) over the ranks, in place.
+void reduce_over_ranks(const Ctx& ctx, std::vector<double>& v, bool max) {
   gloo::AllreduceOptions opts(ctx);
   opts.setOutput(v.data(), v.size());
-  opts.setReduceFunction(
-      [](void* c, const void* a, const void* b, size_t n) { gloo::sum<double>(c, a, b, n); });
+  opts.setReduceFunction(max ? &max_f64 : &sum_f64);
   gloo::allreduce(opts);
 }
 
@@ -292,15 +294,19 @@ long long measure(const Ctx& ctx, const Algo& algo, Case& c, const Options& o, F
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.iters; ++i) call();
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  std::vector<double> sums{took.count() / std::max(o.iters, 1), 0};
+  const double mine = took.count() / std::max(o.iters, 1);
+  // rank 0's time, the sum of times, wrong values; then the max of t and -t
+  std::vector<double> sums{c.rank == 0 ? mine : 0.0, mine, 0}, extremes{mine, -mine};
   for (int i = 0; i < o.checks; ++i) {
     fill(c);
     gloo::barrier(barrier);  // Gloo's classic algorithms write into a peer's buffer unasked
     call();
-    sums[1] += double(count_wrong(c));
+    sums[2] += double(count_wrong(c));
   }
-  sum_over_ranks(ctx, sums);
-  const double t = sums[0] / c.size, algbw = double(c.size_bytes) / t / 1e9;
+  reduce_over_ranks(ctx, sums, false);
+  reduce_over_ranks(ctx, extremes, true);
+  const double times[4] = {sums[0], sums[1] / c.size, -extremes[1], extremes[0]};  // -a
+  const double t = times[o.average], algbw = double(c.size_bytes) / t / 1e9;
   const double busbw = algbw * bus_factor(c.op, c.size);
   const bool rooted = c.op == "broadcast" || c.op == "reduce";
   const char* redop =
@@ -308,7 +314,7 @@ long long measure(const Ctx& ctx, const Algo& algo, Case& c, const Options& o, F
   if (c.rank == 0) {
     std::printf("  %10zu  %12zu  %8s  %6s  %6d  %9.1f  %7.3f  %7.3f  %6lld\n", c.size_bytes,
                 c.count, "float", redop, rooted ? c.root : -1, t * 1e6, algbw, busbw,
-                (long long)sums[1]);
+                (long long)sums[2]);
     std::fflush(stdout);
     if (json) {
       std::fprintf(json,
@@ -316,11 +322,11 @@ long long measure(const Ctx& ctx, const Algo& algo, Case& c, const Options& o, F
                    "\"root\":%d,\"time_us\":%.3f,\"algbw\":%.6f,\"busbw\":%.6f,\"wrong\":%lld,"
                    "\"nranks\":%d,\"impl\":\"gloo-%s\"}\n",
                    c.op.c_str(), c.size_bytes, c.count, redop, rooted ? c.root : -1, t * 1e6, algbw,
-                   busbw, (long long)sums[1], c.size, algo.name);
+                   busbw, (long long)sums[2], c.size, algo.name);
       std::fflush(json);
     }
   }
-  return (long long)sums[1];
+  return (long long)sums[2];
 }
 
 // --- One rank -------------------------------------------------------------------------
@@ -386,7 +392,7 @@ size_t parse_bytes(const char* s) {
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "gloo_bench: %s\nusage: gloo_bench [--nprocs P] OP[,OP...|all] [-b B] [-e B] [-f F] "
-               "[-i B] [-n N] [-w N] [-c N] [-r R] [-d float] [-o sum] [--json FILE]\n",
+               "[-i B] [-n N] [-w N] [-c N] [-r R] [-a 0..3] [-d float] [-o sum] [--json FILE]\n",
                why);
   std::exit(2);
 }
@@ -436,6 +442,8 @@ Options parse(int argc, char** argv) {
       o.checks = std::atoi(v);
     else if (a == "-r" || a == "--root")
       o.root = std::atoi(v);
+    else if (a == "-a" || a == "--average")
+      o.average = std::atoi(v);
     else if (a == "--json")
       o.json = v;
     else if ((a == "-d" || a == "--datatype") && std::strcmp(v, "float") != 0)
@@ -446,6 +454,7 @@ Options parse(int argc, char** argv) {
       usage(("unknown flag " + a).c_str());
   }
   if (o.ops.empty()) usage("name an op (or all)");
+  if (o.average < 0 || o.average > 3) usage("-a: 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
   if (o.nprocs < 1 || o.root < 0 || o.root >= o.nprocs)
     usage("need --nprocs >= 1 and 0 <= root < nprocs");
   return o;
