@@ -86,7 +86,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
                 });
 }
 
-Tensor rope(const Tensor& x, const ops::RopeTables& tables) {
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin) {
+  const ops::RopeTables tables{cos, sin};
   Tensor out = ops::rope(x, tables);
   if (!autograd::needs_grad({&x})) return out;
   return record("rope", {&x}, out, [tables](const Tensor& g) {

@@ -24,8 +24,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 // count for nothing. A 0-d tensor, as F.cross_entropy(..., reduction="mean").
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
-// Rotary position embedding of x (B, T, H, D) with precomputed tables.
-Tensor rope(const Tensor& x, const ops::RopeTables& tables);
+// Rotary position embedding of x (B, T, H, D) with the tables cos and sin
+// (at least T, D/2) of ops::rope_tables. (Tables are passed as two tensors
+// rather than an ops::RopeTables, so that a call never also finds ops::rope.)
+Tensor rope(const Tensor& x, const Tensor& cos, const Tensor& sin);
 
 // Zeroes each element with probability p and scales the rest by 1/(1-p) while
 // training; the identity otherwise. Draws from `gen` (the default generator

@@ -56,9 +56,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   if (options.rope) {
     SPMD_CHECK(T <= options.max_seq_len, "CausalSelfAttention: sequence of ", T,
                " exceeds max_seq_len ", options.max_seq_len);
-    const ops::RopeTables tables{rope_cos_, rope_sin_};
-    q = spmd::rope(q, tables);  // qualified: ADL would also find ops::rope
-    k = spmd::rope(k, tables);
+    q = rope(q, rope_cos_, rope_sin_);
+    k = rope(k, rope_cos_, rope_sin_);
   }
   // (B, T, H, D) -> (B, H, T, D): views, no copies.
   Tensor y = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
