@@ -4,6 +4,7 @@
 // calls that backward. Attention is in attention.cpp.
 #include "autograd/nn_functional.h"
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "tensor/ops.h"
 
@@ -14,7 +15,8 @@ using autograd::TensorList;
 
 namespace {
 
-Tensor softmax_impl(const Tensor& x, int dim, bool log) {
+Tensor softmax_impl(const Tensor& x_in, int dim, bool log) {
+  const Tensor x = autograd::autocast_f32(x_in);
   Tensor y = log ? ops::log_softmax(x, dim) : ops::softmax(x, dim);
   if (!autograd::needs_grad({&x})) return y;
   return record(log ? "log_softmax" : "softmax", {&x}, y,
@@ -34,7 +36,8 @@ struct SavedNorm {
 Tensor softmax(const Tensor& x, int dim) { return softmax_impl(x, dim, false); }
 Tensor log_softmax(const Tensor& x, int dim) { return softmax_impl(x, dim, true); }
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
+  const Tensor x = autograd::autocast_f32(x_in);
   ops::NormResult r = ops::layer_norm(x, weight, bias, eps);
   if (!autograd::needs_grad({&x, &weight, &bias})) return r.y;
   return record("layer_norm", {&x, &weight, &bias}, r.y,
@@ -47,7 +50,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
                 });
 }
 
-Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+Tensor rms_norm(const Tensor& x_in, const Tensor& weight, double eps) {
+  const Tensor x = autograd::autocast_f32(x_in);
   ops::NormResult r = ops::rms_norm(x, weight, eps);
   if (!autograd::needs_grad({&x, &weight})) return r.y;
   return record("rms_norm", {&x, &weight}, r.y,
@@ -67,7 +71,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
                 });
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index) {
+  const Tensor logits = autograd::autocast_f32(logits_in);
   SPMD_CHECK(logits.ndim() >= 1 && logits.ndim() == targets.ndim() + 1,
              "cross_entropy: expected logits (..., V) and targets (...), got ", logits.shape(),
              " and ", targets.shape());

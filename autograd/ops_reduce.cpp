@@ -6,6 +6,7 @@
 // matrix product C = A B has dA = dC B^T and dB = A^T dC, with the batch dims
 // that broadcast summed away; linear() folds every leading dim into one so
 // that dW is one GEMM, not one per batch and a sum.
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/tensor_ops.h"
 #include "tensor/ops.h"
@@ -76,7 +77,8 @@ Tensor amin(const Tensor& t, const std::vector<int>& dims, bool keepdim) {
 
 // --- Matrix products ----------------------------------------------------------------
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autograd::autocast_low(a_in), b = autograd::autocast_low(b_in);
   Tensor out = ops::matmul(a, b);
   if (!autograd::needs_grad({&a, &b})) return out;
   const bool na = a.requires_grad(), nb = b.requires_grad();
@@ -113,7 +115,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  const Tensor x = autograd::autocast_low(x_in), weight = autograd::autocast_low(weight_in),
+               bias = autograd::autocast_low(bias_in);
   Tensor out = ops::linear(x, weight, bias);
   if (!autograd::needs_grad({&x, &weight, &bias})) return out;
   const bool nx = x.requires_grad(), nw = weight.requires_grad();

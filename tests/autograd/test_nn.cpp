@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/autograd.h"
 #include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
@@ -177,4 +178,36 @@ TEST_CASE("one batch is overfit to near-zero loss (GPT-2 and Llama shapes)", "[n
     CHECK(first > 3.0);
     CHECK(last < 0.05);
   }
+}
+
+TEST_CASE("autocast: bf16 products, f32 master weights and gradients", "[nn][autocast]") {
+  nn::Linear lin(16, 8);
+  const Tensor x = ops::randn({4, 16});
+  const Tensor ref = lin(x);
+  backward(sum(ref));
+  const Tensor ref_grad = ops::clone(lin.weight.grad());
+  lin.zero_grad();
+  {
+    AutocastGuard autocast(DType::kBF16, /*cpu=*/true);
+    const Tensor y = lin(x);
+    CHECK(y.dtype() == DType::kBF16);
+    CHECK(ops::allclose(ops::to(y, DType::kF32), ref, 2e-2, 2e-2));
+    backward(sum(y));
+  }
+  CHECK(lin.weight.dtype() == DType::kF32);
+  CHECK(lin.weight.grad().dtype() == DType::kF32);
+  CHECK(ops::allclose(lin.weight.grad(), ref_grad, 2e-2, 2e-2));
+  CHECK(lin(x).dtype() == DType::kF32);  // off again outside the guard
+  {
+    AutocastGuard autocast;  // CUDA only by default: CPU tensors stay f32
+    CHECK(lin(x).dtype() == DType::kF32);
+  }
+
+  Transformer model(tiny_gpt2(), 9);
+  const Tensor ids = random_ids(2, 8, 32, 10), targets = random_ids(2, 8, 32, 11);
+  const double full = cross_entropy(model(ids), targets).item<double>();
+  AutocastGuard autocast(DType::kBF16, true);
+  const Tensor loss = cross_entropy(model(ids), targets);
+  CHECK(loss.dtype() == DType::kF32);  // cross-entropy runs in f32
+  CHECK(loss.item<double>() == Approx(full).epsilon(1e-2));
 }
