@@ -19,7 +19,11 @@ function(spmd_header_dep target header)
     message(FATAL_ERROR "spmd: cannot find ${header}; run scripts/setup.sh, or set SPMD_DEPS_DIR")
   endif()
   add_library(spmd_dep_${target} INTERFACE)
-  target_include_directories(spmd_dep_${target} SYSTEM INTERFACE ${${target}_INCLUDE_DIR})
+  # /usr/include is every compiler's default; naming it again (-isystem) would
+  # break nvcc's host compiler, whose <cmath> relies on #include_next.
+  if(NOT ${target}_INCLUDE_DIR STREQUAL "/usr/include")
+    target_include_directories(spmd_dep_${target} SYSTEM INTERFACE ${${target}_INCLUDE_DIR})
+  endif()
   add_library(spmd::${target} ALIAS spmd_dep_${target})
 endfunction()
 
@@ -46,11 +50,17 @@ add_library(spmd::openmp ALIAS spmd_dep_openmp)
 
 # BLAS under Eigen's products: Debian's OpenMP build of OpenBLAS when present
 # (one OpenMP thread pool for BLAS and our loops), else Eigen's own GEMM.
-find_library(SPMD_OPENBLAS_LIBRARY NAMES openblas
-             PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
-             NO_DEFAULT_PATH)
-if(NOT SPMD_OPENBLAS_LIBRARY)
-  find_library(SPMD_OPENBLAS_LIBRARY NAMES openblas)
+# SPMD_USE_OPENBLAS=OFF builds the fallback on purpose (as on a machine without it).
+option(SPMD_USE_OPENBLAS "Send Eigen's products to OpenBLAS when it is found" ON)
+if(SPMD_USE_OPENBLAS)
+  find_library(SPMD_OPENBLAS_LIBRARY NAMES openblas
+               PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
+               NO_DEFAULT_PATH)
+  if(NOT SPMD_OPENBLAS_LIBRARY)
+    find_library(SPMD_OPENBLAS_LIBRARY NAMES openblas)
+  endif()
+else()
+  unset(SPMD_OPENBLAS_LIBRARY CACHE)
 endif()
 add_library(spmd_dep_blas INTERFACE)
 if(SPMD_OPENBLAS_LIBRARY)

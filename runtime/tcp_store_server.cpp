@@ -65,6 +65,8 @@ class TCPStoreServer::Loop {
   bool handle_frames(Conn& c);
   void handle_hello(Conn& c, Reader& r);
   void handle_request(Conn& c, Reader& r);
+  void handle_write(Conn& c, Op op, Reader& r);
+  void handle_query(Conn& c, Op op, Reader& r);
   void start_wait(Conn& c, Op op, std::vector<std::string> keys, int64_t timeout_ms);
   void answer_wait(Conn& c);
   void wake_waiters();
@@ -245,19 +247,8 @@ void TCPStoreServer::Loop::handle_hello(Conn& c, Reader& r) {
 }
 
 void TCPStoreServer::Loop::handle_request(Conn& c, Reader& r) {
-  Writer w;
-  auto ok = [&]() -> Writer& { return w.u8(static_cast<uint8_t>(Status::kOk)); };
   auto op = static_cast<Op>(r.u8());
   switch (op) {
-    case Op::kSet: {
-      std::string key = r.str();
-      Bytes value = r.bytes();
-      r.expect_end();
-      table_.set(key, value);
-      ok();
-      wake_waiters();
-      break;
-    }
     case Op::kGet: {
       std::string key = r.str();
       int64_t timeout_ms = r.i64();
@@ -270,45 +261,60 @@ void TCPStoreServer::Loop::handle_request(Conn& c, Reader& r) {
       r.expect_end();
       return start_wait(c, op, std::move(keys), timeout_ms);
     }
-    case Op::kAdd: {
-      std::string key = r.str();
-      int64_t delta = r.i64();
-      r.expect_end();
-      try {
-        int64_t value = table_.add(key, delta);
-        ok().i64(value);
-      } catch (const InvalidArgument& e) {
-        w.u8(static_cast<uint8_t>(Status::kError)).str(e.what());
-      }
-      wake_waiters();
-      break;
-    }
-    case Op::kCompareSet: {
-      std::string key = r.str();
-      Bytes expected = r.bytes(), desired = r.bytes();
-      r.expect_end();
-      ok().bytes(table_.compare_set(key, expected, desired));
-      wake_waiters();
-      break;
-    }
-    case Op::kCheck: {
-      std::vector<std::string> keys = r.keys();
-      r.expect_end();
-      ok().u8(table_.missing(keys).empty() ? 1 : 0);
-      break;
-    }
-    case Op::kDeleteKey: {
-      std::string key = r.str();
-      r.expect_end();
-      ok().u8(table_.erase(key) ? 1 : 0);
-      break;
-    }
+    case Op::kSet:
+    case Op::kAdd:
+    case Op::kCompareSet:
+      return handle_write(c, op, r);
+    case Op::kCheck:
+    case Op::kDeleteKey:
     case Op::kNumKeys:
-      r.expect_end();
-      ok().i64(table_.size());
-      break;
-    default:
-      throw ProtocolError(str_cat("unknown operation ", static_cast<int>(op)));
+      return handle_query(c, op, r);
+  }
+  throw ProtocolError(str_cat("unknown operation ", static_cast<int>(op)));
+}
+
+// set, add, compare_set: change the table, answer, wake the parked requests.
+void TCPStoreServer::Loop::handle_write(Conn& c, Op op, Reader& r) {
+  Writer w;
+  std::string key = r.str();
+  if (op == Op::kSet) {
+    Bytes value = r.bytes();
+    r.expect_end();
+    table_.set(key, value);
+    w.u8(static_cast<uint8_t>(Status::kOk));
+  } else if (op == Op::kAdd) {
+    int64_t delta = r.i64();
+    r.expect_end();
+    try {
+      int64_t value = table_.add(key, delta);
+      w.u8(static_cast<uint8_t>(Status::kOk)).i64(value);
+    } catch (const InvalidArgument& e) {  // a well-formed request the table refuses
+      w.u8(static_cast<uint8_t>(Status::kError)).str(e.what());
+    }
+  } else {
+    Bytes expected = r.bytes(), desired = r.bytes();
+    r.expect_end();
+    w.u8(static_cast<uint8_t>(Status::kOk)).bytes(table_.compare_set(key, expected, desired));
+  }
+  reply(c, w);
+  wake_waiters();
+}
+
+// check, delete_key, num_keys: answer at once.
+void TCPStoreServer::Loop::handle_query(Conn& c, Op op, Reader& r) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Status::kOk));
+  if (op == Op::kCheck) {
+    std::vector<std::string> keys = r.keys();
+    r.expect_end();
+    w.u8(table_.missing(keys).empty() ? 1 : 0);
+  } else if (op == Op::kDeleteKey) {
+    std::string key = r.str();
+    r.expect_end();
+    w.u8(table_.erase(key) ? 1 : 0);
+  } else {
+    r.expect_end();
+    w.i64(table_.size());
   }
   reply(c, w);
 }

@@ -5,6 +5,7 @@
 # documentation and headers, concatenated (nothing is downloaded).
 #   scripts/run.sh                 600 steps of the tiny config
 #   scripts/run.sh --steps 100     any flag of 01_train_single
+# (The tensor-core tour that ran here before is build/examples/tensor_tour.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,5 +19,5 @@ text=build/embedded_text.txt
   find runtime tensor autograd -name '*.h' | sort | xargs cat
 } >"$text"
 echo "run.sh: training on $text ($(wc -c <"$text") bytes of the repository's own text)"
-build/examples/01_train_single/01_train_single --data "$text" --config tiny --steps 600 \
+exec build/examples/01_train_single --data "$text" --config tiny --steps 600 \
   --threads "$(nproc)" "$@"

@@ -193,6 +193,28 @@ class Backend {
   //   param -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                           const Tensor& exp_avg_sq, const AdamWStep& hp) = 0;
+
+  // --- Attention -------------------------------------------------------------
+  // Scaled dot-product attention of q (B, H, T, D) over k and v (B, Hkv, S, D),
+  // H a multiple of Hkv (grouped-query attention: query head h reads key head
+  // h / (H / Hkv)): out (B, H, T, D) = softmax(scale q k^T + mask) v, where the
+  // causal mask hides key j from query i when j > i (top-left aligned, as
+  // PyTorch's is_causal). Saves lse (B, H, T), contiguous f32: the log of each
+  // row's softmax denominator, log sum_j exp(scale q_i . k_j) over the visible
+  // keys, which is all the backward needs besides the inputs. Any strides.
+  //
+  // The default implementation (tensor/attention.cpp) composes the other
+  // methods of this interface: it materializes each head's (T, S) scores in
+  // f32 (f64 for f64 inputs), so it serves every backend and is the reference
+  // the CUDA backend's fused kernel, which holds only tiles, is tested against.
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                         double scale, const Tensor& out, const Tensor& lse);
+  // dq, dk, dv (the shapes of q, k, v) are overwritten, from dout and the
+  // forward's inputs, out and lse.
+  virtual void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse,
+                                  bool causal, double scale, const Tensor& dq, const Tensor& dk,
+                                  const Tensor& dv);
 };
 
 // The backend of a device. Throws when spmd was built without CUDA and a

@@ -67,15 +67,16 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 void CpuBackend::fill(const Tensor& out, double value) {
   const StridedLoop<1> loop = make_loop<1>({&out});
   visit_dtype(out.dtype(), [&]<class T>() {
-    const T v = convert_to<T>(value);
-    for_each_row(loop, kGrain, [v](char* const* p, const int64_t* s, int64_t n) {
-      if (s[0] == int64_t(sizeof(T))) {
-        T* o = reinterpret_cast<T*>(p[0]);
-        for (int64_t i = 0; i < n; ++i) o[i] = v;
-      } else {
-        for (int64_t i = 0; i < n; ++i) elem<T>(p[0], s[0], i) = v;
-      }
-    });
+    for_each_row(loop, kGrain,
+                 [fill = convert_to<T>(value)](char* const* p, const int64_t* s, int64_t n) {
+                   const T v = fill;  // a local: the closure's copy could alias the stores below
+                   if (s[0] == int64_t(sizeof(T))) {
+                     T* o = reinterpret_cast<T*>(p[0]);
+                     for (int64_t i = 0; i < n; ++i) o[i] = v;
+                   } else {
+                     for (int64_t i = 0; i < n; ++i) elem<T>(p[0], s[0], i) = v;
+                   }
+                 });
   });
 }
 

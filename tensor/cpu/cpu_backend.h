@@ -3,10 +3,11 @@
 //
 // One class, its methods spread over one file per idea:
 //   cpu_backend.cpp  memory (through allocator.h), copy/convert, fill, arange
-//   elementwise.cpp  unary and binary ops, where, masked_fill, triangle
+//   elementwise.cpp  unary and binary ops (scalar_ops.cpp: integers, comparisons)
+//   select.cpp       where, masked_fill, triangle
 //   reduce.cpp       reductions and arg-reductions
 //   matmul.cpp       GEMM through Eigen (the only Eigen GEMM translation unit)
-//   nn.cpp           softmax, layer/RMS norm, cross-entropy, RoPE
+//   nn.cpp           softmax, cross-entropy, RoPE (norm.cpp: layer and RMS norm)
 //   indexing.cpp     index_select/index_add, gather/scatter_add
 //   random.cpp       Philox draws and the fused AdamW step
 // The strided-iteration helpers they share are in loops.h.

@@ -9,6 +9,8 @@
 // adds index * stride itself. Index values are checked before anything is
 // written, on the calling thread, so a bad index throws instead of writing
 // out of bounds.
+#include <cstring>
+
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/loops.h"
 
@@ -58,6 +60,10 @@ StridedLoop<N> moved(StridedLoop<N> loop, int64_t out_step, int64_t src_step) {
 
 template <class U>
 void copy_row(char* const* p, const int64_t* s, int64_t n) {
+  if (is_dense<U, U>(s)) {
+    std::memcpy(p[0], p[1], size_t(n) * sizeof(U));
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) elem<U>(p[0], s[0], i) = elem<U>(p[1], s[1], i);
 }
 
@@ -83,9 +89,17 @@ void CpuBackend::index_select(const Tensor& x, int dim, const Tensor& index, con
   if (loop.numel == 0) return;
   visit_bytes(x.dtype(), [&]<class U>() {
     parallel_for(L, std::max<int64_t>(1, kGrain / loop.numel), [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j)
-        run_range(moved(loop, j * out_step, idx[j * idx_stride] * x_step), 0, loop.numel,
-                  copy_row<U>);
+      for (int64_t j = begin; j < end; ++j) {
+        if (loop.ndim == 1) {  // one row per index (an embedding lookup): copy it directly
+          char* ptrs[2] = {loop.data[0] + j * out_step,
+                           loop.data[1] + idx[j * idx_stride] * x_step};
+          const int64_t strides[2] = {loop.strides[0][0], loop.strides[1][0]};
+          copy_row<U>(ptrs, strides, loop.numel);
+        } else {
+          run_range(moved(loop, j * out_step, idx[j * idx_stride] * x_step), 0, loop.numel,
+                    copy_row<U>);
+        }
+      }
     });
   });
 }

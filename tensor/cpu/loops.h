@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tensor/tensor.h"
+#include "tensor/threads.h"
 
 namespace spmd::cpu {
 
@@ -54,6 +55,7 @@ void run_on_threads(int64_t n, int nthreads, const F& fn) {
     fn(0, int64_t(0), n);
     return;
   }
+  note_thread_team();
 #pragma omp parallel num_threads(nthreads)
   {
     const int64_t nt = omp_get_num_threads();

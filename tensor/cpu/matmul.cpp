@@ -109,7 +109,8 @@ void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& out, double al
   };
   // Many small products: one per thread, each single-threaded (BLAS and Eigen
   // run serially inside a parallel region). Otherwise the GEMM uses the threads.
-  constexpr int64_t kSmallGemm = int64_t(1) << 21;  // M*N*K (about 128^3)
+  constexpr int64_t kSmallGemm = int64_t(1) << 21;    // M*N*K (about 128^3)
+  if (omp_get_max_threads() > 1) note_thread_team();  // we or the BLAS may start one
   if (batches > 1 && M * N * K <= kSmallGemm && threads_for(batches, 1) > 1) {
 #pragma omp parallel for schedule(static) num_threads(threads_for(batches, 1))
     for (int64_t i = 0; i < batches; ++i) run(i);

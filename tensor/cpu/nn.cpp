@@ -161,7 +161,7 @@ void CpuBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, con
     const C* cp = cos.data<C>();
     const C* sp = sin.data<C>();
     const C sign = inverse ? C(-1) : C(1);
-    parallel_for(rows, row_grain(D), [&](int64_t begin, int64_t end) {
+    parallel_for(rows, row_grain(D), [=](int64_t begin, int64_t end) {  // by value: no aliasing
       for (int64_t r = begin; r < end; ++r) {
         const int64_t t = (r / H) % T_;
         const T* xr = xp + r * D;

@@ -31,6 +31,21 @@ void fill_blocks(T* out, int64_t n, uint64_t seed, uint64_t offset, const F& val
   });
 }
 
+struct AdamWConstants {
+  float beta1, beta2, eps, decay, step_size, inv_sqrt_bias2;
+};
+
+// The update over n elements; restrict lets the compiler vectorize it (sqrt
+// and division included) without checking for overlap.
+void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m,
+                 float* __restrict v, int64_t n, const AdamWConstants& k) {
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = k.beta1 * m[i] + (1.0f - k.beta1) * g[i];
+    v[i] = k.beta2 * v[i] + (1.0f - k.beta2) * g[i] * g[i];
+    p[i] = p[i] * k.decay - k.step_size * m[i] / (std::sqrt(v[i]) * k.inv_sqrt_bias2 + k.eps);
+  }
+}
+
 }  // namespace
 
 void CpuBackend::random_uniform(const Tensor& out, double low, double high, uint64_t seed,
@@ -82,20 +97,18 @@ void CpuBackend::adamw_step(const Tensor& param, const Tensor& grad, const Tenso
                "adamw_step: expected contiguous f32 tensors of shape ", param.shape(), ", got ",
                dtype_name(t->dtype()), " ", t->shape());
   }
+  const AdamWConstants k{float(hp.beta1),
+                         float(hp.beta2),
+                         float(hp.eps),
+                         float(1.0 - hp.lr * hp.weight_decay),
+                         float(hp.lr / (1.0 - std::pow(hp.beta1, double(hp.step)))),
+                         float(1.0 / std::sqrt(1.0 - std::pow(hp.beta2, double(hp.step))))};
   float* p = param.data<float>();
   const float* g = grad.data<float>();
   float* m = exp_avg.data<float>();
   float* v = exp_avg_sq.data<float>();
-  const float beta1 = float(hp.beta1), beta2 = float(hp.beta2), eps = float(hp.eps);
-  const float decay = float(1.0 - hp.lr * hp.weight_decay);
-  const float step_size = float(hp.lr / (1.0 - std::pow(hp.beta1, double(hp.step))));
-  const float inv_sqrt_bc2 = float(1.0 / std::sqrt(1.0 - std::pow(hp.beta2, double(hp.step))));
   parallel_for(param.numel(), kGrain / 4, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-      v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
-    }
+    adamw_range(p + begin, g + begin, m + begin, v + begin, end - begin, k);
   });
 }
 

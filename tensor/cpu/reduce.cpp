@@ -200,6 +200,7 @@ void inner_plan(const T* x, O* out, const Geometry& g) {
     kept_offsets(g, g.nk, o, xoff, ooff);
     A partial[256];
     const int64_t chunk = (g.n_red + threads - 1) / threads;
+    note_thread_team();
 #pragma omp parallel for num_threads(threads)
     for (int t = 0; t < threads; ++t)
       partial[t] = reduce_span<op, T, A>(x + xoff, g, std::min(g.n_red, t * chunk),

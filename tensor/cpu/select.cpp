@@ -10,6 +10,17 @@ void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
   const StridedLoop<4> loop = make_loop<4>({&out, &cond, &a, &b});
   visit_bytes(out.dtype(), [&]<class U>() {
     for_each_row(loop, kGrain, [](char* const* p, const int64_t* s, int64_t n) {
+      if (is_dense<U, bool, U, U>(s)) {  // a select the compiler vectorizes
+        U* o = reinterpret_cast<U*>(p[0]);
+        const uint8_t* c = reinterpret_cast<const uint8_t*>(p[1]);  // bytes vectorize, bools not
+        const U* x = reinterpret_cast<const U*>(p[2]);
+        const U* y = reinterpret_cast<const U*>(p[3]);
+        for (int64_t i = 0; i < n; ++i) {
+          const U xi = x[i], yi = y[i];  // both loaded: the select needs no branch
+          o[i] = c[i] ? xi : yi;
+        }
+        return;
+      }
       for (int64_t i = 0; i < n; ++i)
         elem<U>(p[0], s[0], i) =
             elem<bool>(p[1], s[1], i) ? elem<U>(p[2], s[2], i) : elem<U>(p[3], s[3], i);
@@ -20,11 +31,23 @@ void CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b, con
 void CpuBackend::masked_fill(const Tensor& x, const Tensor& mask, double value, const Tensor& out) {
   const StridedLoop<3> loop = make_loop<3>({&out, &x, &mask});
   visit_dtype(out.dtype(), [&]<class T>() {
-    const T v = convert_to<T>(value);
-    for_each_row(loop, kGrain, [v](char* const* p, const int64_t* s, int64_t n) {
-      for (int64_t i = 0; i < n; ++i)
-        elem<T>(p[0], s[0], i) = elem<bool>(p[2], s[2], i) ? v : elem<T>(p[1], s[1], i);
-    });
+    for_each_row(
+        loop, kGrain, [fill = convert_to<T>(value)](char* const* p, const int64_t* s, int64_t n) {
+          const T v = fill;  // a local: the closure's copy could alias the stores below
+          if (is_dense<T, T, bool>(s)) {
+            T* o = reinterpret_cast<T*>(p[0]);
+            const T* in = reinterpret_cast<const T*>(p[1]);
+            const uint8_t* m =
+                reinterpret_cast<const uint8_t*>(p[2]);  // bytes vectorize, bools not
+            for (int64_t i = 0; i < n; ++i) {
+              const T xi = in[i];  // loaded whatever the mask: the select needs no branch
+              o[i] = m[i] ? v : xi;
+            }
+            return;
+          }
+          for (int64_t i = 0; i < n; ++i)
+            elem<T>(p[0], s[0], i) = elem<bool>(p[2], s[2], i) ? v : elem<T>(p[1], s[1], i);
+        });
   });
 }
 

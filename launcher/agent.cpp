@@ -1,0 +1,251 @@
+// The agent's life: set-up, then rounds of rendezvous, start, monitor, and
+// either exit or restart.
+#include "launcher/agent.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "launcher/failure_report.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
+#include "runtime/process.h"
+
+extern char** environ;
+
+namespace spmd::launcher {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// The variables spmdrun sets for each worker; the launcher's own values of
+// them (it may itself run under a launcher) are not passed on.
+constexpr const char* kWorkerVars[] = {"RANK",
+                                       "LOCAL_RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK",
+                                       "GROUP_WORLD_SIZE",
+                                       "ROLE_RANK",
+                                       "ROLE_WORLD_SIZE",
+                                       "ROLE_NAME",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "TORCHELASTIC_RESTART_COUNT",
+                                       "TORCHELASTIC_MAX_RESTARTS",
+                                       "TORCHELASTIC_RUN_ID",
+                                       "SPMD_AGENT_STORE",
+                                       "SPMD_STORE_LISTEN_FD"};
+
+std::vector<std::string> launcher_env() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string var = *e;
+    std::string name = var.substr(0, var.find('='));
+    bool ours = std::any_of(std::begin(kWorkerVars), std::end(kWorkerVars),
+                            [&](const char* v) { return name == v; });
+    if (!ours) env.push_back(var);
+  }
+  return env;
+}
+
+Ms ms(double seconds) { return Ms(static_cast<int64_t>(seconds * 1000)); }
+
+bool writes_files(const StreamSelection& s) {
+  if (s.all != 0) return true;
+  for (const auto& [rank, bits] : s.per_local_rank)
+    if (bits != 0) return true;
+  return false;
+}
+
+std::string command_line(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const std::string& a : argv) {
+    if (!out.empty()) out += ' ';
+    out += a.find(' ') == std::string::npos && !a.empty() ? a : "'" + a + "'";
+  }
+  return out;
+}
+
+void say(const std::string& line) { std::cerr << "spmdrun: " << line << std::endl; }
+
+}  // namespace
+
+// ---- set-up ----
+
+Agent::Agent(const LaunchOptions& options, SignalChannel& signals)
+    : options_(options),
+      signals_(signals),
+      command_(resolve_command(options.program, options.args)),
+      base_env_(launcher_env()) {
+  if (!std::getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
+    base_env_.push_back("OMP_NUM_THREADS=1");
+    say(str_cat("OMP_NUM_THREADS is not set: each worker gets OMP_NUM_THREADS=1 so that ",
+                options.nproc_per_node,
+                " workers do not overload the cores (set it yourself to tune)"));
+  }
+  if (writes_files(options.redirects) || writes_files(options.tee)) {
+    std::string dir = options.log_dir;
+    if (dir.empty()) {
+      char tmpl[] = "/tmp/spmdrun_logs_XXXXXX";
+      SPMD_CHECK(::mkdtemp(tmpl) != nullptr, "cannot create a log folder: ", std::strerror(errno));
+      dir = tmpl;
+      say("no --log-dir given: worker logs go to " + dir);
+    }
+    log_root_ = (std::filesystem::path(dir) / options.run_id).string();
+  }
+}
+
+std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int restart) {
+  std::vector<WorkerSetup> setups;
+  for (int lr = 0; lr < a.local_world_size; ++lr) {
+    WorkerSetup s;
+    s.local_rank = lr;
+    s.rank = a.rank_offset + lr;
+    s.env = base_env_;
+    auto set = [&](const char* name, auto value) { s.env.push_back(str_cat(name, "=", value)); };
+    set("RANK", s.rank);
+    set("LOCAL_RANK", lr);
+    set("WORLD_SIZE", a.world_size);
+    set("LOCAL_WORLD_SIZE", a.local_world_size);
+    set("GROUP_RANK", a.group_rank);
+    set("GROUP_WORLD_SIZE", a.group_world_size);
+    set("ROLE_RANK", s.rank);
+    set("ROLE_WORLD_SIZE", a.world_size);
+    set("ROLE_NAME", "default");
+    set("MASTER_ADDR", master_addr_);
+    set("MASTER_PORT", master_port_);
+    set("TORCHELASTIC_RESTART_COUNT", restart);
+    set("TORCHELASTIC_MAX_RESTARTS", options_.max_restarts);
+    set("TORCHELASTIC_RUN_ID", options_.run_id);
+    set("SPMD_AGENT_STORE", 1);
+    s.stdout_route = route(lr, s.rank, restart, kStdoutBit);
+    s.stderr_route = route(lr, s.rank, restart, kStderrBit);
+    setups.push_back(std::move(s));
+  }
+  return setups;
+}
+
+OutputRoute Agent::route(int local_rank, int rank, int restart, int stream_bit) {
+  bool redirect = options_.redirects.includes(local_rank, stream_bit);
+  bool tee = options_.tee.includes(local_rank, stream_bit);
+  const auto& filter = options_.local_ranks_filter;
+  bool shown = !filter || std::find(filter->begin(), filter->end(), local_rank) != filter->end();
+  OutputRoute r;
+  r.console = !redirect && shown;
+  if ((redirect || tee) && !log_root_.empty()) {
+    r.file_path = str_cat(log_root_, "/attempt_", restart, "/rank_", rank, "/",
+                          stream_bit == kStdoutBit ? "stdout.log" : "stderr.log");
+  }
+  return r;
+}
+
+// ---- the rounds ----
+
+int Agent::run() {
+  NodeRendezvous rdzv(options_, [this] { signals_.throw_if_interrupted(); });
+  master_addr_ = rdzv.master_addr();
+  master_port_ = rdzv.master_port();
+  for (int round = 0;; ++round) {
+    NodeAssignment a = rdzv.join(round);
+    SPMD_LOG_INFO("node ", a.group_rank, " of ", a.group_world_size, ": ranks ", a.rank_offset,
+                  "..", a.rank_offset + a.local_world_size - 1, " of ", a.world_size, ", restart ",
+                  round);
+    WorkerGroup group(command_, worker_setups(a, round));
+    Outcome outcome;
+    try {
+      outcome = monitor(group, rdzv, round);
+      if (outcome == Outcome::kSucceeded && options_.nnodes > 1)
+        outcome = exit_barrier(rdzv, round, a.group_rank);
+    } catch (const Error& e) {  // the store is gone: nothing coordinates the job any more
+      say(str_cat("lost the store (", e.what(), "); stopping the workers"));
+      group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
+      throw;
+    }
+    if (outcome == Outcome::kSucceeded) return 0;
+    if (outcome == Outcome::kSignaled) {
+      int sig = signals_.take_termination();
+      say(str_cat("received ", signal_name(sig), ": forwarding it to the workers"));
+      try {
+        rdzv.report_failure(
+            round, str_cat("node ", a.group_rank, "'s launcher received ", signal_name(sig)));
+      } catch (const Error&) {
+      }
+      group.stop(sig, ms(options_.stop_grace_s), signals_);
+      return 128 + sig;
+    }
+    if (outcome == Outcome::kLocalFailure) {
+      on_local_failure(group, rdzv, round, a.group_rank);
+    } else {
+      say("another node failed (" + remote_failure_ + "): stopping the workers");
+      group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
+    }
+    if (signals_.has_termination()) return 128 + signals_.take_termination();
+    if (round >= options_.max_restarts) return 1;
+    say(str_cat("restarting the workers (restart ", round + 1, " of ", options_.max_restarts, ")"));
+  }
+}
+
+Agent::Outcome Agent::monitor(WorkerGroup& group, NodeRendezvous& rdzv, int round) {
+  Ms interval = options_.nnodes > 1 ? ms(options_.monitor_interval_s) : Ms(1000);
+  auto next_check = Clock::now() + interval;
+  for (;;) {
+    group.pump(interval, signals_);
+    if (signals_.has_termination()) return Outcome::kSignaled;
+    if (group.first_failure()) return Outcome::kLocalFailure;
+    if (group.all_exited()) {
+      group.drain_output(Ms(1000), signals_);
+      return Outcome::kSucceeded;
+    }
+    if (options_.nnodes > 1 && Clock::now() >= next_check) {
+      if (std::optional<std::string> f = rdzv.failure(round)) {
+        remote_failure_ = *f;
+        return Outcome::kRemoteFailure;
+      }
+      next_check = Clock::now() + interval;
+    }
+  }
+}
+
+void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank) {
+  size_t failed = *group.first_failure();
+  if (options_.nnodes > 1) {
+    try {  // first, so the other nodes start stopping while this one does
+      rdzv.report_failure(round, failure_summary(group.workers()[failed], group_rank));
+    } catch (const Error& e) {
+      SPMD_LOG_WARN("could not tell the other nodes: ", e.what());
+    }
+  }
+  group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
+  FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts};
+  std::cerr << format_failure_report(group, failed, context) << std::flush;
+}
+
+Agent::Outcome Agent::exit_barrier(NodeRendezvous& rdzv, int round, int group_rank) {
+  // Node 0 hosts the store: it must not leave before the others are done with it.
+  rdzv.mark_done(round, group_rank);
+  auto deadline = Clock::now() + ms(options_.rdzv_timeout_s);
+  for (;;) {
+    if (rdzv.all_done(round)) return Outcome::kSucceeded;
+    if (std::optional<std::string> f = rdzv.failure(round)) {
+      remote_failure_ = *f;
+      return Outcome::kRemoteFailure;
+    }
+    if (Clock::now() >= deadline) {
+      say("not every node finished within --rdzv-timeout; leaving anyway");
+      return Outcome::kSucceeded;
+    }
+    pollfd p{signals_.fd(), POLLIN, 0};
+    ::poll(&p, 1, static_cast<int>(ms(options_.monitor_interval_s).count()));
+    signals_.drain();
+    if (signals_.has_termination()) return Outcome::kSignaled;
+  }
+}
+
+}  // namespace spmd::launcher

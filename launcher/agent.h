@@ -1,0 +1,56 @@
+// The agent: what spmdrun does on one node, from start to exit code.
+//
+//   rendezvous (round r)  ->  start the workers  ->  monitor them
+//        ^                                             |
+//        |   a failure here or on another node,       |  all succeeded:
+//        +-- restarts left: stop all, r + 1  <---------+  wait for the other
+//                                                         nodes, exit 0
+//
+// Monitoring is one poll() loop over the workers' output pipes and the
+// launcher's signals; every --monitor-interval it also asks the store whether
+// another node reported a failure. A failure stops every worker (SIGTERM,
+// then SIGKILL after --stop-grace), prints the report, and tells the other
+// nodes. A signal to the launcher is forwarded to the workers the same way.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/node_rendezvous.h"
+#include "launcher/options.h"
+#include "launcher/signals.h"
+#include "launcher/worker_group.h"
+
+namespace spmd::launcher {
+
+class Agent {
+ public:
+  Agent(const LaunchOptions& options, SignalChannel& signals);
+
+  // Runs the job to its end. Returns the launcher's exit code: 0 when every
+  // worker of the last attempt succeeded, 1 after a failure with no restart
+  // left, 128 + N after signal N. Throws Error for a setup failure (program
+  // missing, port taken, rendezvous timeout) and Interrupted for a signal
+  // that arrived while no worker ran.
+  int run();
+
+ private:
+  enum class Outcome { kSucceeded, kLocalFailure, kRemoteFailure, kSignaled };
+
+  std::vector<WorkerSetup> worker_setups(const NodeAssignment& a, int restart);
+  OutputRoute route(int local_rank, int rank, int restart, int stream_bit);
+  Outcome monitor(WorkerGroup& group, NodeRendezvous& rdzv, int round);
+  Outcome exit_barrier(NodeRendezvous& rdzv, int round, int group_rank);
+  void on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank);
+
+  const LaunchOptions& options_;
+  SignalChannel& signals_;
+  WorkerCommand command_;
+  std::vector<std::string> base_env_;  // the launcher's environment minus what spmdrun sets
+  std::string log_root_;               // <log dir>/<run id>, when logs are written
+  std::string master_addr_;
+  int master_port_ = 0;
+  std::string remote_failure_;  // what another node reported
+};
+
+}  // namespace spmd::launcher

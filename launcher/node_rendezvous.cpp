@@ -1,0 +1,187 @@
+// The node rendezvous: host or reach the store, then join rounds on it.
+// Every wait is cut into short slices so that a signal to the launcher is
+// seen at once, and the whole wait is bounded by --rdzv-timeout.
+#include "launcher/node_rendezvous.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "runtime/error.h"
+#include "runtime/logging.h"
+#include "runtime/prefix_store.h"
+#include "runtime/socket.h"
+#include "runtime/tcp_store.h"
+
+namespace spmd::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kSlice = std::chrono::milliseconds(250);
+
+std::string host_name() {
+  char buf[256] = "?";
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::chrono::milliseconds seconds(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+}  // namespace
+
+NodeRendezvous::NodeRendezvous(const LaunchOptions& options, std::function<void()> check_interrupt)
+    : options_(options), check_interrupt_(std::move(check_interrupt)) {
+  bool bound_all = false;
+  net::Socket listener = claim_endpoint(&bound_all);
+  connect(std::move(listener), bound_all);
+  store_ = std::make_shared<PrefixStore>("spmdrun/" + options.run_id, tcp_);
+  SPMD_LOG_INFO("store at ", master_addr_, ":", master_port_, hosting() ? " (hosted here)" : "");
+}
+
+net::Socket NodeRendezvous::claim_endpoint(bool* bound_all) {
+  if (options_.standalone) {  // bound now: no other process can take the port
+    net::Socket listener = net::listen_tcp("127.0.0.1", 0);
+    master_addr_ = "127.0.0.1";
+    master_port_ = net::local_port(listener.fd());
+    return listener;
+  }
+  net::HostPort hp =
+      options_.rdzv_endpoint.empty()
+          ? net::HostPort{options_.master_addr, static_cast<uint16_t>(options_.master_port)}
+          : net::parse_host_port(options_.rdzv_endpoint, 29500, "--rdzv-endpoint");
+  master_addr_ = hp.host;
+  master_port_ = hp.port;
+  node_rank_ = options_.node_rank >= 0 ? options_.node_rank : (options_.nnodes == 1 ? 0 : -1);
+  if (node_rank_ == 0) {
+    try {
+      *bound_all = true;
+      return net::listen_tcp("", hp.port);
+    } catch (const CommError& e) {
+      SPMD_THROW(CommError, "cannot host the store: ", e.what(),
+                 " (another job? pick another --master-port, or --standalone for a free one)");
+    }
+  }
+  if (node_rank_ < 0) {
+    try {  // the launcher that can bind the endpoint hosts; the others connect
+      return net::listen_tcp(hp.host, hp.port);
+    } catch (const Error&) {
+    }
+  }
+  return net::Socket();
+}
+
+void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
+  bool hosting = listener.valid();
+  TCPStoreOptions o;
+  o.host = hosting && bound_all ? "127.0.0.1" : master_addr_;
+  o.port = static_cast<uint16_t>(master_port_);
+  o.is_server = hosting;
+  o.listen_fd = listener.release();
+  o.timeout = kSlice;  // short attempts, so that signals are seen between them
+  auto deadline = Clock::now() + seconds(options_.rdzv_timeout_s);
+  for (;;) {
+    try {
+      tcp_ = std::make_shared<TCPStore>(o);
+      break;
+    } catch (const TimeoutError& e) {
+      check_interrupt_();
+      if (Clock::now() >= deadline)
+        SPMD_THROW(TimeoutError, "cannot reach the store at ", master_addr_, ":", master_port_,
+                   " within ", options_.rdzv_timeout_s, " s (", e.what(),
+                   "); is node 0's launcher running, and are the address and port right?");
+    }
+  }
+  tcp_->set_timeout(seconds(options_.rdzv_timeout_s));
+}
+
+NodeRendezvous::~NodeRendezvous() = default;
+
+bool NodeRendezvous::hosting() const { return tcp_ && tcp_->is_server(); }
+
+NodeAssignment NodeRendezvous::join(int round) {
+  std::string rk = str_cat("round", round, "/");
+  int node = take_node_rank(rk);
+  store_->set(str_cat(rk, "node/", node), str_cat(options_.nproc_per_node, " ", host_name()));
+  wait_for_nodes(rk, node);
+  NodeAssignment a;
+  a.group_rank = node;
+  a.group_world_size = options_.nnodes;
+  a.world_size = 0;
+  for (int n = 0; n < options_.nnodes; ++n) {
+    std::string info = store_->get_string(str_cat(rk, "node/", n));
+    int nproc = std::stoi(info);  // "<nproc> <host>"
+    if (n < node) a.rank_offset += nproc;
+    if (n == node) a.local_world_size = nproc;
+    a.world_size += nproc;
+  }
+  return a;
+}
+
+int NodeRendezvous::take_node_rank(const std::string& rk) {
+  if (node_rank_ >= 0) {
+    std::string token = str_cat(host_name(), ":", ::getpid());
+    Bytes mine(token.begin(), token.end());
+    Bytes got = store_->compare_set(str_cat(rk, "claim/", node_rank_), {}, mine);
+    SPMD_CHECK(got == mine, "node rank ", node_rank_, " of run '", options_.run_id,
+               "' is already taken by the launcher ", std::string(got.begin(), got.end()),
+               "; give each launcher its own --node-rank");
+    return node_rank_;
+  }
+  int node = static_cast<int>(store_->add(rk + "arrivals", 1) - 1);
+  SPMD_CHECK(node < options_.nnodes, "more than --nnodes ", options_.nnodes,
+             " launchers joined run '", options_.run_id, "'");
+  return node;
+}
+
+void NodeRendezvous::wait_for_nodes(const std::string& rk, int node) {
+  if (store_->add(rk + "joined", 1) == options_.nnodes) store_->set(rk + "open", "1");
+  auto deadline = Clock::now() + seconds(options_.rdzv_timeout_s);
+  for (;;) {
+    try {
+      store_->wait({rk + "open"}, kSlice);
+      return;
+    } catch (const TimeoutError&) {
+      check_interrupt_();
+      if (Clock::now() < deadline) continue;
+    }
+    std::string missing;
+    int joined = 0;
+    for (int n = 0; n < options_.nnodes; ++n) {
+      if (store_->check({str_cat(rk, "node/", n)})) {
+        ++joined;
+      } else {
+        missing += str_cat(missing.empty() ? "" : ", ", n);
+      }
+    }
+    SPMD_THROW(TimeoutError, "rendezvous of run '", options_.run_id, "' at ", master_addr_, ":",
+               master_port_, ": only ", joined, " of ", options_.nnodes, " nodes joined within ",
+               options_.rdzv_timeout_s, " s; missing node rank(s) ", missing, " (node ", node,
+               " is here; every launcher needs --nnodes ", options_.nnodes,
+               " and the same endpoint)");
+  }
+}
+
+void NodeRendezvous::report_failure(int round, const std::string& what) {
+  Bytes b(what.begin(), what.end());
+  store_->compare_set(str_cat("round", round, "/failed"), {}, b);
+}
+
+std::optional<std::string> NodeRendezvous::failure(int round) {
+  std::string key = str_cat("round", round, "/failed");
+  if (!store_->check({key})) return std::nullopt;
+  return store_->get_string(key);
+}
+
+void NodeRendezvous::mark_done(int round, int group_rank) {
+  store_->set(str_cat("round", round, "/done/", group_rank), "1");
+}
+
+bool NodeRendezvous::all_done(int round) {
+  std::vector<std::string> keys;
+  for (int n = 0; n < options_.nnodes; ++n) keys.push_back(str_cat("round", round, "/done/", n));
+  return store_->check(keys);
+}
+
+}  // namespace spmd::launcher

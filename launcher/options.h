@@ -1,0 +1,68 @@
+// spmdrun's command line: torchrun's flags (with their underscore spellings
+// too, so habits carry over), parsed by CLI11 into LaunchOptions and checked
+// for consistency. `spmdrun [options] PROGRAM [ARGS...]`: everything from
+// PROGRAM on is the worker's own command line.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spmd::launcher {
+
+// Which standard streams a flag like --tee applies to, per local rank:
+// torchrun's "3" (both, every rank) or "0:1,1:2" (stdout of local rank 0,
+// stderr of local rank 1). Bit 1 is stdout, bit 2 is stderr.
+struct StreamSelection {
+  int all = 0;
+  std::map<int, int> per_local_rank;
+
+  int for_local_rank(int local_rank) const;
+  bool includes(int local_rank, int stream_bit) const {
+    return (for_local_rank(local_rank) & stream_bit) != 0;
+  }
+};
+constexpr int kStdoutBit = 1;
+constexpr int kStderrBit = 2;
+
+struct LaunchOptions {
+  int nnodes = 1;
+  int nproc_per_node = 1;
+  int node_rank = -1;  // -1: 0 for one node; assigned at rendezvous for several
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string rdzv_endpoint;  // "host:port"; overrides master_addr/port
+  std::string run_id;         // --rdzv-id / --run-id
+  double rdzv_timeout_s = 600;
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;
+  double stop_grace_s = 30;
+  std::string log_dir;
+  StreamSelection redirects;
+  StreamSelection tee;
+  std::optional<std::vector<int>> local_ranks_filter;  // console shows only these
+  std::string program;
+  std::vector<std::string> args;
+};
+
+// What parse_options decided: run, or exit at once with a code (after --help
+// printed the help, or a bad flag printed its error).
+struct ParseOutcome {
+  std::optional<LaunchOptions> options;
+  int exit_code = 0;
+};
+
+// Parses argv; prints help or errors itself and says so in the outcome.
+ParseOutcome parse_options(int argc, char** argv);
+
+// Parses torchrun's stream syntax ("3", "0:1,1:2"). Throws InvalidArgument
+// naming `flag` when the text is neither.
+StreamSelection parse_stream_selection(const std::string& text, const std::string& flag);
+
+// --nproc-per-node: a number, or "cpu" (the cores), "gpu" (the GPUs, from
+// /dev/nvidia*), "auto" (the GPUs if any, else the cores).
+int parse_nproc_per_node(const std::string& text);
+
+}  // namespace spmd::launcher

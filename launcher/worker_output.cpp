@@ -1,0 +1,82 @@
+// Cutting worker output into lines and routing each line.
+#include "launcher/worker_output.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/error.h"
+
+namespace spmd::launcher {
+namespace {
+
+constexpr size_t kMaxLine = 64 * 1024;
+
+// Writes all of s to fd; gives up quietly when the reader is gone (a closed
+// console must not stop the job).
+void write_fully(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    ssize_t k = ::write(fd, s.data() + done, s.size() - done);
+    if (k > 0) {
+      done += static_cast<size_t>(k);
+    } else if (k < 0 && errno != EINTR) {
+      return;
+    }
+  }
+}
+
+int open_log(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) SPMD_THROW(Error, "cannot create the log file ", path, ": ", std::strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
+WorkerOutput::WorkerOutput(int rank, OutputRoute stdout_route, OutputRoute stderr_route,
+                           size_t tail_lines)
+    : rank_(rank), tail_lines_(tail_lines) {
+  streams_[0].route = std::move(stdout_route);
+  streams_[1].route = std::move(stderr_route);
+  for (Stream& s : streams_)
+    if (!s.route.file_path.empty()) s.file_fd = open_log(s.route.file_path);
+}
+
+WorkerOutput::~WorkerOutput() {
+  for (Stream& s : streams_)
+    if (s.file_fd >= 0) ::close(s.file_fd);
+}
+
+void WorkerOutput::feed(int stream, const char* data, size_t n) {
+  Stream& s = streams_[stream - 1];
+  s.partial.append(data, n);
+  size_t start = 0;
+  for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1)
+    emit(stream, s.partial.substr(start, nl - start));
+  s.partial.erase(0, start);
+  while (s.partial.size() >= kMaxLine) {
+    emit(stream, s.partial.substr(0, kMaxLine));
+    s.partial.erase(0, kMaxLine);
+  }
+}
+
+void WorkerOutput::finish(int stream) {
+  Stream& s = streams_[stream - 1];
+  if (!s.partial.empty()) emit(stream, s.partial);
+  s.partial.clear();
+}
+
+void WorkerOutput::emit(int stream, const std::string& line) {
+  Stream& s = streams_[stream - 1];
+  if (s.route.console) write_fully(stream, str_cat("[rank", rank_, "]: ", line, "\n"));
+  if (s.file_fd >= 0) write_fully(s.file_fd, line + "\n");
+  tail_.push_back(line);
+  if (tail_.size() > tail_lines_) tail_.pop_front();
+}
+
+}  // namespace spmd::launcher

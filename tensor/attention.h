@@ -1,0 +1,30 @@
+// Scaled dot-product attention as a raw op (no autograd): PyTorch's
+// F.scaled_dot_product_attention for the causal and the unmasked case, with
+// grouped-query attention, forward and backward. autograd/ wraps the pair in
+// a differentiable function; the context-parallel ring attention merges the
+// per-block results through the saved log-sum-exp.
+#pragma once
+
+#include "tensor/tensor.h"
+
+namespace spmd::ops {
+
+struct AttentionResult {
+  Tensor out;  // (B, H, T, D), q's dtype
+  Tensor lse;  // (B, H, T) f32: log of each row's softmax denominator
+};
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+
+// softmax(scale q k^T [+ causal mask]) v for q (B, H, T, D), k and v
+// (B, Hkv, S, D) with H % Hkv == 0; scale < 0 means 1/sqrt(D). Throws
+// naming the shapes when they do not fit, or the devices when they differ.
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                          double scale = -1);
+// Gradients for an upstream gradient dout of out.
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const AttentionResult& saved, bool causal,
+                                  double scale = -1);
+
+}  // namespace spmd::ops
