@@ -23,6 +23,7 @@
 // backward recomputes each row's max and sum rather than reading lse, so f64
 // stays exact for gradient checks. f32 and f64 only; the half types take the
 // default implementation (which computes through f32).
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -57,22 +58,24 @@ struct Geometry {
   int64_t block_keys(int64_t i1) const { return causal ? std::min(i1, S) : S; }
 };
 
-// In place on each of `rows` rows of s (row stride ld): p = exp(s - max) / sum
-// over the row's visible keys, 0 on the rest up to `keys`. Returns nothing;
-// writes max + log(sum) to lse[r] when lse is given.
+template <class T>
+using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// In place on each of `rows` rows of s (row stride ld, the block's first
+// query i0): p = exp(s - max) / sum over the row's visible keys, 0 on the
+// rest up to `keys`. Writes max + log(sum) to lse[r] when lse is given.
+// (Eigen's array exp is vectorized; std::exp in a loop is not.)
 template <class T>
 void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t keys, int64_t i0, const Geometry& n,
                   float* lse) {
   for (int64_t r = 0; r < rows; ++r) {
-    T* p = s + r * ld;
     const int64_t vis = n.visible(i0 + r);
-    T max = -std::numeric_limits<T>::infinity();
-    for (int64_t j = 0; j < vis; ++j) max = std::max(max, p[j]);
-    T sum = 0;
-    for (int64_t j = 0; j < vis; ++j) sum += (p[j] = std::exp(p[j] - max));
-    const T inv = T(1) / sum;
-    for (int64_t j = 0; j < vis; ++j) p[j] *= inv;
-    std::fill(p + vis, p + keys, T(0));
+    ArrayMap<T> p(s + r * ld, vis);
+    const T max = p.maxCoeff();
+    p = (p - max).exp();
+    const T sum = p.sum();
+    p *= T(1) / sum;
+    std::fill(s + r * ld + vis, s + r * ld + keys, T(0));
     if (lse) lse[r] = float(max + std::log(sum));
   }
 }
@@ -120,18 +123,15 @@ void backward_kv_head(const Geometry& n, const Tensor& dout, const Tensor& q, co
                    T(0), p, keys);
       softmax_rows<T>(p, keys, rows, keys, i0, n, nullptr);
       for (int64_t r = 0; r < rows; ++r) {
-        T d = 0;
-        for (int64_t c = 0; c < n.D; ++c) d += dO.row(i0 + r)[c] * O.row(i0 + r)[c];
-        delta[r] = d;
+        delta[r] = (ArrayMap<T>(dO.row(i0 + r), n.D) * ArrayMap<T>(O.row(i0 + r), n.D)).sum();
       }
       gemm_rows<T>(true, false, keys, n.D, rows, T(1), p, keys, dO.row(i0), dO.stride, T(1),
                    dV.data, dV.stride);  // dv += p^T dout
       gemm_rows<T>(false, true, rows, keys, n.D, T(1), dO.row(i0), dO.stride, V.data, V.stride,
                    T(0), dp, keys);  // dp = dout v^T
       for (int64_t r = 0; r < rows; ++r) {  // ds = p (dp - delta), in place of dp
-        for (int64_t j = 0; j < keys; ++j) {
-          dp[r * keys + j] = p[r * keys + j] * (dp[r * keys + j] - delta[r]);
-        }
+        ArrayMap<T> ds(dp + r * keys, keys);
+        ds = ArrayMap<T>(p + r * keys, keys) * (ds - delta[r]);
       }
       gemm_rows<T>(false, false, rows, n.D, keys, scale, dp, keys, K.data, K.stride, T(0),
                    dQ.row(i0), dQ.stride);  // dq = scale ds k
