@@ -38,6 +38,15 @@ namespace {
 
 constexpr int64_t kBlock = 32;  // query rows per block
 
+// Scratch rows start on 64-byte boundaries (row stride padded to 16
+// elements, buffer aligned): Eigen's vectorized exp, max and sum split a row
+// into a scalar head and a vector body by its address, so an address that
+// varied from call to call would vary the rounding of the result. Aligned,
+// the same inputs give bitwise the same outputs every time.
+template <class T>
+using Scratch = std::vector<T, Eigen::aligned_allocator<T>>;
+inline int64_t padded(int64_t n) { return (n + 15) / 16 * 16; }
+
 // One (batch, head) slice of a (B, H, T, D) tensor: its first row and row stride.
 template <class T>
 struct Rows {
@@ -83,18 +92,19 @@ void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t keys, int64_t i0, cons
 template <class T>
 void forward_head(const Geometry& n, const Tensor& q, const Tensor& k, const Tensor& v,
                   const Tensor& out, const Tensor& lse, int64_t b, int64_t h, T scale,
-                  std::vector<T>& scratch) {
+                  Scratch<T>& scratch) {
   const Rows<T> Q = head<T>(q, b, h), K = head<T>(k, b, h / n.g), V = head<T>(v, b, h / n.g);
   const Rows<T> O = head<T>(out, b, h);
   float* L = lse.data<float>() + (b * n.H + h) * n.T;
-  scratch.resize(size_t(kBlock * n.S));
+  const int64_t ld = padded(n.S);
+  scratch.resize(size_t(kBlock * ld));
   for (int64_t i0 = 0; i0 < n.T; i0 += kBlock) {
     const int64_t rows = std::min(kBlock, n.T - i0), keys = n.block_keys(i0 + rows);
     T* s = scratch.data();
     gemm_rows<T>(false, true, rows, keys, n.D, scale, Q.row(i0), Q.stride, K.data, K.stride, T(0),
-                 s, keys);
-    softmax_rows(s, keys, rows, keys, i0, n, L + i0);
-    gemm_rows<T>(false, false, rows, n.D, keys, T(1), s, keys, V.data, V.stride, T(0), O.row(i0),
+                 s, ld);
+    softmax_rows(s, ld, rows, keys, i0, n, L + i0);
+    gemm_rows<T>(false, false, rows, n.D, keys, T(1), s, ld, V.data, V.stride, T(0), O.row(i0),
                  O.stride);
   }
 }
@@ -103,39 +113,40 @@ void forward_head(const Geometry& n, const Tensor& q, const Tensor& k, const Ten
 template <class T>
 void backward_kv_head(const Geometry& n, const Tensor& dout, const Tensor& q, const Tensor& k,
                       const Tensor& v, const Tensor& out, const Tensor& dq, const Tensor& dk,
-                      const Tensor& dv, int64_t b, int64_t kh, T scale, std::vector<T>& scratch) {
+                      const Tensor& dv, int64_t b, int64_t kh, T scale, Scratch<T>& scratch) {
   const Rows<T> K = head<T>(k, b, kh), V = head<T>(v, b, kh);
   const Rows<T> dK = head<T>(dk, b, kh), dV = head<T>(dv, b, kh);
   for (int64_t j = 0; j < n.S; ++j) {
     std::fill(dK.row(j), dK.row(j) + n.D, T(0));
     std::fill(dV.row(j), dV.row(j) + n.D, T(0));
   }
-  scratch.resize(size_t(2 * kBlock * n.S + kBlock));
+  const int64_t ld = padded(n.S);
+  scratch.resize(size_t(2 * kBlock * ld + kBlock));
   for (int64_t h = kh * n.g; h < (kh + 1) * n.g; ++h) {
     const Rows<T> Q = head<T>(q, b, h), dO = head<T>(dout, b, h), O = head<T>(out, b, h);
     const Rows<T> dQ = head<T>(dq, b, h);
     for (int64_t i0 = 0; i0 < n.T; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, n.T - i0), keys = n.block_keys(i0 + rows);
       T* p = scratch.data();
-      T* dp = p + kBlock * n.S;
-      T* delta = dp + kBlock * n.S;  // rowsum(dout * out) = rowsum(dp * p)
+      T* dp = p + kBlock * ld;
+      T* delta = dp + kBlock * ld;  // rowsum(dout * out) = rowsum(dp * p)
       gemm_rows<T>(false, true, rows, keys, n.D, scale, Q.row(i0), Q.stride, K.data, K.stride,
-                   T(0), p, keys);
-      softmax_rows<T>(p, keys, rows, keys, i0, n, nullptr);
+                   T(0), p, ld);
+      softmax_rows<T>(p, ld, rows, keys, i0, n, nullptr);
       for (int64_t r = 0; r < rows; ++r) {
         delta[r] = (ArrayMap<T>(dO.row(i0 + r), n.D) * ArrayMap<T>(O.row(i0 + r), n.D)).sum();
       }
-      gemm_rows<T>(true, false, keys, n.D, rows, T(1), p, keys, dO.row(i0), dO.stride, T(1),
+      gemm_rows<T>(true, false, keys, n.D, rows, T(1), p, ld, dO.row(i0), dO.stride, T(1),
                    dV.data, dV.stride);  // dv += p^T dout
       gemm_rows<T>(false, true, rows, keys, n.D, T(1), dO.row(i0), dO.stride, V.data, V.stride,
-                   T(0), dp, keys);  // dp = dout v^T
+                   T(0), dp, ld);  // dp = dout v^T
       for (int64_t r = 0; r < rows; ++r) {  // ds = p (dp - delta), in place of dp
-        ArrayMap<T> ds(dp + r * keys, keys);
-        ds = ArrayMap<T>(p + r * keys, keys) * (ds - delta[r]);
+        ArrayMap<T> ds(dp + r * ld, keys);
+        ds = ArrayMap<T>(p + r * ld, keys) * (ds - delta[r]);
       }
-      gemm_rows<T>(false, false, rows, n.D, keys, scale, dp, keys, K.data, K.stride, T(0),
+      gemm_rows<T>(false, false, rows, n.D, keys, scale, dp, ld, K.data, K.stride, T(0),
                    dQ.row(i0), dQ.stride);  // dq = scale ds k
-      gemm_rows<T>(true, false, keys, n.D, rows, scale, dp, keys, Q.row(i0), Q.stride, T(1),
+      gemm_rows<T>(true, false, keys, n.D, rows, scale, dp, ld, Q.row(i0), Q.stride, T(1),
                    dK.data, dK.stride);  // dk += scale ds^T q
     }
   }
@@ -162,7 +173,7 @@ void for_each_task(int64_t n, const F& task) {
   if (threads > 1) note_thread_team();
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    std::vector<T> scratch;
+    Scratch<T> scratch;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < n; ++i) task(i, scratch);
   }
@@ -176,7 +187,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bo
   const Geometry n = geometry_of(q, k, causal);
   if (n.B * n.H * n.T == 0 || n.S == 0) return;
   visit_float(q.dtype(), "attention", [&]<class T>() {
-    for_each_task<T>(n.B * n.H, [&](int64_t i, std::vector<T>& scratch) {
+    for_each_task<T>(n.B * n.H, [&](int64_t i, Scratch<T>& scratch) {
       forward_head<T>(n, q, k, v, out, lse, i / n.H, i % n.H, T(scale), scratch);
     });
   });
@@ -197,7 +208,7 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
     return;
   }
   visit_float(q.dtype(), "attention_backward", [&]<class T>() {
-    for_each_task<T>(n.B * n.Hkv, [&](int64_t i, std::vector<T>& scratch) {
+    for_each_task<T>(n.B * n.Hkv, [&](int64_t i, Scratch<T>& scratch) {
       backward_kv_head<T>(n, dout, q, k, v, out, dq, dk, dv, i / n.Hkv, i % n.Hkv, T(scale),
                           scratch);
     });

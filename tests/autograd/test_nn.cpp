@@ -12,6 +12,7 @@
 #include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 
 using namespace spmd;
@@ -210,4 +211,33 @@ TEST_CASE("autocast: bf16 products, f32 master weights and gradients", "[nn][aut
   const Tensor loss = cross_entropy(model(ids), targets);
   CHECK(loss.dtype() == DType::kF32);  // cross-entropy runs in f32
   CHECK(loss.item<double>() == Approx(full).epsilon(1e-2));
+}
+
+TEST_CASE("[gpu] a training step on CUDA matches the CPU; autocast bf16 stays close",
+          "[gpu][nn]") {
+  if (!cuda::is_available()) {
+    WARN("no CUDA GPU (or spmd built without CUDA): skipping this test");
+    return;
+  }
+  const TransformerConfig config = TransformerConfig::preset("tiny");
+  Transformer cpu_model(config, 12), gpu_model(config, 12);
+  gpu_model.to(Device::cuda(0));
+  const Tensor x = random_ids(4, 128, 256, 13), y = random_ids(4, 128, 256, 14);
+  const Tensor cpu_loss = cross_entropy(cpu_model(x), y);
+  const Tensor gpu_loss =
+      cross_entropy(gpu_model(ops::to(x, Device::cuda(0))), ops::to(y, Device::cuda(0)));
+  CHECK(gpu_loss.item<double>() == Approx(cpu_loss.item<double>()).epsilon(1e-4));
+  backward(cpu_loss);
+  backward(gpu_loss);
+  auto pc = cpu_model.named_parameters(), pg = gpu_model.named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i) {
+    INFO(pc[i].first);
+    CHECK(pg[i].second.grad().is_cuda());
+    CHECK(ops::allclose(ops::to(pg[i].second.grad(), Device::cpu()), pc[i].second.grad(), 1e-3,
+                        1e-5));
+  }
+  AutocastGuard autocast;  // bf16 on CUDA
+  const Tensor bf16_loss =
+      cross_entropy(gpu_model(ops::to(x, Device::cuda(0))), ops::to(y, Device::cuda(0)));
+  CHECK(bf16_loss.item<double>() == Approx(cpu_loss.item<double>()).epsilon(2e-2));
 }
