@@ -11,11 +11,12 @@
 // backend's business: the CPU one (tensor/cpu/attention.cpp) computes only
 // the causal half of the scores, block by block, and never holds the whole
 // (T, S) probability matrix; the CUDA one is a flash-attention kernel.
+#include "tensor/attention.h"
+
 #include <cmath>
 
-#include "autograd/node.h"
 #include "autograd/nn_functional.h"
-#include "tensor/attention.h"
+#include "autograd/node.h"
 #include "tensor/ops.h"
 
 namespace spmd {
@@ -28,16 +29,15 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   if (scale <= 0 && q.ndim() == 4) scale = 1.0 / std::sqrt(double(q.size(3)));
   ops::AttentionResult r = ops::attention(q, k, v, causal, scale);
   if (!autograd::needs_grad({&q, &k, &v})) return r.out;
-  return record("scaled_dot_product_attention", {&q, &k, &v}, r.out,
-                [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v),
-                 so = SavedTensor(r.out), slse = SavedTensor(r.lse), causal,
-                 scale](const Tensor& dout) {
-                  const ops::AttentionResult saved{so.get(), slse.get()};
-                  ops::AttentionGrads g = ops::attention_backward(
-                      ops::to(dout, sq.get().dtype()), sq.get(), sk.get(), sv.get(), saved,
-                      causal, scale);
-                  return TensorList{g.dq, g.dk, g.dv};
-                });
+  return record(
+      "scaled_dot_product_attention", {&q, &k, &v}, r.out,
+      [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), so = SavedTensor(r.out),
+       slse = SavedTensor(r.lse), causal, scale](const Tensor& dout) {
+        const ops::AttentionResult saved{so.get(), slse.get()};
+        ops::AttentionGrads g = ops::attention_backward(ops::to(dout, sq.get().dtype()), sq.get(),
+                                                        sk.get(), sv.get(), saved, causal, scale);
+        return TensorList{g.dq, g.dk, g.dv};
+      });
 }
 
 }  // namespace spmd

@@ -154,8 +154,10 @@ Tensor seed_for(const Tensor& root, const Tensor& grad, size_t i) {
   SPMD_CHECK(root.requires_grad(), "backward: root ", i, " (shape ", root.shape(),
              ") does not require grad and has no grad_fn: nothing to differentiate");
   if (!grad.defined()) {
-    SPMD_CHECK(root.numel() == 1, "backward: a gradient can be implied only for a one-element "
-               "root, but root ", i, " has shape ", root.shape(), "; pass its gradient");
+    SPMD_CHECK(root.numel() == 1,
+               "backward: a gradient can be implied only for a one-element "
+               "root, but root ",
+               i, " has shape ", root.shape(), "; pass its gradient");
     return ops::ones_like(root);
   }
   SPMD_CHECK(grad.shape() == root.shape(), "backward: the gradient for root ", i, " has shape ",

@@ -11,7 +11,8 @@ void FunctionCtx::save_for_backward(const TensorList& tensors) {
 }
 
 TensorList FunctionCtx::saved_tensors() const {
-  SPMD_CHECK(!released_, "trying to run backward through the graph a second time, after its "
+  SPMD_CHECK(!released_,
+             "trying to run backward through the graph a second time, after its "
              "saved tensors were freed; pass retain_graph = true to the first backward()");
   TensorList out;
   for (const SavedTensor& s : saved_) out.push_back(s.get());

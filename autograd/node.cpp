@@ -105,7 +105,8 @@ LambdaNode::LambdaNode(std::string name, std::vector<Edge> next_edges, Backward 
     : Node(std::move(next_edges)), name_(std::move(name)), backward_(std::move(backward)) {}
 
 TensorList LambdaNode::apply(TensorList&& grads) {
-  SPMD_CHECK(backward_ != nullptr, "trying to run backward through the graph a second time, "
+  SPMD_CHECK(backward_ != nullptr,
+             "trying to run backward through the graph a second time, "
              "after its saved tensors were freed; pass retain_graph = true to the first "
              "backward() if you need to run it twice");
   return backward_(grads.at(0));

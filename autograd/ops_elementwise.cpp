@@ -42,9 +42,8 @@ template <class F>
 Tensor unary_op(const char* name, const Tensor& x, Tensor y, bool save_x, bool save_y, F df) {
   if (!autograd::needs_grad({&x})) return y;
   SavedTensor sx(save_x ? x : Tensor()), sy(save_y ? y : Tensor());
-  return record(name, {&x}, y, [sx, sy, df](const Tensor& g) {
-    return TensorList{df(g, sx.get(), sy.get())};
-  });
+  return record(name, {&x}, y,
+                [sx, sy, df](const Tensor& g) { return TensorList{df(g, sx.get(), sy.get())}; });
 }
 
 // An activation whose backward is a fused BinaryOp of (g, x) or (g, y).
@@ -62,11 +61,11 @@ Tensor activation(const char* name, const Tensor& x, Tensor y, BinaryOp backward
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = ops::add(a, b);
   if (!autograd::needs_grad({&a, &b})) return out;
-  return record("add", {&a, &b}, out,
-                [sa = a.shape(), sb = b.shape(), na = wants(a), nb = wants(b)](const Tensor& g) {
-                  return TensorList{na ? reduce_to(g, sa) : Tensor(),
-                                    nb ? reduce_to(g, sb) : Tensor()};
-                });
+  return record(
+      "add", {&a, &b}, out,
+      [sa = a.shape(), sb = b.shape(), na = wants(a), nb = wants(b)](const Tensor& g) {
+        return TensorList{na ? reduce_to(g, sa) : Tensor(), nb ? reduce_to(g, sb) : Tensor()};
+      });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
@@ -189,9 +188,8 @@ Tensor log(const Tensor& t) {
                   [](const Tensor& g, Saved x, Saved) { return ops::div(g, x); });
 }
 Tensor sqrt(const Tensor& t) {  // d sqrt(x) = 1 / (2 sqrt(x))
-  return unary_op("sqrt", t, ops::sqrt(t), false, true, [](const Tensor& g, Saved, Saved y) {
-    return ops::div(ops::mul(g, 0.5), y);
-  });
+  return unary_op("sqrt", t, ops::sqrt(t), false, true,
+                  [](const Tensor& g, Saved, Saved y) { return ops::div(ops::mul(g, 0.5), y); });
 }
 Tensor rsqrt(const Tensor& t) {  // d x^(-1/2) = -1/2 x^(-3/2) = -y^3 / 2
   return unary_op("rsqrt", t, ops::rsqrt(t), false, true, [](const Tensor& g, Saved, Saved y) {
@@ -199,15 +197,13 @@ Tensor rsqrt(const Tensor& t) {  // d x^(-1/2) = -1/2 x^(-3/2) = -y^3 / 2
   });
 }
 Tensor square(const Tensor& t) {
-  return unary_op("square", t, ops::square(t), true, false, [](const Tensor& g, Saved x, Saved) {
-    return ops::mul(ops::mul(g, x), 2.0);
-  });
+  return unary_op("square", t, ops::square(t), true, false,
+                  [](const Tensor& g, Saved x, Saved) { return ops::mul(ops::mul(g, x), 2.0); });
 }
 Tensor reciprocal(const Tensor& t) {  // d(1/x) = -1/x^2 = -y^2
-  return unary_op("reciprocal", t, ops::reciprocal(t), false, true,
-                  [](const Tensor& g, Saved, Saved y) {
-                    return ops::neg(ops::mul(g, ops::square(y)));
-                  });
+  return unary_op(
+      "reciprocal", t, ops::reciprocal(t), false, true,
+      [](const Tensor& g, Saved, Saved y) { return ops::neg(ops::mul(g, ops::square(y))); });
 }
 Tensor sin(const Tensor& t) {
   return unary_op("sin", t, ops::sin(t), true, false,

@@ -41,8 +41,8 @@ Tensor extreme(const Tensor& t, const std::vector<int>& dims, bool keepdim, bool
   return record(is_max ? "amax" : "amin", {&t}, out,
                 [st = SavedTensor(t), so = SavedTensor(out), dims](const Tensor& g) {
                   const Tensor& t = st.get();
-                  const Tensor hit = ops::to(
-                      ops::eq(t, expand_back(so.get(), t.shape(), dims)), g.dtype());
+                  const Tensor hit =
+                      ops::to(ops::eq(t, expand_back(so.get(), t.shape(), dims)), g.dtype());
                   const Tensor count = ops::sum(hit, dims, true);  // ties share the gradient
                   const Tensor share = ops::div(ops::reshape(g, count.shape()), count);
                   return TensorList{ops::mul(hit, share)};
@@ -82,37 +82,36 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   Tensor out = ops::matmul(a, b);
   if (!autograd::needs_grad({&a, &b})) return out;
   const bool na = a.requires_grad(), nb = b.requires_grad();
-  return record("matmul", {&a, &b}, out,
-                [sa = SavedTensor(nb ? a : Tensor()), sb = SavedTensor(na ? b : Tensor()),
-                 shape_a = a.shape(), shape_b = b.shape()](const Tensor& g) {
-                  // Work with >= 2-d operands: a vector is a row (a) or a column (b).
-                  auto as_matrix = [](const Tensor& t, int dim) {
-                    return t.ndim() == 1 ? ops::unsqueeze(t, dim) : t;
-                  };
-                  const bool a_vec = shape_a.ndim() == 1, b_vec = shape_b.ndim() == 1;
-                  Tensor g2 = b_vec ? ops::unsqueeze(g, -1) : g;
-                  if (a_vec) g2 = ops::unsqueeze(g2, -2);
-                  Tensor ga, gb;
-                  if (sb.defined()) {
-                    const Tensor b2 = as_matrix(sb.get(), 1);
-                    ga = ops::matmul(g2, ops::transpose(b2, -1, -2));
-                    ga = ops::reshape(ops::sum_to(ga, a_vec ? Shape{1, shape_a[0]} : shape_a),
-                                      shape_a);
-                  }
-                  if (sa.defined()) {
-                    const Tensor a2 = as_matrix(sa.get(), 0);
-                    if (!b_vec && shape_b.ndim() == 2) {  // fold the batch: one GEMM
-                      const int64_t K = a2.size(-1), N = g2.size(-1);
-                      gb = ops::matmul(ops::transpose(ops::reshape(a2, {-1, K}), 0, 1),
-                                       ops::reshape(g2, {-1, N}));
-                    } else {
-                      gb = ops::matmul(ops::transpose(a2, -1, -2), g2);
-                      gb = ops::reshape(
-                          ops::sum_to(gb, b_vec ? Shape{shape_b[0], 1} : shape_b), shape_b);
-                    }
-                  }
-                  return TensorList{ga, gb};
-                });
+  return record(
+      "matmul", {&a, &b}, out,
+      [sa = SavedTensor(nb ? a : Tensor()), sb = SavedTensor(na ? b : Tensor()),
+       shape_a = a.shape(), shape_b = b.shape()](const Tensor& g) {
+        // Work with >= 2-d operands: a vector is a row (a) or a column (b).
+        auto as_matrix = [](const Tensor& t, int dim) {
+          return t.ndim() == 1 ? ops::unsqueeze(t, dim) : t;
+        };
+        const bool a_vec = shape_a.ndim() == 1, b_vec = shape_b.ndim() == 1;
+        Tensor g2 = b_vec ? ops::unsqueeze(g, -1) : g;
+        if (a_vec) g2 = ops::unsqueeze(g2, -2);
+        Tensor ga, gb;
+        if (sb.defined()) {
+          const Tensor b2 = as_matrix(sb.get(), 1);
+          ga = ops::matmul(g2, ops::transpose(b2, -1, -2));
+          ga = ops::reshape(ops::sum_to(ga, a_vec ? Shape{1, shape_a[0]} : shape_a), shape_a);
+        }
+        if (sa.defined()) {
+          const Tensor a2 = as_matrix(sa.get(), 0);
+          if (!b_vec && shape_b.ndim() == 2) {  // fold the batch: one GEMM
+            const int64_t K = a2.size(-1), N = g2.size(-1);
+            gb = ops::matmul(ops::transpose(ops::reshape(a2, {-1, K}), 0, 1),
+                             ops::reshape(g2, {-1, N}));
+          } else {
+            gb = ops::matmul(ops::transpose(a2, -1, -2), g2);
+            gb = ops::reshape(ops::sum_to(gb, b_vec ? Shape{shape_b[0], 1} : shape_b), shape_b);
+          }
+        }
+        return TensorList{ga, gb};
+      });
 }
 
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {

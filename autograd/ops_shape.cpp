@@ -79,8 +79,7 @@ Tensor permute(const Tensor& t, const std::vector<int>& order) {
   for (size_t i = 0; i < order.size(); ++i) {
     inverse[size_t(wrap_dim(order[i], t.ndim(), "permute"))] = int(i);
   }
-  return simple("permute", t, out,
-                [inverse](const Tensor& g) { return ops::permute(g, inverse); });
+  return simple("permute", t, out, [inverse](const Tensor& g) { return ops::permute(g, inverse); });
 }
 Tensor slice(const Tensor& t, int dim, int64_t start, int64_t end, int64_t step) {
   return simple("slice", t, ops::slice(t, dim, start, end, step),

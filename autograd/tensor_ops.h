@@ -21,7 +21,8 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);  // the gradient goes to the larger (half each on ties)
+Tensor maximum(const Tensor& a,
+               const Tensor& b);  // the gradient goes to the larger (half each on ties)
 Tensor minimum(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& t, double s);
 Tensor sub(const Tensor& t, double s);

@@ -69,9 +69,10 @@ void run(const Flags& f) {
   }
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
-  std::printf("spmd config=%s threads=%d params=%lld tokens_per_s=%.0f step_ms=%.2f peak_rss_mb=%.1f\n",
-              f.config.c_str(), f.threads, (long long)model.num_parameters(),
-              double(B * T) / median, median * 1e3, peak_rss_mb());
+  std::printf(
+      "spmd config=%s threads=%d params=%lld tokens_per_s=%.0f step_ms=%.2f peak_rss_mb=%.1f\n",
+      f.config.c_str(), f.threads, (long long)model.num_parameters(), double(B * T) / median,
+      median * 1e3, peak_rss_mb());
 }
 
 }  // namespace

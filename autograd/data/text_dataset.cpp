@@ -28,8 +28,9 @@ TextDataset TextDataset::from_file(const std::string& path, double val_fraction)
 
 Batch TextDataset::sample(Split split, int64_t B, int64_t T, Generator& gen) const {
   const int64_t n = size(split);
-  SPMD_CHECK(B > 0 && T > 0 && n >= T + 1, "TextDataset::sample: need B, T > 0 and at least T + 1 = ",
-             T + 1, " tokens, the ", split == Split::kTrain ? "train" : "val", " split has ", n);
+  SPMD_CHECK(B > 0 && T > 0 && n >= T + 1,
+             "TextDataset::sample: need B, T > 0 and at least T + 1 = ", T + 1, " tokens, the ",
+             split == Split::kTrain ? "train" : "val", " split has ", n);
   const std::vector<int64_t> starts =
       ops::to_vector<int64_t>(ops::randint(0, n - T, {B}, {DType::kI64}, &gen));
   return batch_at(split, starts, T);

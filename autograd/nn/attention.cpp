@@ -19,8 +19,8 @@ CausalSelfAttention::CausalSelfAttention(const AttentionOptions& opts, Generator
              ", a multiple of n_kv_heads ", o.n_kv_heads);
   const int64_t q_dim = o.n_heads * head_dim, kv_dim = o.n_kv_heads * head_dim;
   if (o.fused_qkv) {
-    wqkv = register_module("wqkv", std::make_shared<Linear>(o.d_model, q_dim + 2 * kv_dim, o.bias,
-                                                            gen));
+    wqkv = register_module("wqkv",
+                           std::make_shared<Linear>(o.d_model, q_dim + 2 * kv_dim, o.bias, gen));
   } else {
     wq = register_module("wq", std::make_shared<Linear>(o.d_model, q_dim, o.bias, gen));
     wk = register_module("wk", std::make_shared<Linear>(o.d_model, kv_dim, o.bias, gen));
@@ -44,8 +44,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), H = options.n_heads, Hkv = options.n_kv_heads;
   Tensor q, k, v;
   if (wqkv) {
-    std::vector<Tensor> parts = split(
-        (*wqkv)(x), std::vector<int64_t>{H * head_dim, Hkv * head_dim, Hkv * head_dim}, -1);
+    std::vector<Tensor> parts =
+        split((*wqkv)(x), std::vector<int64_t>{H * head_dim, Hkv * head_dim, Hkv * head_dim}, -1);
     q = parts[0], k = parts[1], v = parts[2];  // (B, T, H*D) views of one (B, T, 3C)
   } else {
     q = (*wq)(x), k = (*wk)(x), v = (*wv)(x);

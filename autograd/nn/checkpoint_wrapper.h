@@ -15,7 +15,9 @@ class CheckpointWrapper : public Module {
  public:
   explicit CheckpointWrapper(std::shared_ptr<Module> inner);
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "CheckpointWrapper(" + inner_->type_name() + ")"; }
+  std::string type_name() const override {
+    return "CheckpointWrapper(" + inner_->type_name() + ")";
+  }
   Module& inner() { return *inner_; }
 
  private:

@@ -34,8 +34,8 @@ void Module::register_parameter(const std::string& name, Tensor& slot, bool requ
 }
 
 void Module::register_buffer(const std::string& name, Tensor& slot, bool persistent) {
-  SPMD_CHECK(name.find('.') == std::string::npos && !name.empty(), type_name(),
-             ": buffer name \"", name, "\" must be non-empty and contain no dot");
+  SPMD_CHECK(name.find('.') == std::string::npos && !name.empty(), type_name(), ": buffer name \"",
+             name, "\" must be non-empty and contain no dot");
   if (slot.defined()) buffers_.push_back({name, &slot, persistent});
 }
 

@@ -58,7 +58,8 @@ class Module : public std::enable_shared_from_this<Module> {
   // Every parameter, buffer and module below this one, with its dotted name
   // (prefixed by `prefix`), in registration order, depth first. A tensor
   // registered twice (a tied weight) is listed once, under its first name.
-  std::vector<std::pair<std::string, Tensor>> named_parameters(const std::string& prefix = "") const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters(
+      const std::string& prefix = "") const;
   std::vector<Tensor> parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(const std::string& prefix = "") const;
   std::vector<std::pair<std::string, Module*>> named_modules(const std::string& prefix = "");

@@ -11,8 +11,8 @@ namespace spmd::nn {
 
 // --- Config ---------------------------------------------------------------------------
 
-TransformerConfig TransformerConfig::gpt2(int64_t vocab_size, int64_t max_seq_len,
-                                          int64_t n_layers, int64_t n_heads, int64_t d_model) {
+TransformerConfig TransformerConfig::gpt2(int64_t vocab_size, int64_t max_seq_len, int64_t n_layers,
+                                          int64_t n_heads, int64_t d_model) {
   TransformerConfig c;
   c.vocab_size = vocab_size;
   c.max_seq_len = max_seq_len;
@@ -53,7 +53,8 @@ int64_t TransformerConfig::hidden_dim() const {
 
 namespace {
 std::shared_ptr<Module> make_norm(const TransformerConfig& c) {
-  if (c.norm == TransformerConfig::Norm::kRMSNorm) return std::make_shared<RMSNorm>(c.d_model, c.norm_eps);
+  if (c.norm == TransformerConfig::Norm::kRMSNorm)
+    return std::make_shared<RMSNorm>(c.d_model, c.norm_eps);
   return std::make_shared<LayerNorm>(c.d_model, c.norm_eps, c.bias);
 }
 }  // namespace
@@ -102,18 +103,20 @@ Transformer::Transformer(const TransformerConfig& c, uint64_t seed) : config(c) 
              c.vocab_size, ", max_seq_len ", c.max_seq_len, ", n_layers ", c.n_layers,
              " must be positive");
   Generator gen(seed);
-  tok_embeddings = register_module("tok_embeddings",
-                                   std::make_shared<Embedding>(c.vocab_size, c.d_model, &gen));
+  tok_embeddings =
+      register_module("tok_embeddings", std::make_shared<Embedding>(c.vocab_size, c.d_model, &gen));
   if (c.positions == TransformerConfig::Positions::kLearned) {
     pos_embeddings = register_module("pos_embeddings",
                                      std::make_shared<Embedding>(c.max_seq_len, c.d_model, &gen));
   }
   dropout = register_module("dropout", std::make_shared<Dropout>(c.dropout));
   layers = register_module("layers", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < c.n_layers; ++i) layers->push_back(std::make_shared<TransformerBlock>(c, &gen));
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    layers->push_back(std::make_shared<TransformerBlock>(c, &gen));
   norm = register_module("norm", make_norm(c));
   if (!c.tie_embeddings) {
-    output = register_module("output", std::make_shared<Linear>(c.d_model, c.vocab_size, false, &gen));
+    output =
+        register_module("output", std::make_shared<Linear>(c.d_model, c.vocab_size, false, &gen));
   }
   init_weights(gen);
 }
@@ -128,8 +131,8 @@ void Transformer::init_weights(Generator& gen) {
   for (auto& [name, m] : named_modules()) {
     const bool residual = name.ends_with("attn.wo") || name.ends_with("mlp.w2");
     if (auto* lin = dynamic_cast<Linear*>(m)) {
-      ops::copy_(lin->weight, ops::normal(lin->weight.shape(), 0, residual ? residual_std : 0.02,
-                                          {}, &gen));
+      ops::copy_(lin->weight,
+                 ops::normal(lin->weight.shape(), 0, residual ? residual_std : 0.02, {}, &gen));
       if (lin->bias.defined()) ops::zero_(lin->bias);
     } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
       ops::copy_(emb->weight, ops::normal(emb->weight.shape(), 0, 0.02, {}, &gen));

@@ -38,8 +38,8 @@ void AdamW::update(Tensor& p, const ParamGroup& group, State& s) {
     s.exp_avg_sq = ops::zeros_like(p);
   }
   s.step += 1;
-  const AdamWStep hp{group.lr, options_.beta1, options_.beta2, options_.eps, group.weight_decay,
-                     s.step};
+  const AdamWStep hp{group.lr,     options_.beta1,     options_.beta2,
+                     options_.eps, group.weight_decay, s.step};
   if (p.dtype() == DType::kF32 && p.is_contiguous()) {
     ops::adamw_step_(p, ops::to(g, DType::kF32), s.exp_avg, s.exp_avg_sq, hp);
   } else {

@@ -8,8 +8,8 @@
 
 namespace spmd::optim {
 
-WarmupCosine::WarmupCosine(double max_lr, int64_t warmup_steps, int64_t total_steps,
-                           double min_lr, Decay decay)
+WarmupCosine::WarmupCosine(double max_lr, int64_t warmup_steps, int64_t total_steps, double min_lr,
+                           Decay decay)
     : max_lr_(max_lr), min_lr_(min_lr), warmup_(warmup_steps), total_(total_steps), decay_(decay) {
   SPMD_CHECK(max_lr >= min_lr && min_lr >= 0 && warmup_steps >= 0 && total_steps >= warmup_steps,
              "WarmupCosine: need max_lr >= min_lr >= 0 and total_steps >= warmup_steps >= 0, got ",

@@ -9,8 +9,8 @@ namespace spmd::optim {
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
     : Optimizer({ParamGroup{std::move(params), options.lr, options.weight_decay}}),
       options_(options) {
-  SPMD_CHECK(options.momentum >= 0 && (!options.nesterov || options.momentum > 0),
-             "SGD: momentum ", options.momentum, " must be >= 0 (and > 0 for nesterov)");
+  SPMD_CHECK(options.momentum >= 0 && (!options.nesterov || options.momentum > 0), "SGD: momentum ",
+             options.momentum, " must be >= 0 (and > 0 for nesterov)");
   momentum_.resize(num_params());
 }
 
@@ -37,7 +37,8 @@ void SGD::step() {
 TensorMap SGD::state_dict() const {
   TensorMap out;
   for (size_t i = 0; i < momentum_.size(); ++i)
-    if (momentum_[i].defined()) out["state." + std::to_string(i) + ".momentum_buffer"] = momentum_[i];
+    if (momentum_[i].defined())
+      out["state." + std::to_string(i) + ".momentum_buffer"] = momentum_[i];
   return out;
 }
 

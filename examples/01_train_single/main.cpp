@@ -46,8 +46,7 @@ Flags parse_flags(int argc, char** argv) {
   Flags f;
   CLI::App app{"Train a GPT-2-shaped character model on one text file, in one process."};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
-  app.add_option("--data", f.data, "text file to train on (the last 10% is held out)")
-      ->required();
+  app.add_option("--data", f.data, "text file to train on (the last 10% is held out)")->required();
   app.add_option("--config", f.config, "model size: tiny (0.8M parameters) or small (10.8M)")
       ->check(CLI::IsMember({"tiny", "small"}));
   app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);

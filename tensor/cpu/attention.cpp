@@ -130,31 +130,31 @@ void backward_kv_head(const Geometry& n, const Tensor& dout, const Tensor& q, co
       T* p = scratch.data();
       T* dp = p + kBlock * ld;
       T* delta = dp + kBlock * ld;  // rowsum(dout * out) = rowsum(dp * p)
-      gemm_rows<T>(false, true, rows, keys, n.D, scale, Q.row(i0), Q.stride, K.data, K.stride,
-                   T(0), p, ld);
+      gemm_rows<T>(false, true, rows, keys, n.D, scale, Q.row(i0), Q.stride, K.data, K.stride, T(0),
+                   p, ld);
       softmax_rows<T>(p, ld, rows, keys, i0, n, nullptr);
       for (int64_t r = 0; r < rows; ++r) {
         delta[r] = (ArrayMap<T>(dO.row(i0 + r), n.D) * ArrayMap<T>(O.row(i0 + r), n.D)).sum();
       }
-      gemm_rows<T>(true, false, keys, n.D, rows, T(1), p, ld, dO.row(i0), dO.stride, T(1),
-                   dV.data, dV.stride);  // dv += p^T dout
+      gemm_rows<T>(true, false, keys, n.D, rows, T(1), p, ld, dO.row(i0), dO.stride, T(1), dV.data,
+                   dV.stride);  // dv += p^T dout
       gemm_rows<T>(false, true, rows, keys, n.D, T(1), dO.row(i0), dO.stride, V.data, V.stride,
-                   T(0), dp, ld);  // dp = dout v^T
+                   T(0), dp, ld);           // dp = dout v^T
       for (int64_t r = 0; r < rows; ++r) {  // ds = p (dp - delta), in place of dp
         ArrayMap<T> ds(dp + r * ld, keys);
         ds = ArrayMap<T>(p + r * ld, keys) * (ds - delta[r]);
       }
-      gemm_rows<T>(false, false, rows, n.D, keys, scale, dp, ld, K.data, K.stride, T(0),
-                   dQ.row(i0), dQ.stride);  // dq = scale ds k
-      gemm_rows<T>(true, false, keys, n.D, rows, scale, dp, ld, Q.row(i0), Q.stride, T(1),
-                   dK.data, dK.stride);  // dk += scale ds^T q
+      gemm_rows<T>(false, false, rows, n.D, keys, scale, dp, ld, K.data, K.stride, T(0), dQ.row(i0),
+                   dQ.stride);  // dq = scale ds k
+      gemm_rows<T>(true, false, keys, n.D, rows, scale, dp, ld, Q.row(i0), Q.stride, T(1), dK.data,
+                   dK.stride);  // dk += scale ds^T q
     }
   }
 }
 
 Geometry geometry_of(const Tensor& q, const Tensor& k, bool causal) {
-  return {q.size(0), q.size(1), q.size(2), q.size(3), k.size(1), k.size(2),
-          q.size(1) / k.size(1), causal};
+  return {q.size(0), q.size(1), q.size(2), q.size(3), k.size(1), k.size(2), q.size(1) / k.size(1),
+          causal};
 }
 
 // The fused path takes f32/f64 tensors whose last dim is dense.

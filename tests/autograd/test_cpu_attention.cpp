@@ -26,10 +26,10 @@ Tensor heads(const Shape& bthd, DType dt, Generator& gen) {
 }  // namespace
 
 TEST_CASE("fused CPU attention equals the composed default, forward and backward", "[cpu]") {
-  const Case cases[] = {{2, 4, 4, 70, 70, 16, true},   // three query blocks, the last partial
-                        {1, 4, 2, 64, 64, 8, true},    // grouped-query, exact blocks
-                        {1, 2, 1, 40, 75, 8, false},   // T != S
-                        {1, 2, 2, 75, 40, 8, true}};   // causal with T > S
+  const Case cases[] = {{2, 4, 4, 70, 70, 16, true},  // three query blocks, the last partial
+                        {1, 4, 2, 64, 64, 8, true},   // grouped-query, exact blocks
+                        {1, 2, 1, 40, 75, 8, false},  // T != S
+                        {1, 2, 2, 75, 40, 8, true}};  // causal with T > S
   for (DType dt : {DType::kF32, DType::kF64}) {
     for (const Case& c : cases) {
       INFO("B " << c.B << " H " << c.H << " Hkv " << c.Hkv << " T " << c.T << " S " << c.S

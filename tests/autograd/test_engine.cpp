@@ -167,9 +167,8 @@ TEST_CASE("post-accumulate hooks fire layer by layer, last layer first, during b
   });
   Tensor a3 = mul(w3, a2);
   for (auto [name, w] : {std::pair{"w1", w1}, std::pair{"w2", w2}, std::pair{"w3", w3}}) {
-    register_post_accumulate_grad_hook(w, [&order, n = std::string(name)](const Tensor&) {
-      order.push_back(n);
-    });
+    register_post_accumulate_grad_hook(
+        w, [&order, n = std::string(name)](const Tensor&) { order.push_back(n); });
   }
   backward(sum(a3));
   CHECK(order == std::vector<std::string>{"w3", "w2", "a1", "w1"});

@@ -46,20 +46,12 @@ TEST_CASE("GPT-2 benchmark presets have the stated parameter counts", "[nn]") {
 TEST_CASE("parameters have PyTorch-style dotted names; a tied head is listed once", "[nn]") {
   Transformer gpt(tiny_gpt2());
   const std::vector<std::string> names = names_of(gpt);
-  const std::vector<std::string> first = {"tok_embeddings.weight",
-                                          "pos_embeddings.weight",
-                                          "layers.0.attn_norm.weight",
-                                          "layers.0.attn_norm.bias",
-                                          "layers.0.attn.wqkv.weight",
-                                          "layers.0.attn.wqkv.bias",
-                                          "layers.0.attn.wo.weight",
-                                          "layers.0.attn.wo.bias",
-                                          "layers.0.ffn_norm.weight",
-                                          "layers.0.ffn_norm.bias",
-                                          "layers.0.mlp.w1.weight",
-                                          "layers.0.mlp.w1.bias",
-                                          "layers.0.mlp.w2.weight",
-                                          "layers.0.mlp.w2.bias"};
+  const std::vector<std::string> first = {
+      "tok_embeddings.weight",   "pos_embeddings.weight",     "layers.0.attn_norm.weight",
+      "layers.0.attn_norm.bias", "layers.0.attn.wqkv.weight", "layers.0.attn.wqkv.bias",
+      "layers.0.attn.wo.weight", "layers.0.attn.wo.bias",     "layers.0.ffn_norm.weight",
+      "layers.0.ffn_norm.bias",  "layers.0.mlp.w1.weight",    "layers.0.mlp.w1.bias",
+      "layers.0.mlp.w2.weight",  "layers.0.mlp.w2.bias"};
   REQUIRE(names.size() == 2 + 12 * 2 + 2);
   CHECK(std::vector<std::string>(names.begin(), names.begin() + 14) == first);
   CHECK(names.back() == "norm.bias");
@@ -69,7 +61,8 @@ TEST_CASE("parameters have PyTorch-style dotted names; a tied head is listed onc
   CHECK(std::find(lnames.begin(), lnames.end(), "layers.1.attn.wk.weight") != lnames.end());
   CHECK(std::find(lnames.begin(), lnames.end(), "layers.1.mlp.w3.weight") != lnames.end());
   CHECK(lnames.back() == "output.weight");
-  CHECK(llama.parameter_slot("layers.1.attn.wk.weight").shape() == Shape{8, 16});  // 2 kv heads of 4
+  CHECK(llama.parameter_slot("layers.1.attn.wk.weight").shape() ==
+        Shape{8, 16});                       // 2 kv heads of 4
   CHECK(llama.named_buffers().size() == 4);  // RoPE tables, not saved
   CHECK(llama.state_dict().count("layers.0.attn.rope_cos") == 0);
   CHECK(&llama.submodule("layers.1.attn") == llama.layers->at(1)->children()[1].second.get());
@@ -97,9 +90,8 @@ TEST_CASE("state_dict round-trips through safetensors; mismatches are clear erro
 TEST_CASE("forward hooks run around forward and may replace the output", "[nn][hooks]") {
   nn::Linear lin(3, 2);
   std::vector<std::string> order;
-  const int pre = lin.register_forward_pre_hook([&](nn::Module& m, Tensor&) {
-    order.push_back("pre " + m.type_name());
-  });
+  const int pre = lin.register_forward_pre_hook(
+      [&](nn::Module& m, Tensor&) { order.push_back("pre " + m.type_name()); });
   lin.register_forward_hook([&](nn::Module&, const Tensor&, Tensor& out) {
     order.push_back("post");
     out = ops::zeros_like(out);
@@ -213,8 +205,7 @@ TEST_CASE("autocast: bf16 products, f32 master weights and gradients", "[nn][aut
   CHECK(loss.item<double>() == Approx(full).epsilon(1e-2));
 }
 
-TEST_CASE("[gpu] a training step on CUDA matches the CPU; autocast bf16 stays close",
-          "[gpu][nn]") {
+TEST_CASE("[gpu] a training step on CUDA matches the CPU; autocast bf16 stays close", "[gpu][nn]") {
   if (!cuda::is_available()) {
     WARN("no CUDA GPU (or spmd built without CUDA): skipping this test");
     return;

@@ -42,8 +42,7 @@ TEST_CASE("SGD with momentum and weight decay follows torch.optim.SGD by hand", 
   CHECK(values(p)[0] == Approx(0.85 - 0.2775));
 }
 
-TEST_CASE("AdamW: the fused f32 step equals the composed formula and hand values",
-          "[optim]") {
+TEST_CASE("AdamW: the fused f32 step equals the composed formula and hand values", "[optim]") {
   // Step 1 by hand: m = 0.1 g, v = 0.001 g^2, m_hat = g, v_hat = g^2, so
   // p = p (1 - lr wd) - lr g / (|g| + eps).
   Tensor p = param({1.0f, -1.0f, 0.5f});

@@ -68,8 +68,8 @@ TEST_CASE("a GPT-2 training step matches PyTorch: loss, logits, gradients, AdamW
       << ", \"beta1\": " << adamw.beta1 << ", \"beta2\": " << adamw.beta2
       << ", \"eps\": " << adamw.eps << ", \"weight_decay\": " << adamw.weight_decay << "}\n";
 
-  const auto [status, output] = run("/usr/bin/python3 " + std::string(root) +
-                                    "/tests/autograd/torch_reference.py " + dir);
+  const auto [status, output] =
+      run("/usr/bin/python3 " + std::string(root) + "/tests/autograd/torch_reference.py " + dir);
   run("rm -rf " + dir);
   INFO(output);
   CHECK(status == 0);
