@@ -1,0 +1,79 @@
+// NcclProcessGroup: the process group of the NCCL backend, for CUDA tensors
+// (compiled only in CUDA builds). NCCL moves the data over NVLink, PCIe,
+// InfiniBand or sockets with its own kernels; this class is the glue that
+// PyTorch's ProcessGroupNCCL is:
+//
+//   - one ncclComm_t per group, created from a unique id that rank 0 draws and
+//     shares through the store (subgroups get their own);
+//   - its own communication stream: each collective first makes that stream
+//     wait (with an event) for the work the caller's current stream has queued
+//     so far, so it sees the caller's finished tensors but does not block the
+//     caller's later compute; the group holds the tensors until the
+//     collective has run, so the caching allocator cannot hand their memory
+//     out too early;
+//   - ncclGroupStart/ncclGroupEnd around the sends and receives of all_to_all
+//     and of batch_isend_irecv;
+//   - completion reported by a host function queued on the stream behind the
+//     collective (no polling), and a watchdog thread that checks every pending
+//     collective against its deadline and the communicator's asynchronous
+//     error: on either, it aborts the communicator (ncclCommAbort), which
+//     unblocks the GPU, and fails every pending and later collective with an
+//     error naming the op, its sequence number and the group.
+//
+// Work::wait() blocks the calling thread until the collective has run on
+// the GPU (then later work on any stream sees the result).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "parallel/comm/process_group.h"
+
+namespace spmd::dist {
+
+class NcclProcessGroup final : public ProcessGroup {
+ public:
+  // Creates the group's communicator on GPU `device` (every rank calls it).
+  static std::shared_ptr<NcclProcessGroup> create(std::shared_ptr<Store> store, int rank, int size,
+                                                  GroupOptions options, int device);
+  ~NcclProcessGroup() override;
+
+  CommBackend backend() const override { return CommBackend::kNccl; }
+  void shutdown() override;
+  int device() const { return device_; }
+
+ protected:
+  Work launch(CommOp op) override;
+  Work launch_batch(std::vector<CommOp> ops) override;
+  std::shared_ptr<ProcessGroup> make_group(std::shared_ptr<Store> store, int rank, int size,
+                                           GroupOptions options) override;
+
+ private:
+  struct State;    // the NCCL and CUDA handles (nccl_process_group.cpp)
+  struct Pending;  // a collective queued on the GPU, until it completes
+
+  NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options,
+                   int device);
+  void init_communicator();
+  Work enqueue(std::vector<CommOp>& ops, const std::string& description);
+  void follow_caller_stream();
+  void issue_all(const std::vector<CommOp>& ops, const std::string& description);
+  int issue(const CommOp& op);  // an ncclResult_t (nccl.h stays out of this header)
+  void watchdog_loop();
+  void abort_all(const std::string& why, bool timed_out);
+  std::string never_arrived(uint64_t seq);
+
+  int device_;
+  std::unique_ptr<State> state_;
+  std::mutex mu_;  // guards pending_, stopping_, failure_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Pending>> pending_;
+  bool stopping_ = false;
+  std::string failure_;  // why the communicator was aborted; later ops fail with it
+  std::thread watchdog_;
+};
+
+}  // namespace spmd::dist

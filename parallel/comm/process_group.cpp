@@ -1,0 +1,286 @@
+// ProcessGroup: argument checks, sequence numbers and subgroups, shared by
+// every backend. Bad arguments throw here, at the call, naming the op and
+// the values; what only the peers can know (their sizes) is checked on the
+// wire by the backend.
+#include "parallel/comm/process_group.h"
+
+#include <algorithm>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+
+#include "runtime/error.h"
+
+namespace spmd::dist {
+namespace {
+
+void check_tensor(const Tensor& t, std::string_view op, const char* what) {
+  SPMD_CHECK(t.defined(), op, ": the ", what, " tensor is undefined");
+  SPMD_CHECK(t.is_contiguous(), op, ": the ", what, " tensor of shape ", t.shape(),
+             " is not contiguous; call contiguous() first");
+  SPMD_CHECK(is_comm_dtype(t.dtype()), op, ": the ", what, " tensor has dtype ",
+             dtype_name(t.dtype()), "; collectives carry f32, f64, bf16, f16, i32 and i64");
+}
+
+void check_pair(const Tensor& out, const Tensor& in, std::string_view op) {
+  check_tensor(out, op, "output");
+  check_tensor(in, op, "input");
+  SPMD_CHECK(out.dtype() == in.dtype(), op, ": output dtype ", dtype_name(out.dtype()),
+             " differs from input dtype ", dtype_name(in.dtype()));
+  SPMD_CHECK(out.device() == in.device(), op, ": output on ", out.device(), " but input on ",
+             in.device());
+}
+
+// Whether two contiguous tensors share any byte.
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
+  const char* a0 = static_cast<const char*>(a.raw_data());
+  const char* b0 = static_cast<const char*>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+void check_reduce_op(ReduceOp op, DType dtype, std::string_view name) {
+  SPMD_CHECK(op != ReduceOp::kAvg || is_floating(dtype), name, ": avg needs a floating dtype, got ",
+             dtype_name(dtype));
+}
+
+// all_to_all split sizes (rows of dim 0) as element counts per rank.
+std::vector<size_t> split_counts(const Tensor& t, const std::vector<int64_t>& splits, int size,
+                                 const char* what) {
+  SPMD_CHECK(t.ndim() >= 1, "all_to_all: the ", what, " tensor must have at least one dim");
+  const int64_t rows = t.size(0);
+  const int64_t row_elems = rows > 0 ? t.numel() / rows : 0;
+  std::vector<size_t> counts(size);
+  if (splits.empty()) {
+    SPMD_CHECK(rows % size == 0, "all_to_all: the ", what, " tensor's dim 0 (", rows,
+               ") is not divisible by the group size ", size, "; pass split sizes");
+    for (auto& c : counts) c = size_t(rows / size * row_elems);
+    return counts;
+  }
+  SPMD_CHECK(int(splits.size()) == size, "all_to_all: ", splits.size(), " ", what,
+             " split sizes for a group of ", size);
+  int64_t total = 0;
+  for (int i = 0; i < size; ++i) {
+    SPMD_CHECK(splits[i] >= 0, "all_to_all: negative ", what, " split size ", splits[i]);
+    counts[i] = size_t(splits[i] * row_elems);
+    total += splits[i];
+  }
+  SPMD_CHECK(total == rows, "all_to_all: the ", what, " split sizes add up to ", total,
+             " but the tensor's dim 0 is ", rows);
+  return counts;
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options)
+    : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)) {
+  SPMD_CHECK(store_ != nullptr, "ProcessGroup: no store");
+  SPMD_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_, "ProcessGroup: rank ", rank_,
+             " is not in [0, ", size_, ")");
+  SPMD_CHECK(options_.global_ranks.empty() || int(options_.global_ranks.size()) == size_,
+             "ProcessGroup: ", options_.global_ranks.size(), " global ranks for ", size_, " ranks");
+  SPMD_CHECK(options_.timeout.count() > 0, "ProcessGroup: the timeout must be positive");
+}
+
+int ProcessGroup::global_rank(int r) const {
+  return options_.global_ranks.empty() ? r : options_.global_ranks[r];
+}
+
+std::string ProcessGroup::rank_name(int r) const {
+  return global_rank(r) == r ? str_cat("rank ", r)
+                             : str_cat("rank ", r, " (global rank ", global_rank(r), ")");
+}
+
+// --- The collectives ---------------------------------------------------------------
+
+CommOp ProcessGroup::collective(OpType type, std::string_view op_name) {
+  CommOp op;
+  op.type = type;
+  op.seq = next_seq_++;
+  op.description = str_cat(op_name, " #", op.seq, " in group ", name());
+  return op;
+}
+
+Work ProcessGroup::broadcast(const Tensor& t, int root) {
+  check_tensor(t, "broadcast", "");
+  SPMD_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of group ",
+             name(), " (size ", size_, ")");
+  CommOp op = collective(OpType::kBroadcast, "broadcast");
+  op.tensor = t;
+  op.root = root;
+  return launch(std::move(op));
+}
+
+Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp reduce_op) {
+  check_tensor(t, "all_reduce", "");
+  check_reduce_op(reduce_op, t.dtype(), "all_reduce");
+  CommOp op = collective(OpType::kAllReduce, "all_reduce");
+  op.tensor = t;
+  op.reduce_op = reduce_op;
+  return launch(std::move(op));
+}
+
+Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp reduce_op) {
+  check_tensor(t, "reduce", "");
+  check_reduce_op(reduce_op, t.dtype(), "reduce");
+  SPMD_CHECK(root >= 0 && root < size_, "reduce: root ", root, " is not a rank of group ", name(),
+             " (size ", size_, ")");
+  CommOp op = collective(OpType::kReduce, "reduce");
+  op.tensor = t;
+  op.root = root;
+  op.reduce_op = reduce_op;
+  return launch(std::move(op));
+}
+
+Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
+  check_pair(output, input, "all_gather");
+  SPMD_CHECK(output.numel() == size_ * input.numel(), "all_gather: output has ", output.numel(),
+             " elements but the group of ", size_, " ranks gathers ", size_, " x ", input.numel());
+  const char* slot = static_cast<const char*>(output.raw_data()) + rank_ * input.nbytes();
+  SPMD_CHECK(!overlap(output, input) || slot == input.raw_data(),
+             "all_gather: the input overlaps the output other than as this rank's block");
+  CommOp op = collective(OpType::kAllGather, "all_gather");
+  op.tensor = output;
+  op.input = input;
+  return launch(std::move(op));
+}
+
+Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp reduce_op) {
+  check_pair(output, input, "reduce_scatter");
+  check_reduce_op(reduce_op, input.dtype(), "reduce_scatter");
+  SPMD_CHECK(input.numel() == size_ * output.numel(), "reduce_scatter: input has ", input.numel(),
+             " elements, which is not the group size ", size_, " x output's ", output.numel());
+  const char* segment = static_cast<const char*>(input.raw_data()) + rank_ * output.nbytes();
+  SPMD_CHECK(!overlap(output, input) || segment == output.raw_data(),
+             "reduce_scatter: the output overlaps the input other than as this rank's segment");
+  CommOp op = collective(OpType::kReduceScatter, "reduce_scatter");
+  op.tensor = output;
+  op.input = input;
+  op.reduce_op = reduce_op;
+  return launch(std::move(op));
+}
+
+Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
+                              const std::vector<int64_t>& output_split_sizes,
+                              const std::vector<int64_t>& input_split_sizes) {
+  check_pair(output, input, "all_to_all");
+  SPMD_CHECK(!overlap(output, input), "all_to_all: the output overlaps the input");
+  std::vector<size_t> send = split_counts(input, input_split_sizes, size_, "input");
+  std::vector<size_t> recv = split_counts(output, output_split_sizes, size_, "output");
+  SPMD_CHECK(send[rank_] == recv[rank_], "all_to_all: this rank keeps ", send[rank_],
+             " of its own elements but expects ", recv[rank_], " from itself");
+  CommOp op = collective(OpType::kAllToAll, "all_to_all");
+  op.tensor = output;
+  op.input = input;
+  op.send_counts = std::move(send);
+  op.recv_counts = std::move(recv);
+  return launch(std::move(op));
+}
+
+Work ProcessGroup::barrier() { return launch(collective(OpType::kBarrier, "barrier")); }
+
+Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
+  return launch(point_to_point(OpType::kSend, t, dst, tag));
+}
+
+Work ProcessGroup::recv(const Tensor& t, int src, int tag) {
+  return launch(point_to_point(OpType::kRecv, t, src, tag));
+}
+
+Work ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
+  std::vector<CommOp> checked;
+  for (const P2POp& p : ops) {
+    SPMD_CHECK(p.type == OpType::kSend || p.type == OpType::kRecv,
+               "batch_isend_irecv: each op must be a send or a recv, got ", op_name(p.type));
+    checked.push_back(point_to_point(p.type, p.tensor, p.peer, p.tag));
+  }
+  if (checked.empty()) return Work();
+  return launch_batch(std::move(checked));
+}
+
+CommOp ProcessGroup::point_to_point(OpType type, const Tensor& t, int peer, int tag) {
+  const bool is_send = type == OpType::kSend;
+  const char* what = is_send ? "send" : "recv";
+  check_tensor(t, what, "");
+  SPMD_CHECK(peer >= 0 && peer < size_ && peer != rank_, what, ": ",
+             is_send ? "destination " : "source ", peer, " must be another rank of group ", name(),
+             " (size ", size_, ", this is rank ", rank_, ")");
+  CommOp op;
+  op.type = type;
+  op.seq = next_p2p_++;
+  op.tensor = t;
+  op.root = peer;
+  op.tag = tag;
+  op.description = str_cat(what, " #", op.seq, is_send ? " to " : " from ", rank_name(peer),
+                           " with tag ", tag, " in group ", name());
+  return op;
+}
+
+// One Work for many: completes when the last does, with the first error.
+Work ProcessGroup::launch_batch(std::vector<CommOp> ops) {
+  struct Count {
+    std::mutex mu;
+    size_t left;
+    std::exception_ptr error;
+  };
+  Work all(str_cat("batch of ", ops.size(), " sends/recvs in group ", name()),
+           Work::Duration::max());
+  auto count = std::make_shared<Count>();
+  count->left = ops.size();
+  for (CommOp& op : ops) {
+    Work one = launch(std::move(op));
+    one.on_complete([one, all, count] {
+      std::exception_ptr error = one.exception();
+      std::lock_guard lock(count->mu);
+      if (error && !count->error) count->error = error;
+      if (--count->left == 0) all.complete(count->error);
+    });
+  }
+  return all;
+}
+
+// --- Subgroups -------------------------------------------------------------------
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  SPMD_CHECK(!ranks.empty(), "new_group: no ranks");
+  SPMD_CHECK(std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(),
+             "new_group: a rank is listed twice");
+  SPMD_CHECK(ranks.front() >= 0 && ranks.back() < size_, "new_group: ranks must be in [0, ", size_,
+             ") of group ", name());
+  const uint64_t k = next_subgroup_++;  // counted on every rank, member or not
+  if (!std::binary_search(ranks.begin(), ranks.end(), rank_)) return nullptr;
+  return make_subgroup(ranks, str_cat("group", k));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
+  // Every rank posts (color, key) in the store and reads everyone's.
+  const uint64_t k = next_subgroup_++;
+  const std::string prefix = this->key(str_cat("split", k, "/"));
+  store().set(prefix + std::to_string(rank_), str_cat(color, " ", key));
+  std::vector<std::tuple<int, int, int>> same;  // (key, rank, color)
+  for (int r = 0; r < size_; ++r) {
+    const Bytes entry = store().get(prefix + std::to_string(r), timeout());
+    std::istringstream in(std::string(entry.begin(), entry.end()));
+    int c = 0, kk = 0;
+    in >> c >> kk;
+    if (c == color) same.emplace_back(kk, r, c);
+  }
+  if (color < 0) return nullptr;
+  std::sort(same.begin(), same.end());
+  std::vector<int> members;
+  for (auto& [kk, r, c] : same) members.push_back(r);
+  return make_subgroup(members, str_cat("split", k, ".", color));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::make_subgroup(const std::vector<int>& members,
+                                                          const std::string& suffix) {
+  GroupOptions opts;
+  opts.name = name() + "/" + suffix;
+  opts.timeout = options_.timeout;
+  for (int r : members) opts.global_ranks.push_back(global_rank(r));
+  const int new_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
+  return make_group(store_, new_rank, int(members.size()), std::move(opts));
+}
+
+}  // namespace spmd::dist

@@ -1,0 +1,174 @@
+// ProcessGroup: a set of ranks that run collectives together, as
+// torch.distributed's ProcessGroup. Every rank of the group calls the same
+// collectives in the same order (SPMD); each call returns at once with a
+// Work, and the collective runs in issue order on the group's worker thread
+// (TCP) or communication stream (NCCL), overlapping the caller's compute.
+//
+// This class checks every call's arguments once, for every backend, numbers
+// each collective (the sequence number every message header and error
+// carries), and makes subgroups; a backend (tcp/tcp_process_group.h,
+// nccl/nccl_process_group.h) implements launch().
+//
+// Tensors must be contiguous and of a communication dtype (f32, f64, bf16,
+// f16, i32, i64); they are handles, so a collective writes through a const
+// Tensor& into the caller's memory. The caller must keep a tensor's contents
+// untouched until its Work completes.
+//
+// Failure: a collective that cannot finish (a peer died, a rank never came,
+// the ranks disagree on a size) fails its Work with an error naming the op,
+// its sequence number, the group and the ranks involved, within the group's
+// timeout; the group is then aborted and every later collective fails at once.
+//
+// Thread-safety: calls may come from several threads, but collectives must be
+// issued in the same order on every rank, so issue them from one thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/types.h"
+#include "parallel/comm/work.h"
+#include "runtime/store.h"
+#include "tensor/tensor.h"
+
+namespace spmd::dist {
+
+struct GroupOptions {
+  // Unique among the groups that share a store: it prefixes the group's keys.
+  std::string name = "world";
+  // Bounds every collective and point-to-point operation.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // The world rank of each group rank, for messages (empty: the same).
+  std::vector<int> global_ranks;
+};
+
+// One send or receive of a batch (batch_isend_irecv).
+struct P2POp {
+  OpType type = OpType::kSend;  // kSend or kRecv
+  Tensor tensor;
+  int peer = 0;
+  int tag = 0;
+};
+
+// One operation with checked arguments, as a backend receives it.
+struct CommOp {
+  OpType type = OpType::kBarrier;
+  uint64_t seq = 0;  // collectives: the group's count; send/recv: this rank's own count
+  Tensor tensor;     // the in-place buffer, or the output (all_gather, reduce_scatter, all_to_all)
+  Tensor input;      // all_gather, reduce_scatter, all_to_all
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int root = -1;                                 // broadcast, reduce; the peer of send / recv
+  int tag = 0;                                   // send / recv
+  std::vector<size_t> send_counts, recv_counts;  // all_to_all: elements to / from each rank
+  std::string description;                       // "all_reduce #5 in group world"
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return options_.name; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  virtual CommBackend backend() const = 0;
+  // The world rank of group rank r.
+  int global_rank(int r) const;
+
+  // Copies root's `t` into every other rank's `t`.
+  // REQUIRES: same shape and dtype on every rank; 0 <= root < size().
+  Work broadcast(const Tensor& t, int root);
+  // Combines `t` over every rank, in place (kAvg: floating dtypes only).
+  Work all_reduce(const Tensor& t, ReduceOp op = ReduceOp::kSum);
+  // Combines `t` over every rank into root's `t`; the others' are unchanged.
+  Work reduce(const Tensor& t, int root, ReduceOp op = ReduceOp::kSum);
+  // output = every rank's input, concatenated in rank order. In place when
+  // input is output's block rank() (as FSDP gathers into one buffer).
+  // REQUIRES: output.numel() == size() * input.numel(), same dtype; no other
+  // overlap of the two.
+  Work all_gather(const Tensor& output, const Tensor& input);
+  // output = segment rank() of the combination of every rank's input; input
+  // is left as it was. In place when output is input's segment rank().
+  // REQUIRES: input.numel() == size() * output.numel(), same dtype; no other
+  // overlap of the two.
+  Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::kSum);
+  // Rank r sends rows [off_j, off_j + input_split_sizes[j]) of input (dim 0)
+  // to rank j, which stores them as its output rows from rank r. Empty split
+  // lists mean equal splits (dim 0 divisible by size()).
+  // REQUIRES: the sizes agree pairwise across ranks (checked on the wire);
+  // output and input do not overlap.
+  Work all_to_all(const Tensor& output, const Tensor& input,
+                  const std::vector<int64_t>& output_split_sizes = {},
+                  const std::vector<int64_t>& input_split_sizes = {});
+  // Point-to-point: messages match by (source, tag) in order; any order of
+  // posting works (a send completes when its bytes are handed to the kernel
+  // or the peer). REQUIRES: peer != rank(); sizes and dtypes match.
+  Work send(const Tensor& t, int dst, int tag = 0);
+  Work recv(const Tensor& t, int src, int tag = 0);
+  // Posts several sends and receives together; one Work completes when all
+  // have. Two ranks that exchange in both directions must use this with NCCL
+  // (its sends block until matched, so two lone sends would deadlock); the
+  // TCP backend accepts either. NCCL matches a pair's messages in order and
+  // ignores tags.
+  Work batch_isend_irecv(const std::vector<P2POp>& ops);
+  // Completes once every rank has called it.
+  Work barrier();
+
+  // Subgroups. Every rank of this group calls these, in the same order
+  // relative to each other (they are collective over the group's store).
+  // new_group: the ranks listed (ranks of this group, in any order) form a
+  // new group, numbered in increasing order; the others get nullptr.
+  std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
+  // split: ranks that pass the same color form a group, ordered by (key,
+  // rank); a negative color joins no group (nullptr).
+  std::shared_ptr<ProcessGroup> split(int color, int key = 0);
+
+  // Finishes the queued operations and closes the connections. Idempotent;
+  // the destructor calls it. Later calls fail.
+  virtual void shutdown() = 0;
+  // True once a failure has aborted the group (every later collective fails).
+  bool is_aborted() const { return aborted_.load(); }
+  // The store the group was built on (shared with its subgroups).
+  const std::shared_ptr<Store>& store_ptr() const { return store_; }
+
+ protected:
+  ProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options);
+
+  // Starts a checked operation; returns its Work.
+  virtual Work launch(CommOp op) = 0;
+  // Starts checked sends and receives together. By default, one by one,
+  // with a Work that completes when all of theirs have.
+  virtual Work launch_batch(std::vector<CommOp> ops);
+  // Makes a group of the same backend over `store` (subgroups).
+  virtual std::shared_ptr<ProcessGroup> make_group(std::shared_ptr<Store> store, int rank, int size,
+                                                   GroupOptions options) = 0;
+
+  Store& store() const { return *store_; }
+  void set_aborted() { aborted_ = true; }
+  // This group's name for a store key: "<group name>/<key>".
+  std::string key(const std::string& k) const { return name() + "/" + k; }
+  // "rank 2" or "rank 2 (global rank 5)", for messages.
+  std::string rank_name(int r) const;
+
+ private:
+  CommOp point_to_point(OpType type, const Tensor& t, int peer, int tag);
+  CommOp collective(OpType type, std::string_view op_name);
+  std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members,
+                                              const std::string& suffix);
+
+  std::shared_ptr<Store> store_;
+  int rank_, size_;
+  GroupOptions options_;
+  std::atomic<uint64_t> next_seq_{0};       // collectives, the same on every rank
+  std::atomic<uint64_t> next_p2p_{0};       // this rank's point-to-point calls
+  std::atomic<uint64_t> next_subgroup_{0};  // new_group / split calls
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace spmd::dist

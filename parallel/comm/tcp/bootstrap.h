@@ -1,0 +1,45 @@
+// Bootstrap: how the ranks of a group connect their full mesh of sockets
+// through the store, before any collective can run.
+//
+//   1. every rank listens on a fresh port and publishes "ip:port" in the
+//      store under <group>/addr/<rank>;
+//   2. every rank connects to each lower rank (twice: one socket for
+//      collectives, one for point-to-point) and introduces itself with a
+//      hello (group, rank, channel);
+//   3. every rank accepts the connections of the higher ranks and files each
+//      socket under the peer and channel its hello names.
+// Connecting never waits for the peer to accept (the kernel completes the
+// handshake into the listen backlog), so no order of ranks can deadlock.
+//
+// The address a rank publishes is, in order of preference: the IPv4 address
+// of the interface SPMD_SOCKET_IFNAME names (as GLOO_SOCKET_IFNAME); the
+// address of the interface that routes to `route_hint` (the store's host,
+// usually MASTER_ADDR); else 127.0.0.1.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "runtime/store.h"
+
+namespace spmd::dist::tcp {
+
+struct MeshSockets {
+  std::vector<int> collective;  // [peer] -> connected socket; -1 for this rank
+  std::vector<int> p2p;
+};
+
+// Connects this rank to every other rank of the group (all of them call it).
+// Sockets come back non-blocking with TCP_NODELAY, and with a send buffer of
+// send_buffer bytes unless it is 0 (the kernel's autotuning); the caller owns
+// them. Throws TimeoutError naming the ranks that did not
+// connect in time.
+MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int size,
+                         std::chrono::milliseconds timeout, const std::string& route_hint,
+                         size_t send_buffer = 0);
+
+// The IP this rank publishes (see the file comment).
+std::string advertised_address(const std::string& route_hint);
+
+}  // namespace spmd::dist::tcp

@@ -1,0 +1,145 @@
+// The progress loop. Pump every used link; when nothing moved, sleep in
+// poll() on the sockets that have work, for at most the time left; wake,
+// pump the ones that are ready, repeat until the awaited ticket completes.
+#include "parallel/comm/tcp/mesh.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace spmd::dist::tcp {
+
+Mesh::Mesh(int rank, int size, std::vector<std::unique_ptr<Link>> links)
+    : rank_(rank), size_(size), links_(std::move(links)) {
+  SPMD_CHECK(int(links_.size()) == size_, "Mesh: ", links_.size(), " links for ", size_, " ranks");
+}
+
+Link& Mesh::link(int peer) {
+  SPMD_CHECK(peer >= 0 && peer < size_ && peer != rank_, "Mesh::link: no link from rank ", rank_,
+             " to rank ", peer, " in a group of ", size_);
+  Link* l = links_[peer].get();
+  if (std::find(used_.begin(), used_.end(), l) == used_.end()) {
+    l->begin(header_, header_);
+    used_.push_back(l);
+  }
+  return *l;
+}
+
+void Mesh::begin(const Header& header, Clock::time_point deadline) {
+  header_ = header;
+  start_ = Clock::now();
+  deadline_ = deadline;
+  slow_called_ = false;
+  used_.clear();
+  glanced_.assign(size_, false);
+}
+
+void Mesh::finish() {
+  wait_until(
+      [&] { return std::all_of(used_.begin(), used_.end(), [](Link* l) { return l->idle(); }); });
+  for (Link* l : used_) l->end();
+  used_.clear();
+}
+
+void Mesh::wait_until(const std::function<bool()>& done) {
+  if (done()) return;
+  // The algorithm may have queued sends or posted receives since it last
+  // waited: try every link once, then move only what poll() says is ready.
+  for (Link* l : used_) l->pump();
+  while (!done()) poll_once();
+}
+
+// Sleeps until a socket is ready (or the deadline, or the slow hook, is
+// due), then pumps the ready ones.
+void Mesh::poll_once() {
+  constexpr nfds_t kMax = 256;
+  pollfd fds[kMax];
+  Link* owners[kMax];
+  nfds_t n = 0, n_used = 0;
+  for (Link* l : used_) {
+    const short ev = l->poll_events();
+    if (ev && n < kMax) {
+      fds[n] = {l->fd(), ev, 0};
+      owners[n++] = l;
+    }
+  }
+  n_used = n;
+  for (int peer = 0; peer < size_ && n < kMax; ++peer) {  // unused links, until glanced at
+    Link* l = links_[peer].get();
+    if (!l || glanced_[peer] || std::find(used_.begin(), used_.end(), l) != used_.end()) continue;
+    fds[n] = {l->fd(), POLLIN, 0};
+    owners[n++] = l;
+  }
+  const auto now = Clock::now();
+  if (now >= deadline_) throw_timeout();
+  auto wake = deadline_;
+  if (slow_hook_ && !slow_called_) wake = std::min(wake, start_ + slow_after_);
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+  const int r = ::poll(fds, n, int(std::clamp<int64_t>(ms, 0, 1 << 30)));
+  if (r < 0 && errno != EINTR) {
+    SPMD_THROW(CommError, "poll failed: ", std::strerror(errno));
+  }
+  if (r <= 0) {
+    if (slow_hook_ && !slow_called_ && Clock::now() >= start_ + slow_after_) {
+      slow_called_ = true;
+      slow_hook_();
+    }
+    return;
+  }
+  for (nfds_t i = 0; i < n_used; ++i) {
+    if (fds[i].revents & (POLLOUT | POLLERR | POLLHUP)) owners[i]->pump_send();
+    if (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) owners[i]->pump_recv();
+  }
+  for (nfds_t i = n_used; i < n; ++i) {
+    if (fds[i].revents) peek_unused(*owners[i]);
+  }
+}
+
+// Something arrived on a link this collective has not used (yet): if it is a
+// header of this very collective that differs from ours, the peer is running
+// another call under the same number. (An identical one is a message the
+// algorithm will read later.)
+void Mesh::peek_unused(Link& l) {
+  glanced_[l.peer()] = true;  // whatever it is, it is looked at once
+  Header h;
+  const ssize_t r = ::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  if (r != ssize_t(sizeof h) || h.seq != header_.seq || h.group != header_.group) return;
+  if (auto why = mismatch(h, header_)) {
+    throw LinkError(l.peer(), true, str_cat("header mismatch with rank ", l.peer(), ": ", *why));
+  }
+}
+
+void Mesh::throw_timeout() const {
+  std::string waiting;
+  for (Link* l : used_) {
+    std::string p = l->pending();
+    if (!p.empty()) waiting += (waiting.empty() ? "" : "; ") + p;
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
+  SPMD_THROW(TimeoutError, "timed out after ", ms.count(), " ms",
+             waiting.empty() ? std::string() : ": " + waiting);
+}
+
+std::vector<int> Mesh::heard_from() const {
+  std::vector<int> ranks;
+  for (Link* l : used_) {
+    if (l->heard()) ranks.push_back(l->peer());
+  }
+  return ranks;
+}
+
+void Mesh::set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook) {
+  slow_after_ = after;
+  slow_hook_ = std::move(hook);
+}
+
+void Mesh::abort() {
+  for (auto& l : links_) {
+    if (l) l->shutdown();
+  }
+}
+
+}  // namespace spmd::dist::tcp

@@ -1,0 +1,88 @@
+// Mesh: a group's full mesh of Links (one per peer) and the progress loop
+// that moves their bytes. A collective algorithm runs on the group's worker
+// thread: it queues sends and posts receives on the links it needs, then
+// calls wait_recv()/wait_sent() for the ticket it depends on next. While it
+// waits, the Mesh pumps every link the collective has touched, so sends and
+// receives to all peers progress together, and sleeps in poll() when no
+// socket can move; it never spins.
+//
+// While it waits, the Mesh also glances (MSG_PEEK) at the first bytes that
+// arrive on links the collective has not used: a header there with the
+// current sequence number but other fields means a peer is running another
+// call under the same number (a rank called broadcast where the others
+// called all_reduce), which would otherwise go unnoticed until the timeout.
+//
+// Every wait is bounded by the collective's deadline; past it the wait throws
+// TimeoutError saying which bytes are missing from whom. A collective that has
+// waited longer than `slow_after` calls the slow hook once (the group uses it
+// to record, in the store, that this rank arrived, so a timeout can name the
+// ranks that never did).
+//
+// Thread-safety: only abort() may be called from another thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/tcp/link.h"
+
+namespace spmd::dist::tcp {
+
+class Mesh {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // links[peer] is the link to each other rank; links[rank] is null.
+  Mesh(int rank, int size, std::vector<std::unique_ptr<Link>> links);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The link to `peer`; marks it as used by the current collective.
+  Link& link(int peer);
+
+  // Starts a collective: every link will send and expect `header` (an
+  // algorithm may change one link's headers, as all_to_all does with its
+  // per-pair counts, through link(peer).begin()). `deadline` bounds it.
+  void begin(const Header& header, Clock::time_point deadline);
+  // Waits until every queued send has left, then closes the collective.
+  void finish();
+
+  void wait_recv(Link& l, Link::Ticket t) {
+    wait_until([&] { return l.received(t); });
+  }
+  void wait_sent(Link& l, Link::Ticket t) {
+    wait_until([&] { return l.sent(t); });
+  }
+  // Moves bytes on every used link until done() holds.
+  void wait_until(const std::function<bool()>& done);
+
+  // The peers whose header for the current (or just failed) collective has
+  // arrived: the ranks known to have reached it.
+  std::vector<int> heard_from() const;
+
+  // Calls `hook` once per collective that has waited longer than `after`.
+  void set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook);
+  // Shuts every connection down: peers see EOF, and this mesh is unusable.
+  // Safe from any thread.
+  void abort();
+
+ private:
+  void poll_once();
+  void peek_unused(Link& l);
+  [[noreturn]] void throw_timeout() const;
+
+  int rank_, size_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<Link*> used_;    // links touched by the current collective
+  std::vector<bool> glanced_;  // unused links already peeked at in this collective
+  Header header_;
+  Clock::time_point start_, deadline_;
+  std::chrono::milliseconds slow_after_{0};
+  std::function<void()> slow_hook_;
+  bool slow_called_ = false;
+};
+
+}  // namespace spmd::dist::tcp

@@ -1,0 +1,383 @@
+// The TCP backend's process group: the worker thread, the choice of
+// algorithm, and what happens when a collective fails.
+#include "parallel/comm/tcp/tcp_process_group.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "parallel/comm/tcp/all_to_all.h"
+#include "parallel/comm/tcp/barrier.h"
+#include "parallel/comm/tcp/bootstrap.h"
+#include "parallel/comm/tcp/chain.h"
+#include "parallel/comm/tcp/recursive_doubling.h"
+#include "parallel/comm/tcp/ring.h"
+#include "parallel/comm/tcp/tree.h"
+#include "runtime/error.h"
+#include "tensor/copy.h"
+#include "tensor/factory.h"
+#if SPMD_WITH_CUDA
+#include "parallel/comm/tcp/cuda_staging.h"
+#endif
+
+namespace spmd::dist {
+
+using namespace tcp;  // NOLINT: this file is the backend's own
+
+namespace {
+// How long a collective waits before recording its arrival in the store; also
+// the grace a timed-out rank gives late arrivals to be recorded.
+std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(2000));
+}
+}  // namespace
+
+// --- Set-up and tear-down ------------------------------------------------------------
+
+std::shared_ptr<TcpProcessGroup> TcpProcessGroup::create(std::shared_ptr<Store> store, int rank,
+                                                         int size, GroupOptions options,
+                                                         std::string route_hint) {
+  std::shared_ptr<TcpProcessGroup> group(
+      new TcpProcessGroup(std::move(store), rank, size, std::move(options), std::move(route_hint)));
+  group->connect();
+  return group;
+}
+
+TcpProcessGroup::TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size,
+                                 GroupOptions options, std::string route_hint)
+    : ProcessGroup(std::move(store), rank, size, std::move(options)),
+      route_hint_(std::move(route_hint)),
+      tuning_(Tuning::from_env()) {}
+
+void TcpProcessGroup::connect() {
+  MeshSockets sockets = connect_mesh(store(), name(), rank(), size(), timeout(), route_hint_,
+                                     tuning_.send_buffer_bytes);
+  std::vector<std::unique_ptr<Link>> links(size());
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);
+  }
+  mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
+  mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
+  p2p_ = std::make_unique<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout());
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+TcpProcessGroup::~TcpProcessGroup() { shutdown(); }
+
+void TcpProcessGroup::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();  // the queued collectives finish (or time out) first
+  p2p_.reset();
+  mesh_.reset();
+}
+
+std::shared_ptr<ProcessGroup> TcpProcessGroup::make_group(std::shared_ptr<Store> store, int rank,
+                                                          int size, GroupOptions options) {
+  return create(std::move(store), rank, size, std::move(options), route_hint_);
+}
+
+// --- Issuing -------------------------------------------------------------------------
+
+Work TcpProcessGroup::launch(CommOp op) {
+  const bool on_gpu = op.tensor.defined() && op.tensor.is_cuda();
+  if (op.input.defined()) {
+    SPMD_CHECK(op.input.device() == op.tensor.device(), op.description, ": output on ",
+               op.tensor.device(), " but input on ", op.input.device());
+  }
+  Work work(op.description, Work::Duration::max());
+  if (op.type == OpType::kSend || op.type == OpType::kRecv) {
+    launch_p2p(std::move(op), work);
+    return work;
+  }
+  auto item = std::make_shared<Queued>(Queued{std::move(op), work, nullptr});
+#if SPMD_WITH_CUDA
+  if (on_gpu) item->mark = std::make_shared<StreamMark>(item->op.tensor);
+#else
+  SPMD_CHECK(!on_gpu, item->op.description, ": this spmd was built without CUDA");
+#endif
+  work.set_runner([group = weak_from_this(), weak = std::weak_ptr<Queued>(item)] {
+    auto g = group.lock();
+    auto it = weak.lock();
+    return g && it && g->run_if_next(it);
+  });
+  {
+    std::lock_guard lock(mu_);
+    SPMD_CHECK(!stopping_, item->op.description, ": the group has been shut down");
+    queue_.push_back(std::move(item));
+  }
+  cv_.notify_one();
+  return work;
+}
+
+// Sends and receives go to the point-to-point engine. A CUDA tensor travels
+// through a host copy: taken now for a send, copied back when a recv lands.
+void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
+  SPMD_CHECK(p2p_ != nullptr, op.description, ": the group has been shut down");
+  const Tensor t = op.tensor;
+  const Tensor host = t.is_cpu()                 ? t
+                      : op.type == OpType::kSend ? ops::to(t, Device::cpu())
+                                                 : ops::empty(t.shape(), {t.dtype()});
+  Work inner = work;
+  if (!t.is_cpu()) {
+    inner = Work(op.description, Work::Duration::max());
+    inner.on_complete([inner, work, t, host, is_recv = op.type == OpType::kRecv] {
+      std::exception_ptr error = inner.exception();
+      if (!error && is_recv) {
+        try {
+          ops::copy_(t, host);
+          ops::synchronize(t.device());  // the bytes are on the device when the Work completes
+        } catch (...) {
+          error = std::current_exception();
+        }
+      }
+      work.complete(error);
+    });
+  }
+  inner.on_complete([host] {});  // keeps the host memory alive until the transfer ends
+  if (op.type == OpType::kSend) {
+    p2p_->send(host.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, inner);
+  } else {
+    p2p_->recv(host.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, inner);
+  }
+}
+
+// --- The worker ------------------------------------------------------------------------
+
+void TcpProcessGroup::worker_loop() {
+  for (;;) {
+    QueuedPtr item;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
+      if (queue_.empty()) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+    }
+    run(*item);
+  }
+}
+
+// A waiter's offer to run `item` itself: taken only when it is the next
+// collective and nothing is running, so the group's order holds.
+bool TcpProcessGroup::run_if_next(const QueuedPtr& item) {
+  {
+    std::lock_guard lock(mu_);
+    if (running_ || queue_.empty() || queue_.front() != item) return false;
+    queue_.pop_front();
+    running_ = true;
+  }
+  run(*item);
+  return true;
+}
+
+// Runs one collective, lets the next one go, and completes the Work (in that
+// order, so a caller woken by the completion can run its next one at once).
+void TcpProcessGroup::run(Queued& item) {
+  std::exception_ptr error;
+  if (!aborted_.empty()) {
+    error = std::make_exception_ptr(CommError(
+        str_cat(item.op.description, ": the group was aborted by an earlier failure: ", aborted_)));
+  } else {
+    try {
+      execute(item);
+    } catch (...) {
+      error = fail(item.op, std::current_exception());
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();
+  item.work.complete(error);
+}
+
+void TcpProcessGroup::execute(Queued& item) {
+  if (item.mark) return execute_staged(item);
+  CommOp& op = item.op;
+  char* data = op.tensor.defined() ? static_cast<char*>(op.tensor.raw_data()) : nullptr;
+  char* input = op.input.defined() ? static_cast<char*>(op.input.raw_data()) : nullptr;
+  execute_on_host(op, data, input);
+}
+
+// CUDA tensors: wait for the caller's stream to produce them, copy them to
+// pinned host buffers, run the collective there, copy the result back.
+void TcpProcessGroup::execute_staged(Queued& item) {
+#if SPMD_WITH_CUDA
+  CommOp& op = item.op;
+  item.mark->wait();
+  if (!staging_) staging_ = std::make_unique<HostStaging>();
+  char* data = staging_->buffer(0, op.tensor.defined() ? op.tensor.nbytes() : 0);
+  char* input = op.input.defined() ? staging_->buffer(1, op.input.nbytes()) : nullptr;
+  if (op.input.defined()) {
+    staging_->to_host(op.input, input);
+  } else if (op.tensor.defined()) {
+    staging_->to_host(op.tensor, data);  // in place: the tensor is also the input
+  }
+  execute_on_host(op, data, input);
+  if (op.tensor.defined()) staging_->to_device(data, op.tensor);
+#else
+  SPMD_THROW(Error, item.op.description, ": CUDA tensors need a CUDA build");
+#endif
+}
+
+void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
+  if (size() == 1) return run_alone(op, data, input);
+  Header h;
+  h.op = op.type;
+  h.dtype = op.tensor.defined() ? op.tensor.dtype() : DType::kF32;
+  h.redop = op.reduce_op;
+  h.group = group_hash(name());
+  h.arg = op.root;
+  h.seq = op.seq;
+  h.count = op.type == OpType::kReduceScatter ? size_t(op.input.numel())
+            : op.tensor.defined()             ? size_t(op.tensor.numel())
+                                              : 0;
+  announced_ = false;
+  current_seq_ = op.seq;
+  mesh_->begin(h, Mesh::Clock::now() + timeout());
+  run_algorithm(op, data, input);
+  if (announced_) {  // the collective was slow and recorded its arrival: tidy up
+    try {
+      store().delete_key(key(str_cat("arrived/", op.seq, "/", rank())));
+    } catch (...) {
+    }
+  }
+}
+
+// Picks the algorithm for the collective and runs it.
+void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
+  Context ctx{*mesh_, workspace_, tuning_};
+  if (op.type == OpType::kBarrier) return DisseminationBarrier(ctx).run();
+  const DType dt = op.tensor.dtype();
+  const size_t elem = element_size(dt);
+  Span whole{data, size_t(op.tensor.numel()), dt, elem};
+  const size_t bytes = whole.bytes();
+  switch (op.type) {
+    case OpType::kBroadcast:
+      if (bytes <= tuning_.small_rooted_bytes) return TreeBroadcast(ctx, whole, op.root).run();
+      return ChainBroadcast(ctx, whole, op.root).run();
+    case OpType::kAllReduce:
+      if (bytes <= tuning_.small_all_reduce_bytes) {
+        return RecursiveDoublingAllReduce(ctx, whole, op.reduce_op).run();
+      }
+      return Ring::all_reduce(ctx, whole, op.reduce_op).run();
+    case OpType::kReduce:
+      if (bytes <= tuning_.small_rooted_bytes)
+        return TreeReduce(ctx, whole, op.root, op.reduce_op).run();
+      return ChainReduce(ctx, whole, op.root, op.reduce_op).run();
+    case OpType::kAllGather: {
+      const size_t mine = size_t(op.input.numel()) * elem;
+      char* slot = data + size_t(rank()) * mine;
+      if (slot != input && mine > 0) std::memmove(slot, input, mine);
+      return Ring::all_gather(ctx, whole).run();
+    }
+    case OpType::kReduceScatter: {
+      Span in{input, size_t(op.input.numel()), dt, elem};
+      return Ring::reduce_scatter(ctx, in, whole, op.reduce_op).run();
+    }
+    case OpType::kAllToAll: {
+      Span in{input, size_t(op.input.numel()), dt, elem};
+      return AllToAll(ctx, in, whole, op.send_counts, op.recv_counts).run();
+    }
+    default:
+      SPMD_THROW(InvalidArgument, op.description, ": not a collective");
+  }
+}
+
+// A group of one: every collective is a local copy at most.
+void TcpProcessGroup::run_alone(CommOp& op, char* data, char* input) {
+  const size_t bytes = op.tensor.defined() ? op.tensor.nbytes() : 0;
+  const bool copies = op.type == OpType::kAllGather || op.type == OpType::kReduceScatter ||
+                      op.type == OpType::kAllToAll;
+  if (copies && bytes > 0 && data != input) std::memmove(data, input, bytes);
+}
+
+// --- Failure ---------------------------------------------------------------------------
+
+// Turns the error that stopped a collective into the one its Work reports,
+// and aborts the group so that the peers fail at once too.
+std::exception_ptr TcpProcessGroup::fail(const CommOp& op, std::exception_ptr error) {
+  std::string cause;
+  bool caller_error = false;
+  bool timed_out = false;
+  try {
+    std::rethrow_exception(error);
+  } catch (const LinkError& e) {
+    caller_error = e.is_mismatch();
+    cause = e.is_mismatch() ? e.what() : e.what() + peer_report(e.peer());
+  } catch (const TimeoutError& e) {
+    timed_out = true;
+    cause = str_cat(e.what(), "; ", never_arrived(op));
+  } catch (const std::exception& e) {
+    cause = e.what();
+  }
+  const std::string message =
+      str_cat(op.description, " (rank ", rank(), " of ", size(), ") failed: ", cause);
+  aborted_ = message;
+  set_aborted();
+  try {  // the first reason recorded wins: it is the root cause the others report
+    const std::string mine = str_cat(rank_name(rank()), " reported: ", message);
+    store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
+  } catch (...) {
+  }
+  mesh_->abort();
+  p2p_->abort(str_cat("the group was aborted: ", message));
+  if (caller_error) return std::make_exception_ptr(InvalidArgument(message));
+  if (timed_out) return std::make_exception_ptr(TimeoutError(message));
+  return std::make_exception_ptr(CommError(message));
+}
+
+// Which ranks were never seen at `op`: no header from them reached this rank,
+// and they left no arrival record in the store (waiting a little for late ones).
+std::string TcpProcessGroup::never_arrived(const CommOp& op) {
+  std::vector<int> heard = mesh_->heard_from();
+  std::vector<std::string> keys;
+  std::vector<int> unknown;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank() || std::count(heard.begin(), heard.end(), r)) continue;
+    unknown.push_back(r);
+    keys.push_back(key(str_cat("arrived/", op.seq, "/", r)));
+  }
+  if (unknown.empty()) return "every rank reached it (a peer is stuck or too slow)";
+  std::string missing;
+  try {
+    try {
+      store().wait(keys, slow_after(timeout()));
+    } catch (const TimeoutError&) {
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!store().check({keys[i]})) missing += str_cat(missing.empty() ? "" : ", ", unknown[i]);
+    }
+  } catch (const std::exception& e) {
+    return str_cat("the store could not be reached to tell which ranks arrived (", e.what(), ")");
+  }
+  if (missing.empty()) return "every rank reached it (a peer is stuck or too slow)";
+  return str_cat("ranks that never arrived at ", op_name(op.type), " #", op.seq, ": [", missing,
+                 "]");
+}
+
+// What the group's abort record says, when a peer vanished: often the lost
+// peer (or another) aborted for a reason of its own.
+std::string TcpProcessGroup::peer_report(int peer) {
+  try {
+    if (store().check({key("abort")}))
+      return "; the group's abort record says: " + store().get_string(key("abort"));
+  } catch (...) {
+  }
+  return "";
+}
+
+void TcpProcessGroup::announce_arrival() {
+  announced_ = true;
+  try {
+    store().set(key(str_cat("arrived/", current_seq_, "/", rank())), std::string_view("1"));
+  } catch (...) {
+  }
+}
+
+}  // namespace spmd::dist

@@ -1,0 +1,107 @@
+// TcpProcessGroup: the process group of the TCP backend (the role Gloo plays
+// for PyTorch on CPUs). It runs on any IP network, carries CPU tensors
+// directly and CUDA tensors through host memory (collectives through pinned
+// buffers, cuda_staging.h; send/recv through host copies).
+//
+// Structure:
+//   - a full mesh of sockets, connected through the store (bootstrap.h);
+//   - a worker thread that runs the collectives one by one in issue order,
+//     each as an algorithm class chosen by size (ring, recursive doubling,
+//     trees, chains, all-to-all, dissemination barrier) over the Mesh. A
+//     caller that waits on a collective the worker has not picked up yet
+//     runs it itself, in order (Work::set_runner): that saves two thread
+//     hand-offs, the larger part of a small all_reduce's time;
+//   - a point-to-point engine with its own sockets and thread (p2p.h).
+//
+// Failure: when a collective fails (a peer is lost, the ranks disagree, the
+// timeout passes) the worker writes the reason under <group>/abort in the
+// store, shuts every socket down so the peers fail at once too, and fails
+// this and every later collective of the group. A timeout names the ranks
+// never seen at the collective: those that sent this rank nothing for it and
+// left no arrival record (a rank that waits long in a collective records its
+// arrival in the store, cheaply, once).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "parallel/comm/process_group.h"
+#include "parallel/comm/tcp/mesh.h"
+#include "parallel/comm/tcp/p2p.h"
+#include "parallel/comm/tcp/tuning.h"
+#include "parallel/comm/tcp/workspace.h"
+
+namespace spmd::dist {
+namespace tcp {
+class HostStaging;  // cuda_staging.h (CUDA builds)
+class StreamMark;
+}  // namespace tcp
+
+class TcpProcessGroup final : public ProcessGroup,
+                              public std::enable_shared_from_this<TcpProcessGroup> {
+ public:
+  // Connects the group's mesh (every rank of the group calls this).
+  // route_hint: a host the ranks can all reach (the store's), used to pick
+  // the address this rank publishes (bootstrap.h).
+  static std::shared_ptr<TcpProcessGroup> create(std::shared_ptr<Store> store, int rank, int size,
+                                                 GroupOptions options, std::string route_hint = "");
+  ~TcpProcessGroup() override;
+
+  CommBackend backend() const override { return CommBackend::kTcp; }
+  void shutdown() override;
+
+ protected:
+  Work launch(CommOp op) override;
+  std::shared_ptr<ProcessGroup> make_group(std::shared_ptr<Store> store, int rank, int size,
+                                           GroupOptions options) override;
+
+ private:
+  struct Queued {
+    CommOp op;
+    Work work;
+    std::shared_ptr<tcp::StreamMark> mark;  // CUDA tensors: the caller's stream at issue
+  };
+  using QueuedPtr = std::shared_ptr<Queued>;
+  TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options,
+                  std::string route_hint);
+  void connect();
+  void worker_loop();
+  bool run_if_next(const QueuedPtr& item);
+  void run(Queued& item);
+  void execute(Queued& item);
+  void execute_on_host(CommOp& op, char* data, char* input);
+  void execute_staged(Queued& item);
+  void run_algorithm(CommOp& op, char* data, char* input);
+  void run_alone(CommOp& op, char* data, char* input);
+  void launch_p2p(CommOp op, const Work& work);
+  std::exception_ptr fail(const CommOp& op, std::exception_ptr error);
+  std::string never_arrived(const CommOp& op);
+  std::string peer_report(int peer);
+  void announce_arrival();
+
+  std::string route_hint_;
+  tcp::Tuning tuning_;
+  std::unique_ptr<tcp::Mesh> mesh_;
+  std::unique_ptr<tcp::P2PEngine> p2p_;
+  tcp::Workspace workspace_;
+#if SPMD_WITH_CUDA
+  std::unique_ptr<tcp::HostStaging> staging_;  // pinned buffers for CUDA tensors
+#endif
+
+  std::mutex mu_;  // guards queue_, running_ and stopping_
+  std::condition_variable cv_;
+  std::deque<QueuedPtr> queue_;
+  bool running_ = false;  // a thread (the worker, or a waiter) is running a collective
+  bool stopping_ = false;
+  std::thread worker_;
+
+  // State of the thread running a collective (one at a time: running_).
+  std::string aborted_;       // the first failure; later collectives fail with it
+  uint64_t current_seq_ = 0;  // the collective the worker is running
+  bool announced_ = false;    // it recorded its arrival in the store
+};
+
+}  // namespace spmd::dist

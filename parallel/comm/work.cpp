@@ -1,0 +1,95 @@
+// Work: a one-shot completion flag with an error slot, waited on with a
+// condition variable (the waiting thread sleeps; it never spins).
+#include "parallel/comm/work.h"
+
+#include <vector>
+
+#include "runtime/error.h"
+
+namespace spmd::dist {
+
+Work::Work() : state_(std::make_shared<State>()) {
+  state_->description = "completed work";
+  state_->done = true;
+}
+
+Work::Work(std::string description, Duration default_timeout) : state_(std::make_shared<State>()) {
+  state_->description = std::move(description);
+  state_->default_timeout = default_timeout;
+}
+
+void Work::wait() const {
+  std::function<bool()> runner;
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->done) runner = state_->runner;
+  }
+  if (runner) runner();  // may run the operation right here
+  wait(state_->default_timeout);
+}
+
+void Work::set_runner(std::function<bool()> run) const {
+  std::lock_guard lock(state_->mu);
+  state_->runner = std::move(run);
+}
+
+void Work::wait(Duration timeout) const {
+  std::unique_lock lock(state_->mu);
+  if (timeout == Duration::max()) {
+    state_->cv.wait(lock, [&] { return state_->done; });  // the backend bounds the op itself
+  } else if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+    SPMD_THROW(TimeoutError, state_->description, ": Work::wait gave up after ", timeout.count(),
+               " ms; the operation has not finished (it goes on; wait again to join it)");
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+bool Work::is_completed() const {
+  std::lock_guard lock(state_->mu);
+  return state_->done;
+}
+
+bool Work::is_success() const {
+  std::lock_guard lock(state_->mu);
+  return state_->done && !state_->error;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard lock(state_->mu);
+  return state_->error;
+}
+
+const std::string& Work::description() const { return state_->description; }
+
+void Work::complete(std::exception_ptr error) const {
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->done || state_->completing) return;
+    state_->completing = true;
+    state_->error = std::move(error);  // callbacks may read it through exception()
+    callbacks.swap(state_->callbacks);
+    state_->runner = nullptr;
+  }
+  // Callbacks run before waiters wake, so a waiter sees their effects (a
+  // staged result copied back) the moment wait() returns.
+  for (auto& fn : callbacks) fn();
+  {
+    std::lock_guard lock(state_->mu);
+    state_->done = true;
+  }
+  state_->cv.notify_all();
+}
+
+void Work::on_complete(std::function<void()> fn) const {
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->done && !state_->completing) {
+      state_->callbacks.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+}  // namespace spmd::dist

@@ -1,0 +1,80 @@
+// Work: the handle an asynchronous collective returns, as torch.distributed's
+// Work. The collective runs on its group's worker thread (TCP) or stream
+// (NCCL) while the caller computes; wait() joins it, is_completed() polls it.
+// A Work that failed carries its error (a CommError, TimeoutError or
+// InvalidArgument naming the op, its sequence number and the group), which
+// wait() rethrows.
+//
+// A Work is a shared handle: copies name the same operation. Thread-safety:
+// any thread may wait on or poll a Work; the backend completes it once.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace spmd::dist {
+
+class Work {
+ public:
+  using Duration = std::chrono::milliseconds;
+
+  // An already-completed, successful Work (what a rank outside a group, or a
+  // no-op, returns).
+  Work();
+  // A pending Work that the backend will complete. `description` names it in
+  // errors ("all_reduce #5 in group world"); `default_timeout` bounds wait().
+  Work(std::string description, Duration default_timeout);
+
+  // Blocks until the operation has finished and rethrows its error if it
+  // failed. Waits at most the default timeout the backend gave (its own
+  // collective timeout plus a grace period, since the backend enforces that
+  // timeout itself), then throws TimeoutError.
+  void wait() const;
+  // As wait(), but throws TimeoutError when the operation has not finished
+  // within `timeout`. The operation itself goes on; wait again to join it.
+  void wait(Duration timeout) const;
+  // True once the operation has finished, successfully or not. Never blocks.
+  bool is_completed() const;
+  // True when it finished without error.
+  bool is_success() const;
+  // The error it failed with; null while pending or after success (set
+  // already when on_complete callbacks run).
+  std::exception_ptr exception() const;
+  const std::string& description() const;
+
+  // --- For backends ---------------------------------------------------------
+  // Marks the operation finished: successful when `error` is null. Later
+  // calls are ignored (the first outcome wins). Runs the callbacks.
+  void complete(std::exception_ptr error = nullptr) const;
+  // Runs `fn` (on the completing thread, or at once if already complete).
+  // Used to copy staged results back or release buffers; must not throw.
+  void on_complete(std::function<void()> fn) const;
+  // Lets wait() (without a timeout) run the operation on the waiting thread
+  // when the backend has not started it yet: `run` returns whether it did
+  // (and then completed this Work). The caller was going to block until the
+  // operation finished anyway, so nothing changes but who executes it, and
+  // the hand-offs to and from a worker thread are saved.
+  void set_runner(std::function<bool()> run) const;
+
+ private:
+  struct State {
+    std::string description;
+    Duration default_timeout{};
+    mutable std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    bool completing = false;  // complete() has begun (the first outcome wins)
+    std::exception_ptr error;
+    std::vector<std::function<void()>> callbacks;
+    std::function<bool()> runner;
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace spmd::dist

@@ -1,0 +1,103 @@
+// Multi-process test support (see harness.h).
+#include "harness.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "parallel/comm/init.h"
+#include "runtime/spawn.h"
+#include "tensor/factory.h"
+
+namespace spmd::dist::testing {
+namespace {
+std::string g_report_path;  // set in each child of run_processes()
+}  // namespace
+
+void run_world(int world_size, const std::function<void(ProcessGroup& world)>& fn,
+               std::chrono::milliseconds timeout) {
+  SpawnOptions options;
+  options.timeout = timeout * 3;
+  options.grace = std::chrono::seconds(1);
+  spawn(
+      world_size,
+      [&](int) {
+        InitOptions init;
+        init.init_method = "env://";
+        init.timeout = timeout;
+        std::shared_ptr<ProcessGroup> world = init_process_group(init);
+        fn(*world);
+        destroy_process_group(world);
+      },
+      options);
+}
+
+bool RankOutcome::exited_ok() const {
+  return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+}
+bool RankOutcome::killed() const { return WIFSIGNALED(wait_status); }
+
+void report(const std::string& text) { std::ofstream(g_report_path, std::ios::trunc) << text; }
+
+std::vector<RankOutcome> run_processes(int world_size,
+                                       const std::function<void(int, const std::string&)>& fn,
+                                       std::chrono::milliseconds limit) {
+  char dir_template[] = "/tmp/spmd_comm_test_XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  const std::string store = dir + "/store";
+  std::vector<pid_t> pids;
+  std::cout.flush();
+  std::cerr.flush();
+  for (int r = 0; r < world_size; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      g_report_path = dir + "/report." + std::to_string(r);
+      int code = 0;
+      try {
+        fn(r, store);
+      } catch (const std::exception& e) {
+        report(str_cat("uncaught: ", e.what()));
+        code = 1;
+      }
+      std::_Exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<RankOutcome> outcomes(world_size);
+  std::vector<bool> done(world_size, false);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (int left = world_size; left > 0;) {
+    for (int r = 0; r < world_size; ++r) {
+      if (!done[r] && ::waitpid(pids[r], &outcomes[r].wait_status, WNOHANG) == pids[r]) {
+        done[r] = true;
+        --left;
+      }
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < world_size; ++r) {
+        if (!done[r]) ::kill(pids[r], SIGKILL);
+      }
+    }
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int r = 0; r < world_size; ++r) {
+    std::ifstream in(dir + "/report." + std::to_string(r));
+    std::stringstream text;
+    text << in.rdbuf();
+    outcomes[r].report = text.str();
+  }
+  std::filesystem::remove_all(dir);
+  return outcomes;
+}
+
+Tensor cpu_tensor(int64_t numel, DType dtype) { return ops::empty(Shape{numel}, {dtype}); }
+
+}  // namespace spmd::dist::testing

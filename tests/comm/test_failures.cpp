@@ -1,0 +1,196 @@
+// Failure is loud and bounded: a rank killed mid-collective, a rank that
+// never comes, ranks that disagree on a size, dtype or op, and point-to-point
+// messages nobody answers. Each case runs real processes through a
+// FileStore (which outlives any rank) and checks, in the parent, every
+// surviving rank's error message and how long it took to fail.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "harness.h"
+#include "parallel/comm/init.h"
+
+using namespace spmd;
+using namespace spmd::dist;
+using namespace spmd::dist::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::shared_ptr<ProcessGroup> join(int rank, int world, const std::string& store,
+                                   std::chrono::milliseconds timeout) {
+  InitOptions init;
+  init.init_method = "file://" + store;
+  init.rank = rank;
+  init.world_size = world;
+  init.timeout = timeout;
+  return init_process_group(init);
+}
+
+// Runs `op` and reports "<error type>|<ms it took>|<message>" (or "ok").
+void report_outcome(const std::function<void()>& op) {
+  const auto start = Clock::now();
+  auto ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  };
+  try {
+    op();
+    report("ok");
+  } catch (const TimeoutError& e) {
+    report(str_cat("timeout|", ms(), "|", e.what()));
+  } catch (const InvalidArgument& e) {
+    report(str_cat("invalid|", ms(), "|", e.what()));
+  } catch (const CommError& e) {
+    report(str_cat("comm|", ms(), "|", e.what()));
+  }
+}
+
+long reported_ms(const std::string& report) {
+  const size_t a = report.find('|');
+  return std::stol(report.substr(a + 1, report.find('|', a + 1) - a - 1));
+}
+
+Tensor floats(int64_t n, float value) {
+  Tensor t = cpu_tensor(n, DType::kF32);
+  std::fill_n(static_cast<float*>(t.raw_data()), n, value);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("a rank killed mid-collective makes every other rank fail fast, naming it",
+          "[comm][failure]") {
+  const int world = 4, victim = 2;
+  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+    auto g = join(rank, world, store, std::chrono::seconds(10));
+    g->barrier().wait();
+    Tensor big = floats(16 << 20, 1.f);  // 64 MiB: long enough to be killed in the middle
+    Work w = g->all_reduce(big);
+    if (rank == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ::kill(::getpid(), SIGKILL);
+    }
+    report_outcome([&] { w.wait(); });
+    std::string first = "";
+    // Later collectives fail at once, with the same cause.
+    try {
+      g->barrier().wait();
+    } catch (const CommError& e) {
+      first = e.what();
+    }
+    if (first.find("aborted by an earlier failure") == std::string::npos) {
+      report("a later collective did not fail at once: " + first);
+    }
+  });
+  CHECK(outcomes[victim].killed());
+  for (int r = 0; r < world; ++r) {
+    if (r == victim) continue;
+    INFO("rank " << r << ": " << outcomes[r].report);
+    CHECK(outcomes[r].exited_ok());
+    REQUIRE(outcomes[r].report.rfind("comm|", 0) == 0);
+    CHECK(reported_ms(outcomes[r].report) < 5000);  // well within the 10 s timeout
+    CHECK_THAT(outcomes[r].report,
+               Catch::Contains("all_reduce #1 in group world") && Catch::Contains("rank 2"));
+  }
+}
+
+TEST_CASE("a rank that skips a collective makes the others time out, naming it",
+          "[comm][failure]") {
+  const int world = 3, absent = 1;
+  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+    auto g = join(rank, world, store, std::chrono::milliseconds(1000));
+    g->barrier().wait();
+    if (rank == absent) {  // never calls all_reduce #1; waits, then leaves
+      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+      return;
+    }
+    Tensor t = floats(1000, 1.f);
+    report_outcome([&] { g->all_reduce(t).wait(); });
+  });
+  for (int r = 0; r < world; ++r) {
+    if (r == absent) continue;
+    INFO("rank " << r << ": " << outcomes[r].report);
+    CHECK(outcomes[r].exited_ok());
+    REQUIRE(outcomes[r].report.rfind("timeout|", 0) == 0);
+    const long ms = reported_ms(outcomes[r].report);
+    CHECK(ms >= 1000);
+    CHECK(ms < 3500);  // the timeout, a grace for late arrival records, and slack for load
+    CHECK_THAT(outcomes[r].report, Catch::Contains("all_reduce #1 in group world") &&
+                                       Catch::Contains("never arrived at all_reduce #1: [1]"));
+  }
+}
+
+TEST_CASE("ranks that disagree on size, dtype or op get an error saying so", "[comm][failure]") {
+  struct Case {
+    const char* name;
+    std::function<Work(ProcessGroup&, int rank)> call;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"size",
+       [](ProcessGroup& g, int r) { return g.all_reduce(floats(r == 2 ? 999 : 1000, 1.f)); },
+       "different sizes"},
+      {"dtype",
+       [](ProcessGroup& g, int r) {
+         return g.all_reduce(r == 2 ? cpu_tensor(1000, DType::kF64) : floats(1000, 1.f));
+       },
+       "different sizes or dtypes"},
+      {"op",
+       [](ProcessGroup& g, int r) {
+         return r == 2 ? g.broadcast(floats(1000, 1.f), 0) : g.all_reduce(floats(1000, 1.f));
+       },
+       "different collectives"},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.name) {
+      const int world = 3;
+      auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+        auto g = join(rank, world, store, std::chrono::seconds(5));
+        g->barrier().wait();
+        report_outcome([&] { c.call(*g, rank).wait(); });
+      });
+      int told = 0;  // ranks whose error names the disagreement itself
+      for (int r = 0; r < world; ++r) {
+        INFO("rank " << r << ": " << outcomes[r].report);
+        CHECK(outcomes[r].exited_ok());
+        CHECK(outcomes[r].report != "ok");
+        CHECK(reported_ms(outcomes[r].report) < 4000);  // none waits for the timeout
+        CHECK_THAT(outcomes[r].report, Catch::Contains("#1 in group world"));
+        if (outcomes[r].report.find(c.says) != std::string::npos) ++told;
+      }
+      CHECK(told == world);  // directly, or through the group's abort record
+    }
+  }
+}
+
+TEST_CASE("point-to-point: an unanswered recv times out, a size mismatch is named",
+          "[comm][failure][p2p]") {
+  auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+    auto g = join(rank, 2, store, std::chrono::milliseconds(700));
+    if (rank == 0) {
+      report_outcome([&] { g->recv(floats(10, 0.f), 1, /*tag=*/42).wait(); });  // nobody sends
+      Tensor t = floats(8, 0.f);
+      std::string mismatch;
+      try {
+        g->recv(t, 1, /*tag=*/5).wait();  // rank 1 sends 16
+      } catch (const InvalidArgument& e) {
+        mismatch = e.what();
+      }
+      g->recv(t, 1, /*tag=*/6).wait();  // the connection still works after it
+      expect(static_cast<float*>(t.raw_data())[7] == 3.f, "the message after the mismatch");
+      if (mismatch.find("16 f32") == std::string::npos) report("mismatch not named: " + mismatch);
+    } else {
+      g->send(floats(16, 2.f), 0, 5).wait();
+      g->send(floats(8, 3.f), 0, 6).wait();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    }
+  });
+  INFO(outcomes[0].report);
+  CHECK(outcomes[0].exited_ok());
+  CHECK(outcomes[1].exited_ok());
+  REQUIRE(outcomes[0].report.rfind("timeout|", 0) == 0);
+  CHECK_THAT(outcomes[0].report, Catch::Contains("tag 42") && Catch::Contains("rank 1"));
+}
