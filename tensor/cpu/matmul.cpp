@@ -12,6 +12,7 @@
 #include <Eigen/Core>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/loops.h"
 
 namespace spmd::cpu {
@@ -120,6 +121,19 @@ void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& out, double al
 }
 
 }  // namespace
+
+template <class T>
+void gemm_rows(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+               int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  // A stored transposed is A^T row-major: A itself column-major, same ld.
+  const MatLayout ld[3] = {{!trans_a, lda}, {!trans_b, ldb}, {true, ldc}};
+  pick_gemm<T>(ld)(A, B, C, M, N, K, ld, double(alpha), double(beta));
+}
+template void gemm_rows<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                               const float*, int64_t, float, float*, int64_t);
+template void gemm_rows<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*,
+                                int64_t, const double*, int64_t, double, double*, int64_t);
 
 void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
                         double beta) {
