@@ -17,10 +17,10 @@
 //
 //   spmd-bench-train --config tiny --threads 1 [--steps 20] [--warmup 3]
 //   spmd-bench-train --device cuda --config gpt2 [--steps 30] [--warmup 5]
-// prints one line of key=value fields:
-//   spmd device=cpu config=tiny threads=1 params=842496 tokens_per_s=... step_ms=...
-//   peak_rss_mb=... spmd device=cuda config=gpt2 autocast=bf16 ... mfu=... peak_mem_mb=...
-//   loss_first=...
+// prints one line of key=value fields, such as
+//   spmd device=cpu config=tiny threads=1 ... tokens_per_s=... step_ms=... peak_rss_mb=...
+// with, on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
+// and loss_first=... loss_last=... (the first and last step's loss).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -96,7 +96,7 @@ Result train(nn::Transformer& model, const Flags& f, Device device, bool autocas
     Tensor loss;
     {
       std::optional<AutocastGuard> guard;
-      if (autocast) guard.emplace(DType::kBF16);
+      if (autocast) guard.emplace(DType::kBF16, /*cpu=*/device.is_cpu());
       loss = cross_entropy(model(xs[size_t(i)]), ys[size_t(i)]);
     }
     opt.zero_grad();
@@ -116,8 +116,7 @@ void run(const Flags& f) {
   set_num_threads(f.threads);
   const Device device = f.device == "cuda" ? Device::cuda(0) : Device::cpu();
   SPMD_CHECK(device.is_cpu() || cuda::is_available(),
-             "spmd-bench-train: --device cuda, but no GPU is available (or spmd was built "
-             "without CUDA)");
+             "--device cuda, but no GPU is available (or spmd was built without CUDA)");
   const bool autocast = f.autocast == "bf16" || (f.autocast == "auto" && device.is_cuda());
   const nn::TransformerConfig config = nn::TransformerConfig::preset(f.config);
   auto model = std::make_unique<nn::Transformer>(config, 0);
@@ -136,11 +135,10 @@ void run(const Flags& f) {
       (long long)params, tokens_per_s, median * 1e3, times[0] * 1e3, peak_rss_mb());
   if (device.is_cuda()) {
     const double tflops = flops_per_token(config, params) * tokens_per_s / 1e12;
-    std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f loss_first=%.4f loss_last=%.4f", tflops,
-                tflops / f.peak_tflops, double(cuda::max_memory_allocated(0)) / (1 << 20),
-                r.loss_first, r.loss_last);
+    std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f", tflops, tflops / f.peak_tflops,
+                double(cuda::max_memory_allocated(0)) / (1 << 20));
   }
-  std::printf("\n");
+  std::printf(" loss_first=%.4f loss_last=%.4f\n", r.loss_first, r.loss_last);
 }
 
 }  // namespace

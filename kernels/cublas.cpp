@@ -44,6 +44,7 @@ CublasApi load() {
   bind(lib, "cublasSetStream_v2", &api.set_stream);
   bind(lib, "cublasSetWorkspace_v2", &api.set_workspace);
   bind(lib, "cublasGemmStridedBatchedEx", &api.gemm_strided_batched_ex);
+  bind(lib, "cublasGemmEx", &api.gemm_ex);
   bind(lib, "cublasGetStatusName", &api.status_name);
   bind(lib, "cublasGetStatusString", &api.status_string);
   return api;

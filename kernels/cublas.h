@@ -18,8 +18,8 @@ struct CublasApi {
   decltype(&cublasCreate_v2) create;
   decltype(&cublasSetStream_v2) set_stream;
   decltype(&cublasSetWorkspace_v2) set_workspace;
-  // cublas_api.h also declares an inline overload taking a cudaDataType, so
-  // decltype cannot name this one.
+  // cublas_api.h also declares inline overloads of the two GEMMs taking a
+  // cudaDataType, so decltype cannot name them.
   cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
                                             int m, int n, int k, const void* alpha, const void* A,
                                             cudaDataType a_type, int lda, long long stride_a,
@@ -28,6 +28,11 @@ struct CublasApi {
                                             cudaDataType c_type, int ldc, long long stride_c,
                                             int batch_count, cublasComputeType_t compute,
                                             cublasGemmAlgo_t algo);
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType a_type, int lda,
+                            const void* B, cudaDataType b_type, int ldb, const void* beta, void* C,
+                            cudaDataType c_type, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo);
   decltype(&cublasGetStatusName) status_name;
   decltype(&cublasGetStatusString) status_string;
 };

@@ -213,6 +213,12 @@ void gemm(const TensorArg& a, const TensorArg& b, const TensorArg& out, double a
     const void* A = c.swapped ? pb : pa;
     const void* B = c.swapped ? pa : pb;
     const int64_t stride_A = c.swapped ? sb : sa, stride_B = c.swapped ? sa : sb;
+    if (count == 1) {  // one product (every Linear layer): the plain GEMM entry point
+      SPMD_CUBLAS_CHECK(api.gemm_ex(handle, c.op_a, c.op_b, int(c.m), int(c.n), int(c.k), alpha_p,
+                                    A, in_type, int(c.lda), B, in_type, int(c.ldb), beta_p, po,
+                                    out_type, int(c.ldc), compute, CUBLAS_GEMM_DEFAULT));
+      continue;
+    }
     SPMD_CUBLAS_CHECK(api.gemm_strided_batched_ex(
         handle, c.op_a, c.op_b, int(c.m), int(c.n), int(c.k), alpha_p, A, in_type, int(c.lda),
         stride_A, B, in_type, int(c.ldb), stride_B, beta_p, po, out_type, int(c.ldc), so,

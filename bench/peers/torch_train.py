@@ -152,9 +152,8 @@ def main():
     if cuda:
         tflops = (6 * params + 12 * L * C * T) * tokens_per_s / 1e12
         line += (f" tflops={tflops:.1f} mfu={tflops / args.peak_tflops:.3f} "
-                 f"peak_mem_mb={torch.cuda.max_memory_allocated() / 2**20:.0f} "
-                 f"loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f}")
-    print(line)
+                 f"peak_mem_mb={torch.cuda.max_memory_allocated() / 2**20:.0f}")
+    print(f"{line} loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f}")
 
 
 if __name__ == "__main__":
