@@ -20,7 +20,9 @@
 // prints one line of key=value fields, such as
 //   spmd device=cpu config=tiny threads=1 ... tokens_per_s=... step_ms=... peak_rss_mb=...
 // with, on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
-// and loss_first=... loss_last=... (the first and last step's loss).
+// then the medians of the phases, forward_ms (with the loss), backward_ms and
+// optimizer_ms (CUDA events on a GPU: no extra wait), and loss_first=...
+// loss_last=... (the first and last step's loss).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -56,7 +58,35 @@ struct Flags {
 
 struct Result {
   std::vector<double> step_seconds;
+  std::vector<double> phase_ms[3];  // forward (with the loss), backward, optimizer step
   double loss_first = 0, loss_last = 0;
+};
+
+// Marks the boundaries of a step's phases without waiting: CUDA events on a
+// GPU, the host clock on the CPU (where the work is done when a call returns).
+class PhaseMarks {
+ public:
+  explicit PhaseMarks(Device device) : cuda_(device.is_cuda()) {
+    if (cuda_)
+      for (int i = 0; i < 4; ++i) events_.emplace_back(/*enable_timing=*/true);
+  }
+  void mark(int i) {
+    if (cuda_) {
+      events_[size_t(i)].record();
+    } else {
+      host_[i] = std::chrono::steady_clock::now();
+    }
+  }
+  // Milliseconds from mark i to mark i + 1. REQUIRES: the marked work has run.
+  double ms(int i) const {
+    if (cuda_) return events_[size_t(i)].elapsed_ms(events_[size_t(i) + 1]);
+    return std::chrono::duration<double, std::milli>(host_[i + 1] - host_[i]).count();
+  }
+
+ private:
+  bool cuda_;
+  std::vector<cuda::Event> events_;
+  std::chrono::steady_clock::time_point host_[4];
 };
 
 double peak_rss_mb() {
@@ -90,22 +120,30 @@ Result train(nn::Transformer& model, const Flags& f, Device device, bool autocas
     ys.push_back(ops::to(ops::randint(0, config.vocab_size, {B, T}, ids, &gen), device));
   }
   Result r;
+  PhaseMarks marks(device);
   wait_for(device);
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
+    marks.mark(0);
     Tensor loss;
     {
       std::optional<AutocastGuard> guard;
       if (autocast) guard.emplace(DType::kBF16, /*cpu=*/device.is_cpu());
       loss = cross_entropy(model(xs[size_t(i)]), ys[size_t(i)]);
     }
+    marks.mark(1);
     opt.zero_grad();
     backward(loss);
+    marks.mark(2);
     opt.step();
+    marks.mark(3);
     wait_for(device);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (i >= f.warmup) r.step_seconds.push_back(seconds);
+    if (i >= f.warmup) {
+      r.step_seconds.push_back(seconds);
+      for (int k = 0; k < 3; ++k) r.phase_ms[k].push_back(marks.ms(k));
+    }
     if (i == 0) r.loss_first = loss.item<double>();  // after the clock: waits for nothing new
     if (i + 1 == f.warmup + f.steps) r.loss_last = loss.item<double>();
   }
@@ -126,6 +164,10 @@ void run(const Flags& f) {
   std::vector<double> times = r.step_seconds;
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   const int64_t params = model->num_parameters();
   const double tokens_per_s = double(f.batch * config.max_seq_len) / median;
   std::printf(
@@ -138,7 +180,10 @@ void run(const Flags& f) {
     std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f", tflops, tflops / f.peak_tflops,
                 double(cuda::max_memory_allocated(0)) / (1 << 20));
   }
-  std::printf(" loss_first=%.4f loss_last=%.4f\n", r.loss_first, r.loss_last);
+  std::printf(
+      " forward_ms=%.2f backward_ms=%.2f optimizer_ms=%.2f loss_first=%.4f loss_last=%.4f\n",
+      median_of(r.phase_ms[0]), median_of(r.phase_ms[1]), median_of(r.phase_ms[2]), r.loss_first,
+      r.loss_last);
 }
 
 }  // namespace

@@ -103,10 +103,13 @@ fi
 
 # --- The table ------------------------------------------------------------------------
 field() { grep -E "^$1 " "$2" 2>/dev/null | tail -1 | tr ' ' '\n' | awk -F= -v k="$3" '$1 == k {print $2}'; }
-gpt2_row() {  # name, file
-  printf '| %-34s | %9s | %8s | %6s | %5s | %8s | %s -> %s |\n' "$1" "$(field "$2" "$3" tokens_per_s)" \
-    "$(field "$2" "$3" step_ms)" "$(field "$2" "$3" tflops)" "$(field "$2" "$3" mfu)" \
-    "$(field "$2" "$3" peak_mem_mb)" "$(field "$2" "$3" loss_first)" "$(field "$2" "$3" loss_last)"
+gpt2_row() {  # name, prefix, file
+  local f=("$2" "$3")
+  printf '| %-32s | %8s | %7s | %16s | %7s | %5s | %8s | %s -> %s |\n' "$1" \
+    "$(field "${f[@]}" tokens_per_s)" "$(field "${f[@]}" step_ms)" \
+    "$(field "${f[@]}" forward_ms)/$(field "${f[@]}" backward_ms)/$(field "${f[@]}" optimizer_ms)" \
+    "$(field "${f[@]}" tflops)" "$(field "${f[@]}" mfu)" "$(field "${f[@]}" peak_mem_mb)" \
+    "$(field "${f[@]}" loss_first)" "$(field "${f[@]}" loss_last)"
 }
 echo
 echo "== gpu-check summary ($((SECONDS - start))s; logs in $out)"
@@ -121,8 +124,8 @@ if [ -f "$out/bench_gpt2_spmd.txt" ] || [ -f "$out/bench_gpt2_torch.txt" ]; then
   echo "GPT-2 124M training step, B 8, T 1024, bf16 autocast, AdamW; median of $GPT2_STEPS steps."
   echo "MFU: (6 N + 12 L C T) FLOPs per token x tokens/s / 989 TFLOP/s (H200 dense bf16)."
   grep -h "^#" "$out/bench_gpt2_torch.txt" 2>/dev/null
-  printf '| %-34s | %9s | %8s | %6s | %5s | %8s | %s |\n' side tokens/s "step ms" TFLOP/s MFU \
-    "peak MiB" "loss first -> last"
+  printf '| %-32s | %8s | %7s | %16s | %7s | %5s | %8s | %s |\n' side tokens/s "step ms" \
+    "fwd/bwd/opt ms" TFLOP/s MFU "peak MiB" "loss first -> last"
   gpt2_row "spmd" spmd "$out/bench_gpt2_spmd.txt"
   gpt2_row "torch eager (sdpa, fused AdamW)" torch "$out/bench_gpt2_torch.txt"
   s=$(field spmd "$out/bench_gpt2_spmd.txt" tokens_per_s)

@@ -3,8 +3,10 @@
 The model is tests/autograd/torch_gpt2.py, the one test_torch_reference checks
 spmd against, so both sides run the identical computation: forward,
 cross-entropy, backward, AdamW (lr 3e-4, weight decay 0.1) on random tokens
-(a fresh batch each step, on the device before the clock starts). The median
-step time over --steps steps after --warmup untimed ones.
+(a fresh batch each step, on the device before the clock starts), from
+GPT-2's initialization as spmd's. The median step time over --steps steps
+after --warmup untimed ones, and the medians of its phases (forward with
+the loss, backward, optimizer step).
 
 CPU (the default): f32, PyTorch's default AdamW, peak RSS from getrusage. It
 prints which BLAS library the process loaded and the thread settings that ran
@@ -16,7 +18,7 @@ torch.compile: torch.autocast bf16 around the forward and the loss (f32
 master weights), attention through F.scaled_dot_product_attention (flash
 attention; --attention naive for the explicit softmax), AdamW with
 fused=True (one kernel for all parameters; --adamw foreach for PyTorch's
-default), GPT-2's initialization. Each step is timed between two
+default). Each step is timed between two
 torch.cuda.synchronize(); the line adds the MFU as spmd-bench-train
 computes it and torch.cuda.max_memory_allocated.
 
@@ -49,6 +51,25 @@ def loaded_blas():
             if any(k in name for k in ("blas", "lapack", "mkl", "gomp", "omp")):
                 libs.add(os.path.realpath(path))
     return sorted(libs)
+
+
+class PhaseMarks:
+    """Boundaries of a step's phases without waiting: CUDA events, or the host clock."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.marks = [torch.cuda.Event(enable_timing=True) for _ in range(4)] if cuda else [0.0] * 4
+
+    def mark(self, i):
+        if self.cuda:
+            self.marks[i].record()
+        else:
+            self.marks[i] = time.perf_counter()
+
+    def ms(self, i):
+        if self.cuda:
+            return self.marks[i].elapsed_time(self.marks[i + 1])
+        return (self.marks[i + 1] - self.marks[i]) * 1e3
 
 
 def init_gpt2(model, n_layers):
@@ -107,8 +128,7 @@ def main():
     torch.manual_seed(0)
     V, T, L, H, C = PRESETS[args.config]
     model = GPT2(V, T, L, H, C, sdpa=cuda and args.attention == "sdpa")
-    if cuda:
-        init_gpt2(model, L)
+    init_gpt2(model, L)
     model.to(args.device)
     opt = make_optimizer(model, args, cuda)
     n = args.warmup + args.steps
@@ -125,19 +145,26 @@ def main():
         if cuda:
             torch.cuda.synchronize()
 
-    times, losses = [], []
+    times, losses, phases = [], [], [[], [], []]  # forward (with the loss), backward, step
+    marks = PhaseMarks(cuda)
     wait()
     for i in range(n):
         start = time.perf_counter()
+        marks.mark(0)
         with region():
             logits = model(xs[i])
             loss = F.cross_entropy(logits.view(-1, V), ys[i].view(-1))
+        marks.mark(1)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        marks.mark(2)
         opt.step()
+        marks.mark(3)
         wait()
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
+            for k in range(3):
+                phases[k].append(marks.ms(k))
         if i in (0, n - 1):
             losses.append(loss.item())
     times.sort()
@@ -153,7 +180,9 @@ def main():
         tflops = (6 * params + 12 * L * C * T) * tokens_per_s / 1e12
         line += (f" tflops={tflops:.1f} mfu={tflops / args.peak_tflops:.3f} "
                  f"peak_mem_mb={torch.cuda.max_memory_allocated() / 2**20:.0f}")
-    print(f"{line} loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f}")
+    fwd, bwd, step = (sorted(p)[len(p) // 2] for p in phases)
+    print(f"{line} forward_ms={fwd:.2f} backward_ms={bwd:.2f} optimizer_ms={step:.2f} "
+          f"loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f}")
 
 
 if __name__ == "__main__":
