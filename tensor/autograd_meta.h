@@ -24,6 +24,9 @@ struct AutogradMeta {
   std::shared_ptr<autograd::Node> grad_fn;
   uint32_t output_nr = 0;
   bool retains_grad = false;
+  // A leaf's gradient accumulator (autograd::AccumulateGrad), shared by every
+  // graph that uses the leaf while one is alive; weak, because the graph owns it.
+  std::weak_ptr<autograd::Node> grad_accumulator;
   // Called with the gradient flowing into this tensor; a hook may return a
   // replacement (or an undefined tensor to keep it).
   std::vector<std::function<Tensor(const Tensor&)>> grad_hooks;

@@ -75,6 +75,9 @@ class Tensor {
 
   // True when both handles name the same tensor (not merely equal values).
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+  // How many handles name this tensor (torch's use_count). Autograd adopts a
+  // gradient as a leaf's .grad without a copy only when it holds the sole handle.
+  long use_count() const { return impl_.use_count(); }
 
   // --- Autograd fields (filled in by autograd/) ----------------------------
   bool requires_grad() const;

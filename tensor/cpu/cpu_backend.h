@@ -10,6 +10,7 @@
 //   nn.cpp           softmax, cross-entropy, RoPE (norm.cpp: layer and RMS norm)
 //   indexing.cpp     index_select/index_add, gather/scatter_add
 //   random.cpp       Philox draws and the fused AdamW step
+//   attention.cpp    fused causal attention, forward and backward
 // The strided-iteration helpers they share are in loops.h.
 #pragma once
 
@@ -73,6 +74,12 @@ class CpuBackend final : public Backend {
 
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const AdamWStep& hp) override;
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                 const Tensor& out, const Tensor& lse) override;
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, bool causal, double scale,
+                          const Tensor& dq, const Tensor& dk, const Tensor& dv) override;
 };
 
 }  // namespace cpu

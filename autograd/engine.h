@@ -1,0 +1,28 @@
+// The backward pass: gradients flow from the roots (a loss) back through the
+// recorded graph (node.h) to the leaves.
+//
+// The engine first walks the graph from the roots and counts, for every node,
+// how many edges lead into it. Then it runs nodes from a ready queue: a node is
+// ready once every gradient into it has arrived (its count fell to zero), so
+// gradients arriving along several edges (a tensor used twice) are summed
+// before the node runs. Among ready nodes the one created last runs first
+// (the highest sequence number), and AccumulateGrad nodes before all others,
+// so a parameter's post-accumulate-grad hooks fire as soon as its gradient is
+// final. Both walks use explicit stacks and queues, never recursion: a graph
+// 10,000 ops deep does not touch the call stack.
+//
+// While it runs, grad mode is off: backward formulas are raw ops and record
+// nothing (no gradients of gradients). Without retain_graph, each node frees
+// what it saved as soon as it has run, so activations go away during backward.
+#pragma once
+
+#include "autograd/node.h"
+
+namespace spmd::autograd {
+
+// Runs backward from `roots`, seeding each with the matching gradient in
+// `grads` (an undefined or missing one means 1, for one-element roots).
+// REQUIRES: every root requires grad; each seed has its root's shape.
+void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
+
+}  // namespace spmd::autograd

@@ -1,0 +1,46 @@
+// Multi-head causal self-attention, in the two shapes the Transformer needs:
+//
+//   GPT-2:  one fused projection wqkv (C -> 3C, with bias) whose output is
+//           split into q, k, v; learned positions are added before the block.
+//   Llama:  separate wq (C -> H*D), wk and wv (C -> Hkv*D: grouped-query
+//           attention when Hkv < H), no bias; rotary embeddings (RoPE) turn
+//           q and k by their position.
+//
+// Both end in wo (H*D -> C). Shapes: B batch, T sequence, C model width, H
+// heads of size D = C/H, Hkv key/value heads.
+#pragma once
+
+#include "autograd/nn/layers.h"
+#include "tensor/nn_ops.h"
+
+namespace spmd::nn {
+
+struct AttentionOptions {
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;  // 0: n_heads (plain multi-head)
+  bool fused_qkv = true;   // one wqkv projection (GPT-2) or wq, wk, wv (Llama)
+  bool bias = true;
+  bool rope = false;
+  int64_t max_seq_len = 0;  // the RoPE tables' length
+  double rope_theta = 10000.0;
+};
+
+class CausalSelfAttention : public Module {
+ public:
+  explicit CausalSelfAttention(const AttentionOptions& options, Generator* gen = nullptr);
+  // x (B, T, C) -> (B, T, C)
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "CausalSelfAttention"; }
+
+  const AttentionOptions options;
+  const int64_t head_dim;
+  std::shared_ptr<Linear> wqkv;        // fused_qkv only
+  std::shared_ptr<Linear> wq, wk, wv;  // !fused_qkv only
+  std::shared_ptr<Linear> wo;
+
+ private:
+  Tensor rope_cos_, rope_sin_;  // (max_seq_len, D/2) non-persistent buffers
+};
+
+}  // namespace spmd::nn

@@ -1,0 +1,161 @@
+// The Transformer: configs, the MLP, the block, the model and its init.
+#include "autograd/nn/transformer.h"
+
+#include <cmath>
+
+#include "autograd/grad_mode.h"
+#include "autograd/tensor_ops.h"
+#include "tensor/ops.h"
+
+namespace spmd::nn {
+
+// --- Config ---------------------------------------------------------------------------
+
+TransformerConfig TransformerConfig::gpt2(int64_t vocab_size, int64_t max_seq_len, int64_t n_layers,
+                                          int64_t n_heads, int64_t d_model) {
+  TransformerConfig c;
+  c.vocab_size = vocab_size;
+  c.max_seq_len = max_seq_len;
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.d_model = d_model;
+  return c;  // the defaults are GPT-2's
+}
+
+TransformerConfig TransformerConfig::llama(int64_t vocab_size, int64_t max_seq_len,
+                                           int64_t n_layers, int64_t n_heads, int64_t n_kv_heads,
+                                           int64_t d_model) {
+  TransformerConfig c = gpt2(vocab_size, max_seq_len, n_layers, n_heads, d_model);
+  c.n_kv_heads = n_kv_heads;
+  c.norm = Norm::kRMSNorm;
+  c.activation = Activation::kSwiGLU;
+  c.positions = Positions::kRope;
+  c.bias = false;
+  c.fused_qkv = false;
+  c.tie_embeddings = false;
+  c.norm_eps = 1e-6;
+  return c;
+}
+
+TransformerConfig TransformerConfig::preset(const std::string& name) {
+  if (name == "tiny") return gpt2(256, 128, 4, 4, 128);
+  if (name == "small") return gpt2(256, 256, 6, 6, 384);
+  if (name == "gpt2") return gpt2(50304, 1024, 12, 12, 768);
+  SPMD_THROW(InvalidArgument, "TransformerConfig: unknown preset \"", name,
+             "\" (known: tiny, small, gpt2)");
+}
+
+int64_t TransformerConfig::hidden_dim() const {
+  if (ffn_hidden > 0) return ffn_hidden;
+  if (activation == Activation::kGelu) return 4 * d_model;
+  const int64_t h = 2 * (4 * d_model) / 3;  // SwiGLU's three matrices cost what GELU's two do
+  return (h + 63) / 64 * 64;
+}
+
+namespace {
+std::shared_ptr<Module> make_norm(const TransformerConfig& c) {
+  if (c.norm == TransformerConfig::Norm::kRMSNorm)
+    return std::make_shared<RMSNorm>(c.d_model, c.norm_eps);
+  return std::make_shared<LayerNorm>(c.d_model, c.norm_eps, c.bias);
+}
+}  // namespace
+
+// --- MLP and block -------------------------------------------------------------------------
+
+MLP::MLP(const TransformerConfig& c, Generator* gen)
+    : swiglu(c.activation == TransformerConfig::Activation::kSwiGLU) {
+  const int64_t hidden = c.hidden_dim();
+  w1 = register_module("w1", std::make_shared<Linear>(c.d_model, hidden, c.bias, gen));
+  w2 = register_module("w2", std::make_shared<Linear>(hidden, c.d_model, c.bias, gen));
+  if (swiglu) w3 = register_module("w3", std::make_shared<Linear>(c.d_model, hidden, c.bias, gen));
+}
+
+Tensor MLP::forward(const Tensor& x) {
+  if (swiglu) return (*w2)(mul(silu((*w1)(x)), (*w3)(x)));
+  return (*w2)(gelu((*w1)(x), /*approximate=*/true));
+}
+
+TransformerBlock::TransformerBlock(const TransformerConfig& c, Generator* gen) {
+  AttentionOptions a;
+  a.d_model = c.d_model;
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.fused_qkv = c.fused_qkv;
+  a.bias = c.bias;
+  a.rope = c.positions == TransformerConfig::Positions::kRope;
+  a.max_seq_len = c.max_seq_len;
+  a.rope_theta = c.rope_theta;
+  attn_norm = register_module("attn_norm", make_norm(c));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(a, gen));
+  ffn_norm = register_module("ffn_norm", make_norm(c));
+  mlp = register_module("mlp", std::make_shared<MLP>(c, gen));
+  resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  const Tensor h = add(x, (*resid_dropout)((*attn)((*attn_norm)(x))));
+  return add(h, (*resid_dropout)((*mlp)((*ffn_norm)(h))));
+}
+
+// --- The model -------------------------------------------------------------------------------
+
+Transformer::Transformer(const TransformerConfig& c, uint64_t seed) : config(c) {
+  SPMD_CHECK(c.vocab_size > 0 && c.max_seq_len > 0 && c.n_layers > 0, "Transformer: vocab_size ",
+             c.vocab_size, ", max_seq_len ", c.max_seq_len, ", n_layers ", c.n_layers,
+             " must be positive");
+  Generator gen(seed);
+  tok_embeddings =
+      register_module("tok_embeddings", std::make_shared<Embedding>(c.vocab_size, c.d_model, &gen));
+  if (c.positions == TransformerConfig::Positions::kLearned) {
+    pos_embeddings = register_module("pos_embeddings",
+                                     std::make_shared<Embedding>(c.max_seq_len, c.d_model, &gen));
+  }
+  dropout = register_module("dropout", std::make_shared<Dropout>(c.dropout));
+  layers = register_module("layers", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    layers->push_back(std::make_shared<TransformerBlock>(c, &gen));
+  norm = register_module("norm", make_norm(c));
+  if (!c.tie_embeddings) {
+    output =
+        register_module("output", std::make_shared<Linear>(c.d_model, c.vocab_size, false, &gen));
+  }
+  init_weights(gen);
+}
+
+// GPT-2's initialization (as nanoGPT): every Linear and Embedding weight
+// N(0, 0.02), the projections into the residual stream (attn.wo, mlp.w2)
+// N(0, 0.02 / sqrt(2 n_layers)) so the stream's variance does not grow with
+// depth, biases zero; norms keep their ones and zeros.
+void Transformer::init_weights(Generator& gen) {
+  NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * double(config.n_layers));
+  for (auto& [name, m] : named_modules()) {
+    const bool residual = name.ends_with("attn.wo") || name.ends_with("mlp.w2");
+    if (auto* lin = dynamic_cast<Linear*>(m)) {
+      ops::copy_(lin->weight,
+                 ops::normal(lin->weight.shape(), 0, residual ? residual_std : 0.02, {}, &gen));
+      if (lin->bias.defined()) ops::zero_(lin->bias);
+    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
+      ops::copy_(emb->weight, ops::normal(emb->weight.shape(), 0, 0.02, {}, &gen));
+    }
+  }
+}
+
+Tensor Transformer::forward(const Tensor& ids) {
+  SPMD_CHECK(ids.ndim() == 2 && !is_floating(ids.dtype()), "Transformer: expected integer ids ",
+             "(B, T), got ", dtype_name(ids.dtype()), " ", ids.shape());
+  const int64_t T = ids.size(1);
+  SPMD_CHECK(T <= config.max_seq_len, "Transformer: sequence of ", T, " tokens exceeds ",
+             "max_seq_len ", config.max_seq_len);
+  Tensor x = (*tok_embeddings)(ids);  // (B, T, C)
+  if (pos_embeddings) {
+    x = add(x, (*pos_embeddings)(ops::arange(T, {DType::kI64, ids.device()})));  // + (T, C)
+  }
+  x = (*dropout)(x);
+  x = (*layers)(x);
+  x = (*norm)(x);
+  if (output) return (*output)(x);
+  return linear(x, tok_embeddings->weight);  // tied head: x E^T, (B, T, V)
+}
+
+}  // namespace spmd::nn
