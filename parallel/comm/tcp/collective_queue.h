@@ -15,8 +15,12 @@
 // thread costs ~20 us on this VM (a cross-CPU interrupt), twice per
 // collective (waking the worker, then waking the waiter), and on two cores
 // the woken thread preempts a peer rank: it was most of a small all_reduce's
-// time. The worker sleeps on a timerfd instead: launching arms it (one
-// syscall, nobody woken); a waiter that takes the collective disarms it.
+// time. The worker sleeps on a timerfd instead, set to when the first
+// collective in line is due; launching sets it only when it would fire later
+// than that (so in a stream of collectives, about once per start_after), and
+// nothing disarms it: a worker woken for a collective its waiter took sleeps
+// again. A collective that moves much data is due at once: a hand-off costs
+// little against its transfer, and it overlaps with compute from the start.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -53,10 +57,11 @@ class CollectiveQueue {
   CollectiveQueue(const CollectiveQueue&) = delete;
   CollectiveQueue& operator=(const CollectiveQueue&) = delete;
 
-  // Queues a collective behind the others; returns its entry.
+  // Queues a collective behind the others; returns its entry. The worker may
+  // start it `start_after` from now, or at once when `at_once`.
   // REQUIRES: stop() has not been called (else throws).
   EntryPtr push(std::function<void()> run, std::function<void()> complete,
-                const std::string& description);
+                const std::string& description, bool at_once = false);
   // Called by a thread about to wait on `entry`: when no collective is
   // running, runs the queued ones on this thread up to and including
   // `entry`. Returns whether `entry` ran here (false: another thread has it,
@@ -77,7 +82,7 @@ class CollectiveQueue {
   std::deque<EntryPtr> queue_;
   bool running_ = false;  // a thread is running a collective
   bool stopping_ = false;
-  Clock::time_point armed_for_ = Clock::time_point::max();  // max: disarmed
+  Clock::time_point armed_for_ = Clock::time_point::max();  // max: not set
   std::thread worker_;
 };
 

@@ -127,7 +127,10 @@ class P2PEngine {
   uint64_t progress_ = 0;                                  // counts the syscalls that moved bytes
   int drivers_ = 0;                                        // waiting threads driving right now
   bool engine_driving_ = false;                            // the engine's thread is driving
-  Clock::time_point timer_at_ = Clock::time_point::max();  // max: disarmed
+  Clock::time_point timer_at_ = Clock::time_point::max();  // max: not set
+  // When the engine's thread takes over the pending work that no thread
+  // drives (max: there is none, or a thread drives it).
+  Clock::time_point engine_due_ = Clock::time_point::max();
   std::vector<std::pair<Work, std::exception_ptr>> completions_;  // run outside mu_
   bool stopping_ = false;
   std::thread thread_;

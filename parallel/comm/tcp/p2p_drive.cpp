@@ -1,7 +1,7 @@
 // Who moves the point-to-point engine's bytes: the thread that waits on an
 // operation (drive()), or, for what nobody waits on, the engine's own thread
-// (loop()), which sleeps on a timerfd that posting arms and a driver
-// disarms. Both pump the same sockets under the engine's mutex; Works are
+// (loop()), which sleeps on a timerfd set to when work nobody drives becomes
+// its own. Both pump the same sockets under the engine's mutex; Works are
 // completed after it is released, so a completion callback may post again.
 #include <poll.h>
 #include <sched.h>
@@ -29,7 +29,7 @@ bool P2PEngine::drive(const Work& work) {
   Lock lock(mu_);
   if (engine_driving_) return false;
   ++drivers_;
-  arm_timer_locked(Clock::time_point::max());  // the engine need not come
+  engine_due_ = Clock::time_point::max();  // the engine need not come (its timer stays set)
   auto give_up = Clock::now() + spin_.budget;
   while (!work.is_completed() && !stopping_) {
     const bool moved = pump_all();
@@ -88,11 +88,11 @@ void P2PEngine::sleep_on_sockets(Lock& lock, Clock::time_point until) {
 void P2PEngine::loop() {
   Lock lock(mu_);
   while (!stopping_) {
-    if (drivers_ == 0 && has_pending() && timer_at_ <= Clock::now()) {
-      timer_at_ = Clock::time_point::max();
+    if (drivers_ == 0 && has_pending() && engine_due_ <= Clock::now()) {
       drive_from_engine(lock);
       continue;
     }
+    schedule_engine_locked();  // woken early, or for work a waiter took
     lock.unlock();
     pollfd fds[2] = {{event_fd_, POLLIN, 0}, {timer_fd_, POLLIN, 0}};
     ::poll(fds, 2, -1);
@@ -100,6 +100,7 @@ void P2PEngine::loop() {
     [[maybe_unused]] ssize_t r = ::read(event_fd_, &ignored, sizeof ignored);
     r = ::read(timer_fd_, &ignored, sizeof ignored);
     lock.lock();
+    timer_at_ = Clock::time_point::max();  // a one-shot timer is spent once it fires
   }
 }
 
@@ -129,34 +130,30 @@ void P2PEngine::drive_from_engine(Lock& lock) {
     expire(Clock::now());
   }
   engine_driving_ = false;
+  engine_due_ = Clock::time_point::max();
   flush_completions(lock);
 }
 
 // --- Scheduling the engine, completing Works --------------------------------------
 
-// Points the timer at when the engine's thread must take over: never while
-// someone drives or nothing is pending; else start_after from now (or
-// earlier, if it was set earlier).
+// Makes sure the engine's thread wakes by the time it must take over
+// pending work that no thread drives: start_after after the work was left
+// without a driver. The timer is never disarmed (setting it costs a syscall,
+// and in a VM an exit to the hypervisor; collective_queue.h): an engine woken
+// for work a waiter took sleeps again.
 void P2PEngine::schedule_engine_locked() {
-  if (engine_driving_ || drivers_ > 0 || !has_pending()) {
-    arm_timer_locked(Clock::time_point::max());
-    return;
-  }
-  const auto now = Clock::now();
-  if (timer_at_ == Clock::time_point::max() || timer_at_ <= now) {
-    arm_timer_locked(now + start_after_);
-  }
+  if (engine_driving_ || drivers_ > 0 || !has_pending()) return;
+  if (engine_due_ == Clock::time_point::max()) engine_due_ = Clock::now() + start_after_;
+  if (engine_due_ < timer_at_) arm_timer_locked(engine_due_);
 }
 
+// Sets the timer to fire at `when`: one syscall.
 void P2PEngine::arm_timer_locked(Clock::time_point when) {
-  if (when == Clock::time_point::max() && timer_at_ == when) return;  // disarmed already
   timer_at_ = when;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
   itimerspec spec{};
-  if (when != Clock::time_point::max()) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
-    spec.it_value.tv_sec = ns.count() / 1000000000;
-    spec.it_value.tv_nsec = std::max<int64_t>(1, ns.count() % 1000000000);
-  }
+  spec.it_value.tv_sec = ns.count() / 1000000000;
+  spec.it_value.tv_nsec = std::max<int64_t>(1, ns.count() % 1000000000);  // 0 would disarm it
   ::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
 }
 

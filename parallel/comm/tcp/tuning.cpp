@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -36,8 +37,12 @@ int local_world_size() {
 }  // namespace
 
 SpinPolicy Tuning::default_spin(int local_ranks, int hardware_threads) {
-  if (local_ranks <= 0 || local_ranks > hardware_threads) return {};
-  return {std::chrono::microseconds(kSpinMicros), true};
+  if (local_ranks <= 0) return {};
+  // Yielding each idle round lets a ready peer rank that shares the core run
+  // at once, so the spin pays when the ranks outnumber the cores too; the
+  // more ranks share a core, the shorter each spins.
+  const int micros = kSpinMicros * std::min(1.0, double(hardware_threads) / local_ranks);
+  return {std::chrono::microseconds(micros), true};
 }
 
 Tuning Tuning::from_env() {

@@ -41,18 +41,22 @@ struct Tuning {
   // whenever a byte moves (SpinPolicy), and whether each idle round yields
   // the core. The one exception to "a waiting rank never spins", and bounded:
   // waking a sleeping thread costs ~20 us here, four times a loopback
-  // message. The defaults (docs/comm.md, measured): a kSpinMicros spin that
-  // yields when this host's ranks (LOCAL_WORLD_SIZE) do not outnumber its
-  // hardware threads; no spin when they do, or when they are unknown.
+  // message. The defaults (docs/comm.md, measured): when this host's ranks
+  // (LOCAL_WORLD_SIZE) are known, a spin that yields each idle round, of
+  // kSpinMicros when they do not outnumber its hardware threads and
+  // proportionally less when they do (4 ranks on 2 threads: 25 us); no spin
+  // when they are unknown.
   int spin_us = 0;
   bool spin_yield = true;
   static constexpr int kSpinMicros = 50;
   SpinPolicy spin() const { return {std::chrono::microseconds(spin_us), spin_yield}; }
-  // How long a launched collective waits for a thread to wait on it (and
-  // run it itself, with no thread hand-off) before the group's worker starts
-  // it (collective_queue.h). Bounds how late a collective that nobody waits
-  // on starts; 0 starts every collective on the worker at once.
-  int start_after_us = 100;
+  // How long a launched collective (or point-to-point operation) of less
+  // than 1 MiB waits for a thread to wait on it (and run it itself, with no
+  // thread hand-off) before the group's worker (or engine) thread starts it
+  // (collective_queue.h, p2p.h): how late one that nobody waits on starts,
+  // and, in a stream of collectives, about how often the worker wakes up for
+  // nothing. 0 starts every collective on the worker at once.
+  int start_after_us = 1000;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
