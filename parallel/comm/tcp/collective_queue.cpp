@@ -26,11 +26,11 @@ CollectiveQueue::~CollectiveQueue() {
 
 CollectiveQueue::EntryPtr CollectiveQueue::push(std::function<void()> run,
                                                 std::function<void()> complete,
-                                                const std::string& description, bool at_once) {
+                                                const std::string& description) {
   auto entry = std::make_shared<Entry>();
   entry->run = std::move(run);
   entry->complete = std::move(complete);
-  entry->due = at_once ? Clock::now() : Clock::now() + start_after_;
+  entry->due = Clock::now() + start_after_;
   std::lock_guard lock(mu_);
   SPMD_CHECK(!stopping_, description, ": the group has been shut down");
   queue_.push_back(entry);

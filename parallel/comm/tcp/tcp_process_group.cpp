@@ -24,10 +24,6 @@ namespace spmd::dist {
 using namespace tcp;  // NOLINT: this file is the backend's own
 
 namespace {
-// A collective of at least this many bytes is handed to the worker at once:
-// a thread wake-up (~20 us) is small against its transfer (~300 us at 1 MiB).
-constexpr size_t kStartAtOnceBytes = size_t(1) << 20;
-
 // How long a collective waits before recording its arrival in the store; also
 // the grace a timed-out rank gives late arrivals to be recorded.
 std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout) {
@@ -102,11 +98,8 @@ Work TcpProcessGroup::launch(CommOp op) {
   SPMD_CHECK(!on_gpu, item->op.description, ": this spmd was built without CUDA");
 #endif
   SPMD_CHECK(queue_ != nullptr, item->op.description, ": the group has been shut down");
-  // One that moves much data goes to the worker at once (collective_queue.h).
-  const bool large = item->op.tensor.defined() && item->op.tensor.nbytes() >= kStartAtOnceBytes;
-  auto entry =
-      queue_->push([this, item] { run(*item); }, [item] { item->work.complete(item->error); },
-                   item->op.description, large);
+  auto entry = queue_->push([this, item] { run(*item); },
+                            [item] { item->work.complete(item->error); }, item->op.description);
   // A caller that waits on it runs it (and any issued before it) itself.
   work.set_runner([group = weak_from_this(), weak = std::weak_ptr(entry)] {
     auto g = group.lock();
