@@ -33,8 +33,10 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// A connected pair of loopback TCP sockets (TCP_NODELAY, as the backend sets).
-std::pair<int, int> loopback_pair() {
+// A connected pair of loopback TCP sockets (TCP_NODELAY, as the backend sets);
+// the first one's SO_SNDBUF set to `send_buffer` before it connects (0: the
+// kernel's autotuning), as the backend's bootstrap does.
+std::pair<int, int> loopback_pair(int send_buffer = 0) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -44,6 +46,7 @@ std::pair<int, int> loopback_pair() {
                  ::listen(listener, 1) == 0 && ::getsockname(listener, (sockaddr*)&addr, &len) == 0,
              "spmd-bench --limits: cannot listen on loopback: ", std::strerror(errno));
   const int a = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (send_buffer > 0) ::setsockopt(a, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof send_buffer);
   SPMD_CHECK(::connect(a, (sockaddr*)&addr, len) == 0,
              "spmd-bench --limits: cannot connect: ", std::strerror(errno));
   const int b = ::accept(listener, nullptr, nullptr);
@@ -93,8 +96,8 @@ void stream_in(int fd, size_t total) {
 // Runs child(fd) in a forked process on one end of a loopback connection and
 // parent(fd) here on the other; returns the parent's seconds.
 template <class Parent, class Child>
-double across_processes(Parent parent, Child child) {
-  auto [a, b] = loopback_pair();
+double across_processes(Parent parent, Child child, int send_buffer = 0) {
+  auto [a, b] = loopback_pair(send_buffer);
   const pid_t pid = ::fork();
   SPMD_CHECK(pid >= 0, "spmd-bench --limits: fork failed: ", std::strerror(errno));
   if (pid == 0) {
@@ -163,11 +166,11 @@ double cpu_seconds() {
 }
 
 // Moves `total` bytes through fd out of (or into) a `buffer`-byte buffer in
-// 1 MiB non-blocking calls, spinning on EAGAIN, as the backend's Link does.
+// 4 MiB non-blocking calls, spinning on EAGAIN, as the backend's Link does.
 void spin_stream(int fd, size_t buffer, size_t total, bool out) {
   std::vector<char> buf(buffer, 1);
   for (size_t done = 0; done < total;) {
-    const size_t at = done % buffer, n = std::min({size_t(1) << 20, buffer - at, total - done});
+    const size_t at = done % buffer, n = std::min({size_t(4) << 20, buffer - at, total - done});
     const ssize_t r = out ? ::send(fd, buf.data() + at, n, MSG_DONTWAIT | MSG_NOSIGNAL)
                           : ::recv(fd, buf.data() + at, n, MSG_DONTWAIT);
     if (r > 0) done += size_t(r);
@@ -179,24 +182,26 @@ void spin_stream(int fd, size_t buffer, size_t total, bool out) {
 // One way, as the backend moves a broadcast between two ranks: a 256 KiB
 // send buffer (tuning.h), non-blocking calls that spin (the backend spins
 // before it sleeps), the root's data in `buffer` bytes that it sends again and
-// again. The receiver acknowledges the last byte.
+// again. The receiver acknowledges the last byte. 2 GiB a repetition: the
+// stream speeds up over its first few hundred MiB (the kernel grows the
+// receive window), and a collective's connections are long-lived.
 double backend_stream_gbps(size_t buffer) {
+  constexpr size_t kLong = size_t(2) << 30;
   double best = 1e30;
   for (int rep = 0; rep < kReps; ++rep) {
     best = std::min(best, across_processes(
                               [&](int fd) {
-                                const int sndbuf = 256 << 10;
-                                ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-                                spin_stream(fd, buffer, kStream, true);
+                                spin_stream(fd, buffer, kLong, true);
                                 char ack;
                                 read_all(fd, &ack, 1);
                               },
                               [&](int fd) {
-                                spin_stream(fd, buffer, kStream, false);
+                                spin_stream(fd, buffer, kLong, false);
                                 write_all(fd, "k", 1);
-                              }));
+                              },
+                              256 << 10));
   }
-  return double(kStream) / best / 1e9;
+  return double(kLong) / best / 1e9;
 }
 
 // Both ways at once: each process sends and receives kStream bytes (a thread
