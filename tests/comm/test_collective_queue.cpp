@@ -99,6 +99,28 @@ TEST_CASE("a waiter does not run a collective while another thread runs one", "[
   REQUIRE(log.threads[0] != std::this_thread::get_id());  // the worker went on to it
 }
 
+TEST_CASE("a waiter that finds another collective running has its own run right after it",
+          "[comm][queue]") {
+  CollectiveQueue q(std::chrono::seconds(10));  // far later than this test may take
+  std::mutex gate;
+  std::unique_lock hold(gate);
+  std::atomic<bool> started{false};
+  auto first = q.push(
+      [&] {
+        started = true;
+        std::lock_guard wait_for_gate(gate);
+      },
+      [] {}, "blocked collective");
+  std::thread other([&] { q.run_through(first); });  // another thread waits on, and runs, it
+  while (!started) std::this_thread::sleep_for(1ms);
+  Log log;
+  auto second = log.push(q, 1);
+  REQUIRE_FALSE(q.run_through(second));  // the other thread is running the first
+  hold.unlock();
+  REQUIRE(log.wait_completed(1));  // within 5 s, not after the 10 s start_after
+  other.join();
+}
+
 TEST_CASE("stop() runs what is queued at once; nothing can be queued after it", "[comm][queue]") {
   CollectiveQueue q(std::chrono::seconds(10));
   Log log;

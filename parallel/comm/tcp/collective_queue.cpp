@@ -47,6 +47,16 @@ bool CollectiveQueue::run_through(const EntryPtr& entry) {
     ran = queue_.front() == entry;
     run_front(lock);
   }
+  if (!ran && !entry->done) {
+    // Another thread is running one ahead of it, and this thread will sleep
+    // until it completes: it and those before it are due now, so whoever
+    // ends the running one goes straight on to them.
+    const auto now = Clock::now();
+    for (const EntryPtr& e : queue_) {
+      e->due = std::min(e->due, now);
+      if (e == entry) break;
+    }
+  }
   schedule_locked();
   return ran;
 }

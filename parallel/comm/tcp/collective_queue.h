@@ -68,7 +68,8 @@ class CollectiveQueue {
   // Called by a thread about to wait on `entry`: when no collective is
   // running, runs the queued ones on this thread up to and including
   // `entry`. Returns whether `entry` ran here (false: another thread has it,
-  // or runs one before it; wait for its completion).
+  // or runs one before it; wait for its completion, which then comes
+  // without waiting for start_after).
   bool run_through(const EntryPtr& entry);
   // Lets the worker run everything queued at once, then joins it.
   void stop();
