@@ -11,10 +11,15 @@
 // optimizer step; the median step time over --steps steps after --warmup
 // untimed ones. Rank 0 prints one line in spmd-bench-train's format:
 //   spmd-ddp config=small world=2 threads=1 params=... tokens_per_s=... step_ms=...
-//   comm_ms=... exposed_ms=... hidden_share=... peak_rss_mb=...
-// tokens_per_s counts every rank's tokens; comm_ms is the communicator's
-// busy time on the buckets per step, exposed_ms the time backward waited
-// for them after its last node, hidden_share = 1 - the exposed part of comm.
+//   comm_ms=... exposed_ms=... hidden_share=... span_ms=... span_hidden_share=...
+//   peak_rss_mb=...
+// tokens_per_s counts every rank's tokens. comm_ms is the communicator's busy
+// time on the buckets per step (dist::SyncTimeline::comm_us), exposed_ms the
+// part of it after backward's last node, hidden_share the rest's share.
+// span_ms and span_hidden_share measure as PyTorch's DDP statistics do
+// (avg_backward_comm_time, avg_backward_compute_comm_overlap_time): the span
+// from the first bucket's launch to the last one's completion, and the part
+// of that span before backward's last node, idle gaps included.
 // bench/ddp_bench.py runs it beside PyTorch DDP (bench/peers/torch_ddp.py).
 #include <sys/resource.h>
 
@@ -69,7 +74,7 @@ void run(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
     xs.push_back(ops::randint(0, config.vocab_size, {B, T}, {DType::kI64}, &gen));
     ys.push_back(ops::randint(0, config.vocab_size, {B, T}, {DType::kI64}, &gen));
   }
-  std::vector<double> step_s, comm_ms, exposed_ms, hidden;
+  std::vector<double> step_s, comm_ms, exposed_ms, hidden, span_ms, span_hidden;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     world->barrier().wait();  // start the ranks' steps together
     const auto start = std::chrono::steady_clock::now();
@@ -85,15 +90,20 @@ void run(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
     comm_ms.push_back(double(t.comm_us()) / 1e3);
     exposed_ms.push_back(double(t.comm_us() - t.hidden_us()) / 1e3);
     hidden.push_back(t.hidden_share());
+    const int64_t first = t.buckets.front().launch_us, last = t.buckets.back().done_us;
+    span_ms.push_back(double(last - first) / 1e3);
+    span_hidden.push_back(double(std::min(t.compute_end_us, last) - first) /
+                          double(std::max<int64_t>(1, last - first)));
   }
   const double step = median(step_s);
   if (world->rank() == 0)
     std::printf(
         "spmd-ddp config=%s world=%d threads=%d params=%lld tokens_per_s=%.0f step_ms=%.1f "
-        "comm_ms=%.1f exposed_ms=%.1f hidden_share=%.3f peak_rss_mb=%.1f\n",
+        "comm_ms=%.1f exposed_ms=%.1f hidden_share=%.3f span_ms=%.1f span_hidden_share=%.3f "
+        "peak_rss_mb=%.1f\n",
         f.config.c_str(), world->size(), f.threads, (long long)model->num_parameters(),
         double(world->size() * B * T) / step, step * 1e3, median(comm_ms), median(exposed_ms),
-        median(hidden), peak_rss_mb());
+        median(hidden), median(span_ms), median(span_hidden), peak_rss_mb());
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ DDP's own runtime statistics (_get_ddp_logging_data: the average backward
 communication time and the part of it overlapped with backward compute).
 Rank 0 prints one line in spmd-bench-ddp's format:
   torch-ddp config=small world=2 threads=1 params=... tokens_per_s=... step_ms=...
-  comm_ms=... exposed_ms=... hidden_share=... peak_rss_mb=...
+  span_ms=... span_hidden_share=... peak_rss_mb=...
 """
 import argparse
 import os
@@ -36,7 +36,12 @@ from torch_gpt2 import GPT2, PRESETS  # noqa: E402
 
 
 def overlap_stats(model):
-    """(comm ms, hidden share) from DDP's runtime statistics, or (nan, nan)."""
+    """(span ms, hidden share of the span) from DDP's runtime statistics, or (nan, nan).
+
+    PyTorch's reducer times the span from the first bucket's all_reduce to the
+    last one's completion (avg_backward_comm_time) and the part of it before
+    backward's computation ended (avg_backward_compute_comm_overlap_time).
+    """
     try:
         data = model._get_ddp_logging_data()
         comm = data.get("avg_backward_comm_time", 0)
@@ -75,7 +80,7 @@ def worker(rank, args, store_path):
             times.append(time.perf_counter() - start)
     times.sort()
     median = times[len(times) // 2]
-    comm_ms, hidden = overlap_stats(model)
+    span_ms, hidden = overlap_stats(model)
     if rank == 0:
         params = sum(p.numel() for p in model.parameters())
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -83,9 +88,8 @@ def worker(rank, args, store_path):
               f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, backend gloo")
         print(f"torch-ddp config={args.config} world={world} threads={args.threads} "
               f"params={params} tokens_per_s={world * args.batch * T / median:.0f} "
-              f"step_ms={median * 1e3:.1f} comm_ms={comm_ms:.1f} "
-              f"exposed_ms={comm_ms * (1 - hidden):.1f} hidden_share={hidden:.3f} "
-              f"peak_rss_mb={rss:.1f}", flush=True)
+              f"step_ms={median * 1e3:.1f} span_ms={span_ms:.1f} "
+              f"span_hidden_share={hidden:.3f} peak_rss_mb={rss:.1f}", flush=True)
     dist.destroy_process_group()
 
 
