@@ -6,6 +6,7 @@ set -euo pipefail
 
 build_packages=(
   cmake g++ make pkg-config
+  ccache                   # the CPU-only check of test.sh reuses the first build's objects
   libeigen3-dev            # CPU tensor kernels
   libopenblas-openmp-dev   # Eigen's products go to OpenBLAS (its OpenMP build)
   catch2                   # unit tests (v2, header only)
