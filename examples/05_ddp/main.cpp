@@ -43,6 +43,7 @@ struct Flags {
 Flags parse_flags(int argc, char** argv) {
   Flags f;
   CLI::App app{"Train the transformer with DistributedDataParallel (run it under spmdrun)."};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
   app.add_option("--data", f.data, "text file to train on (the last 10% is held out)")->required();
   app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
   app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
