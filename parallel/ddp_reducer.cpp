@@ -219,6 +219,8 @@ void Reducer::record_timeline() {
     timeline_.buckets.push_back({b.launch_us, b.done_us->load(), b.grad_bucket.buffer.nbytes()});
   }
   if (!trace_enabled()) return;
+  trace_record("backward (first gradient ready to last node)", "compute",
+               timeline_.first_ready_us, timeline_.compute_end_us - timeline_.first_ready_us);
   int64_t free_at = 0;  // when the communicator finished the previous bucket
   for (size_t i = 0; i < timeline_.buckets.size(); ++i) {
     const SyncTimeline::BucketTimes& t = timeline_.buckets[i];
