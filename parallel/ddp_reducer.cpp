@@ -4,6 +4,7 @@
 #include "parallel/ddp_reducer.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
@@ -109,18 +110,40 @@ void Reducer::on_gradient_ready(size_t k) {
 // that is not full: the same order on every rank, whatever the arrival order.
 void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    Bucket& b = buckets_[next_bucket_++];
+    const size_t i = next_bucket_++;
+    Bucket& b = buckets_[i];
     b.launch_us = trace_now_us();
     b.done_us->store(0);
     b.work = comm_hook_(*group_, b.grad_bucket);
-    b.work.on_complete([done = b.done_us] { done->store(trace_now_us()); });
+    b.work.on_complete(completion_timer(i));
   }
+}
+
+// What runs when bucket i's Work completes, on the completing thread: it
+// notes when the communicator could have started the bucket and when it
+// finished, and (with a trace) records that span on this thread's row.
+std::function<void()> Reducer::completion_timer(size_t i) const {
+  const Bucket& b = buckets_[i];
+  return
+      [start = b.start_us, done = b.done_us, previous = i > 0 ? buckets_[i - 1].done_us : nullptr,
+       launch = b.launch_us, launcher = std::this_thread::get_id(), wait_since = wait_since_us_,
+       name = str_cat("all_reduce bucket ", i, " (", b.grad_bucket.buffer.nbytes(), " B)")] {
+        const int64_t now = trace_now_us();
+        int64_t from = std::max(launch, previous ? previous->load() : int64_t{0});
+        // The launching thread completes a bucket only by running it from its
+        // wait at the end of backward: it cannot have started before that.
+        if (std::this_thread::get_id() == launcher) from = std::max(from, wait_since->load());
+        start->store(from);
+        done->store(now);
+        if (trace_enabled()) trace_record(name, "comm", from, now - from);
+      };
 }
 
 // --- At the end of backward --------------------------------------------------
 
 void Reducer::finalize_backward() {
   timeline_.compute_end_us = trace_now_us();
+  wait_since_us_->store(timeline_.compute_end_us);
   std::vector<size_t> missing;
   std::vector<int32_t> used_here(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -208,27 +231,22 @@ void Reducer::wait_launched_and_reset() {
   std::fill(ready_.begin(), ready_.end(), false);
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
   next_bucket_ = 0;
+  wait_since_us_->store(0);
   in_backward_ = false;
   expect_hooks_ = false;
 }
 
-// Copies the launch and completion times into the timeline, and into the
-// Chrome trace when one is recorded (SPMD_TRACE).
+// Copies the launch and completion times into the timeline, and the
+// backward and the wait at its end into the Chrome trace when one is
+// recorded (SPMD_TRACE; the buckets' spans were recorded as they completed).
 void Reducer::record_timeline() {
   for (const Bucket& b : buckets_) {
-    timeline_.buckets.push_back({b.launch_us, b.done_us->load(), b.grad_bucket.buffer.nbytes()});
+    timeline_.buckets.push_back(
+        {b.launch_us, b.start_us->load(), b.done_us->load(), b.grad_bucket.buffer.nbytes()});
   }
   if (!trace_enabled()) return;
-  trace_record("backward (first gradient ready to last node)", "compute",
-               timeline_.first_ready_us, timeline_.compute_end_us - timeline_.first_ready_us);
-  int64_t free_at = 0;  // when the communicator finished the previous bucket
-  for (size_t i = 0; i < timeline_.buckets.size(); ++i) {
-    const SyncTimeline::BucketTimes& t = timeline_.buckets[i];
-    const int64_t start = std::max(t.launch_us, free_at);
-    trace_record(str_cat("all_reduce bucket ", i, " (", t.bytes, " B)"), "comm", start,
-                 t.done_us - start);
-    free_at = t.done_us;
-  }
+  trace_record("backward (first gradient ready to last node)", "compute", timeline_.first_ready_us,
+               timeline_.compute_end_us - timeline_.first_ready_us);
   trace_record("ddp wait for buckets", "comm", timeline_.compute_end_us,
                timeline_.end_us - timeline_.compute_end_us);
 }
@@ -249,21 +267,15 @@ std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
 // --- SyncTimeline ----------------------------------------------------------------
 
 int64_t SyncTimeline::comm_us() const {
-  int64_t total = 0, free_at = 0;
-  for (const BucketTimes& b : buckets) {
-    total += b.done_us - std::max(b.launch_us, free_at);
-    free_at = b.done_us;
-  }
+  int64_t total = 0;
+  for (const BucketTimes& b : buckets) total += b.done_us - b.start_us;
   return total;
 }
 
 int64_t SyncTimeline::hidden_us() const {
-  int64_t hidden = 0, free_at = 0;
-  for (const BucketTimes& b : buckets) {
-    const int64_t start = std::max(b.launch_us, free_at);
-    hidden += std::max<int64_t>(0, std::min(b.done_us, compute_end_us) - start);
-    free_at = b.done_us;
-  }
+  int64_t hidden = 0;
+  for (const BucketTimes& b : buckets)
+    hidden += std::max<int64_t>(0, std::min(b.done_us, compute_end_us) - b.start_us);
   return hidden;
 }
 

@@ -56,7 +56,12 @@ namespace spmd::dist {
 struct SyncTimeline {
   struct BucketTimes {
     int64_t launch_us = 0;  // the hook launched the bucket's reduction
-    int64_t done_us = 0;    // its Work completed
+    // The communicator could start it: after its launch and the previous
+    // bucket's completion (collectives run in order) and, when the waiting
+    // thread ran it itself because the communicator's thread had not picked
+    // it up, after the waiting began.
+    int64_t start_us = 0;
+    int64_t done_us = 0;  // its Work completed
     size_t bytes = 0;
   };
   int64_t first_ready_us = 0;        // the first gradient of this backward was ready
@@ -64,8 +69,7 @@ struct SyncTimeline {
   int64_t end_us = 0;                // every bucket reduced and copied back
   std::vector<BucketTimes> buckets;  // in launch order
 
-  // The communicator's busy time: bucket i runs from max(its launch, the
-  // end of bucket i-1) to its completion, since collectives run in order.
+  // The communicator's busy time: the sum of done_us - start_us.
   int64_t comm_us() const;
   // The part of comm_us() that ran before compute_end_us.
   int64_t hidden_us() const;
@@ -110,12 +114,15 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     size_t pending = 0;          // parameters not yet ready in this backward
     Work work;
     int64_t launch_us = 0;
+    // Written by the thread that completes the Work.
+    std::shared_ptr<std::atomic<int64_t>> start_us = std::make_shared<std::atomic<int64_t>>(0);
     std::shared_ptr<std::atomic<int64_t>> done_us = std::make_shared<std::atomic<int64_t>>(0);
   };
 
   void build_buckets(const ReducerOptions& options);
   void on_gradient_ready(size_t param);
   void launch_ready_buckets();
+  std::function<void()> completion_timer(size_t bucket) const;
   void finalize_backward();
   void handle_unused_parameters(const std::vector<size_t>& missing);
   void write_back(const std::vector<bool>& globally_used);
@@ -137,6 +144,8 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> used_since_sync_;  // it got a gradient since the last synchronization
   size_t next_bucket_ = 0;             // the next bucket to launch
   SyncTimeline timeline_;
+  // When this backward's thread began waiting for the buckets (0 before).
+  std::shared_ptr<std::atomic<int64_t>> wait_since_us_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace spmd::dist
