@@ -1,6 +1,7 @@
 // checkpoint(): a custom Function whose backward reruns the forward.
 #include "autograd/checkpoint.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "autograd/variable.h"
 #include "tensor/random.h"
@@ -18,6 +19,7 @@ struct CheckpointFn : Function<CheckpointFn> {
     ctx.set("fn", fn);
     ctx.set("seed", default_generator().seed());
     ctx.set("offset", default_generator().offset());
+    ctx.set("autocast", autocast_state());
     return fn(x);  // grad mode is off here: nothing inside is recorded
   }
 
@@ -31,6 +33,7 @@ struct CheckpointFn : Function<CheckpointFn> {
     Tensor y;
     {
       EnableGradGuard grad_on;
+      AutocastStateGuard autocast(ctx.get<AutocastState>("autocast"));  // the forward's precision
       y = ctx.get<Fn>("fn")(x);
     }
     gen = now;

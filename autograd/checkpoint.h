@@ -6,7 +6,9 @@
 // gradients (and fire their hooks) during that inner backward.
 //
 // The random draws of the recomputation (dropout) are the forward's: the
-// default generator's offset is rewound for the rerun and restored after.
+// default generator's offset is rewound for the rerun and restored after,
+// and it runs under the forward's autocast settings (bf16 products stay bf16
+// even when backward is called outside the AutocastGuard).
 //
 // This is PyTorch's reentrant checkpoint: if x does not require grad there
 // is no node to hang the recomputation on, so fn simply runs with recording

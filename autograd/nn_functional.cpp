@@ -71,22 +71,29 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
                 });
 }
 
-Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, int64_t ignore_index) {
-  const Tensor logits = autograd::autocast_f32(logits_in);
+// Under autocast, 16-bit logits are not converted to f32 first (as PyTorch
+// does): the fused kernels read them and compute in f32 anyway, and only the
+// loss is asked for in f32. At GPT-2's vocabulary the logits are the largest
+// tensors of a step, and the conversion would cost a pass over them each way.
+// The backward takes the incoming gradient as a tensor: nothing waits for
+// the GPU.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
   SPMD_CHECK(logits.ndim() >= 1 && logits.ndim() == targets.ndim() + 1,
              "cross_entropy: expected logits (..., V) and targets (...), got ", logits.shape(),
              " and ", targets.shape());
   const int64_t V = logits.size(-1);
   const Tensor x = ops::reshape(logits, {-1, V});
   const Tensor t = ops::reshape(targets, {-1});
-  ops::CrossEntropyResult r = ops::cross_entropy(x, t, ignore_index);
+  std::optional<DType> loss_dtype;
+  if (autograd::autocast_enabled() && is_half_float(logits.dtype())) loss_dtype = DType::kF32;
+  ops::CrossEntropyResult r = ops::cross_entropy(x, t, ignore_index, loss_dtype);
   if (!autograd::needs_grad({&logits})) return r.loss;
   return record("cross_entropy", {&logits}, r.loss,
                 [sx = SavedTensor(x), st = SavedTensor(t), lse = SavedTensor(r.lse),
                  count = r.count, shape = logits.shape(), ignore_index](const Tensor& g) {
                   const ops::CrossEntropyResult saved{Tensor(), lse.get(), count};
-                  const Tensor d = ops::cross_entropy_backward(sx.get(), st.get(), saved,
-                                                               g.item<double>(), ignore_index);
+                  const Tensor d =
+                      ops::cross_entropy_backward(sx.get(), st.get(), saved, g, ignore_index);
                   return TensorList{ops::view(d, shape)};
                 });
 }

@@ -21,7 +21,9 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 
 // Mean negative log-likelihood of the targets under softmax(logits), fused:
 // logits (..., V), targets (...) integers; rows whose target is ignore_index
-// count for nothing. A 0-d tensor, as F.cross_entropy(..., reduction="mean").
+// count for nothing. A 0-d tensor, as F.cross_entropy(..., reduction="mean"),
+// of the logits' dtype; f32 under autocast (computed from the 16-bit logits
+// as they are, in f32).
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
 
 // Rotary position embedding of x (B, T, H, D) with the tables cos and sin

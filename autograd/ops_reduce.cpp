@@ -114,23 +114,29 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
       });
 }
 
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  const Tensor x = autograd::autocast_low(x_in), weight = autograd::autocast_low(weight_in),
-               bias = autograd::autocast_low(bias_in);
-  Tensor out = ops::linear(x, weight, bias);
+// Under autocast the weight and bias are converted here without recording
+// (autocast_operand): the node's inputs stay the f32 masters, and the weight
+// gradient is one GEMM of bf16 operands writing f32 (what a recorded
+// conversion would give, rounded to bf16 first and converted back by an
+// extra pass over the weight).
+Tensor linear(const Tensor& x_in, const Tensor& weight, const Tensor& bias) {
+  const Tensor x = autograd::autocast_low(x_in);
+  const Tensor w = autograd::autocast_operand(weight), b = autograd::autocast_operand(bias);
+  Tensor out = ops::linear(x, w, b);
   if (!autograd::needs_grad({&x, &weight, &bias})) return out;
   const bool nx = x.requires_grad(), nw = weight.requires_grad();
   const bool nb = bias.defined() && bias.requires_grad();
   return record("linear", {&x, &weight, &bias}, out,
-                [sx = SavedTensor(nw ? x : Tensor()), sw = SavedTensor(nx ? weight : Tensor()), nb,
-                 in_shape = x.shape()](const Tensor& g) {
+                [sx = SavedTensor(nw ? x : Tensor()), sw = SavedTensor(nx ? w : Tensor()), nb,
+                 in_shape = x.shape(), w_dtype = weight.dtype()](const Tensor& g) {
                   const int64_t out_f = g.size(-1);
                   const Tensor g2 = ops::reshape(g, {-1, out_f});  // (N, out)
                   Tensor gx, gw, gb;
                   if (sw.defined()) gx = ops::reshape(ops::matmul(g2, sw.get()), in_shape);
                   if (sx.defined()) {
                     const Tensor x2 = ops::reshape(sx.get(), {-1, in_shape.back()});  // (N, in)
-                    gw = ops::matmul(ops::transpose(g2, 0, 1), x2);                   // (out, in)
+                    gw = ops::empty({out_f, in_shape.back()}, {w_dtype, g.device()});
+                    ops::matmul_out(gw, ops::transpose(g2, 0, 1), x2);  // (out, in), f32 if w is
                   }
                   if (nb) gb = ops::sum(g2, {0});
                   return TensorList{gx, gw, gb};

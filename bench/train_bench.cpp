@@ -1,28 +1,43 @@
 // spmd-bench-train: tokens per second of one GPT-2 training step (forward,
-// cross-entropy, backward, AdamW) in f32 on the CPU, and the process's peak
-// resident memory. One configuration and thread count per run, so that the
-// peak RSS belongs to that run alone; bench/train_bench.py runs it beside
-// the PyTorch peer (bench/peers/torch_train.py) for each case and prints the
-// ratios.
+// cross-entropy, backward, AdamW) on the CPU in f32, or on a GPU in bf16
+// mixed precision (AutocastGuard: bf16 products, f32 master weights), with
+// the memory it took. One configuration per run, so that the peak belongs
+// to that run alone. Its peer is bench/peers/torch_train.py: bench/
+// train_bench.py runs the two side by side on the CPU, scripts/gpu-check.sh
+// on a GPU.
 //
-// Random byte tokens (a fresh batch each step, drawn before the clock
-// starts), AdamW lr 3e-4 weight decay 0.1, the median step time over
-// --steps steps after --warmup untimed ones.
+// Random tokens (a fresh batch each step, drawn and placed on the device
+// before the clock starts), AdamW lr 3e-4 weight decay 0.1, the median step
+// time over --steps steps after --warmup untimed ones. On a GPU each step is
+// timed from one cuda::synchronize() to the next, and the line adds the
+// model FLOPs utilization: FLOPs per token 6 N + 12 L C T (N parameters, L
+// layers, width C, context T: the products of forward and backward, and the
+// attention scores as if not causal, as in PaLM's appendix B), times tokens
+// per second, over --peak-tflops (the H200's dense bf16 rate by default).
 //
 //   spmd-bench-train --config tiny --threads 1 [--steps 20] [--warmup 3]
-// prints one line:
-//   spmd config=tiny threads=1 params=842496 tokens_per_s=... step_ms=... peak_rss_mb=...
+//   spmd-bench-train --device cuda --config gpt2 [--steps 30] [--warmup 5]
+// prints one line of key=value fields, such as
+//   spmd device=cpu config=tiny threads=1 ... tokens_per_s=... step_ms=... peak_rss_mb=...
+// with, on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
+// then the medians of the phases, forward_ms (with the loss), backward_ms and
+// optimizer_ms (CUDA events on a GPU: no extra wait), and loss_first=...
+// loss_last=... (the first and last step's loss).
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/autograd.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -32,10 +47,46 @@ namespace {
 
 struct Flags {
   std::string config = "tiny";
+  std::string device = "cpu";
+  std::string autocast = "auto";  // bf16 on a GPU, none on the CPU
   int threads = 1;
   int steps = 20;
   int warmup = 3;
   int64_t batch = 8;
+  double peak_tflops = 989.0;  // H200 SXM, dense bf16 (the datasheet's 1979 is with sparsity)
+};
+
+struct Result {
+  std::vector<double> step_seconds;
+  std::vector<double> phase_ms[3];  // forward (with the loss), backward, optimizer step
+  double loss_first = 0, loss_last = 0;
+};
+
+// Marks the boundaries of a step's phases without waiting: CUDA events on a
+// GPU, the host clock on the CPU (where the work is done when a call returns).
+class PhaseMarks {
+ public:
+  explicit PhaseMarks(Device device) : cuda_(device.is_cuda()) {
+    if (cuda_)
+      for (int i = 0; i < 4; ++i) events_.emplace_back(/*enable_timing=*/true);
+  }
+  void mark(int i) {
+    if (cuda_) {
+      events_[size_t(i)].record();
+    } else {
+      host_[i] = std::chrono::steady_clock::now();
+    }
+  }
+  // Milliseconds from mark i to mark i + 1. REQUIRES: the marked work has run.
+  double ms(int i) const {
+    if (cuda_) return events_[size_t(i)].elapsed_ms(events_[size_t(i) + 1]);
+    return std::chrono::duration<double, std::milli>(host_[i + 1] - host_[i]).count();
+  }
+
+ private:
+  bool cuda_;
+  std::vector<cuda::Event> events_;
+  std::chrono::steady_clock::time_point host_[4];
 };
 
 double peak_rss_mb() {
@@ -44,47 +95,114 @@ double peak_rss_mb() {
   return double(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-void run(const Flags& f) {
-  set_num_threads(f.threads);
-  const nn::TransformerConfig config = nn::TransformerConfig::preset(f.config);
-  nn::Transformer model(config, 0);
+// FLOPs of one training step per token: 6 per parameter (2 forward, 4
+// backward) and 12 L C T for the attention scores (q k^T and p v, each 2 C T
+// per token and layer forward, three times that with backward).
+double flops_per_token(const nn::TransformerConfig& c, int64_t params) {
+  return 6.0 * double(params) +
+         12.0 * double(c.n_layers) * double(c.d_model) * double(c.max_seq_len);
+}
+
+void wait_for(Device device) {
+  if (device.is_cuda()) cuda::synchronize(device.index);
+}
+
+// Runs warmup + steps training steps and times each.
+Result train(nn::Transformer& model, const Flags& f, Device device, bool autocast) {
   optim::AdamW opt(model.parameters(), {.lr = 3e-4, .weight_decay = 0.1});
+  const nn::TransformerConfig& config = model.config;
   const int64_t B = f.batch, T = config.max_seq_len;
   Generator gen(1);
   std::vector<Tensor> xs, ys;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
-    xs.push_back(ops::randint(0, config.vocab_size, {B, T}, {DType::kI64}, &gen));
-    ys.push_back(ops::randint(0, config.vocab_size, {B, T}, {DType::kI64}, &gen));
+    const ops::TensorOptions ids{DType::kI64};
+    xs.push_back(ops::to(ops::randint(0, config.vocab_size, {B, T}, ids, &gen), device));
+    ys.push_back(ops::to(ops::randint(0, config.vocab_size, {B, T}, ids, &gen), device));
   }
-  std::vector<double> times;
+  Result r;
+  PhaseMarks marks(device);
+  wait_for(device);
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
-    const Tensor loss = cross_entropy(model(xs[size_t(i)]), ys[size_t(i)]);
+    marks.mark(0);
+    Tensor loss;
+    {
+      std::optional<AutocastGuard> guard;
+      if (autocast) guard.emplace(DType::kBF16, /*cpu=*/device.is_cpu());
+      loss = cross_entropy(model(xs[size_t(i)]), ys[size_t(i)]);
+    }
+    marks.mark(1);
     opt.zero_grad();
     backward(loss);
+    marks.mark(2);
     opt.step();
+    marks.mark(3);
+    wait_for(device);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (i >= f.warmup) times.push_back(seconds);
+    if (i >= f.warmup) {
+      r.step_seconds.push_back(seconds);
+      for (int k = 0; k < 3; ++k) r.phase_ms[k].push_back(marks.ms(k));
+    }
+    if (i == 0) r.loss_first = loss.item<double>();  // after the clock: waits for nothing new
+    if (i + 1 == f.warmup + f.steps) r.loss_last = loss.item<double>();
   }
+  return r;
+}
+
+void run(const Flags& f) {
+  set_num_threads(f.threads);
+  const Device device = f.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  SPMD_CHECK(device.is_cpu() || cuda::is_available(),
+             "--device cuda, but no GPU is available (or spmd was built without CUDA)");
+  const bool autocast = f.autocast == "bf16" || (f.autocast == "auto" && device.is_cuda());
+  const nn::TransformerConfig config = nn::TransformerConfig::preset(f.config);
+  auto model = std::make_unique<nn::Transformer>(config, 0);
+  model->to(device);
+  const Result r = train(*model, f, device, autocast);
+
+  std::vector<double> times = r.step_seconds;
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const int64_t params = model->num_parameters();
+  const double tokens_per_s = double(f.batch * config.max_seq_len) / median;
   std::printf(
-      "spmd config=%s threads=%d params=%lld tokens_per_s=%.0f step_ms=%.2f peak_rss_mb=%.1f\n",
-      f.config.c_str(), f.threads, (long long)model.num_parameters(), double(B * T) / median,
-      median * 1e3, peak_rss_mb());
+      "spmd device=%s config=%s threads=%d autocast=%s batch=%lld params=%lld "
+      "tokens_per_s=%.0f step_ms=%.2f min_step_ms=%.2f peak_rss_mb=%.1f",
+      f.device.c_str(), f.config.c_str(), f.threads, autocast ? "bf16" : "none", (long long)f.batch,
+      (long long)params, tokens_per_s, median * 1e3, times[0] * 1e3, peak_rss_mb());
+  if (device.is_cuda()) {
+    const double tflops = flops_per_token(config, params) * tokens_per_s / 1e12;
+    std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f", tflops, tflops / f.peak_tflops,
+                double(cuda::max_memory_allocated(0)) / (1 << 20));
+  }
+  std::printf(
+      " forward_ms=%.2f backward_ms=%.2f optimizer_ms=%.2f loss_first=%.4f loss_last=%.4f\n",
+      median_of(r.phase_ms[0]), median_of(r.phase_ms[1]), median_of(r.phase_ms[2]), r.loss_first,
+      r.loss_last);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Tokens per second of a GPT-2 training step (f32, CPU)."};
-  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
+  CLI::App app{
+      "Tokens per second of a GPT-2 training step (f32 on the CPU, bf16 autocast on CUDA)."};
+  app.add_option("--config", f.config, "tiny, small or gpt2 (124M)")
+      ->check(CLI::IsMember({"tiny", "small", "gpt2"}));
+  app.add_option("--device", f.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--autocast", f.autocast, "auto (bf16 on cuda), bf16 or none")
+      ->check(CLI::IsMember({"auto", "bf16", "none"}));
   app.add_option("--threads", f.threads, "CPU threads")->check(CLI::PositiveNumber);
   app.add_option("--steps", f.steps, "timed steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup", f.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   app.add_option("--batch", f.batch, "sequences per batch")->check(CLI::PositiveNumber);
+  app.add_option("--peak-tflops", f.peak_tflops, "the device's peak, for the MFU")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     run(f);

@@ -116,6 +116,16 @@ __device__ __forceinline__ void store_rows(FragC (&acc)[D / 16], float mult, flo
   __syncwarp();
 }
 
+// The first query row of this block's tile, the last tiles first: under a
+// causal mask tile i walks i + 1 key tiles, and blocks start in blockIdx
+// order, so giving the low blockIdx.y the long tiles keeps the short ones
+// for the end instead of leaving a tail of long blocks on an idle GPU. (The
+// dK/dV kernel's long tiles are its first ones already.)
+__device__ __forceinline__ int64_t last_tiles_first(int64_t T) {
+  const int64_t tiles = (T + kTile - 1) / kTile;
+  return (tiles - 1 - int64_t(blockIdx.y)) * kTile;
+}
+
 // --- Forward -----------------------------------------------------------------------
 
 template <class T, int D>
@@ -131,7 +141,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc(AttnParams p)
   float* row_m = Os + kTile * ldo;
   float* row_l = row_m + kTile;
   const int64_t b = blockIdx.x / p.H, h = blockIdx.x % p.H, hk = h / (p.H / p.Hkv);
-  const int64_t i0 = int64_t(blockIdx.y) * kTile;
+  const int64_t i0 = last_tiles_first(p.T);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = 16 * warp;
 
   load_tile_tc<T, D>(Qs, p.q, b, h, i0, p.T);
@@ -305,7 +315,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc(AttnParams p) {
   float* lse_s = reinterpret_cast<float*>(dSs + kTile * kLdP);
   float* delta_s = lse_s + kTile;
   const int64_t b = blockIdx.x / p.H, h = blockIdx.x % p.H, hk = h / (p.H / p.Hkv);
-  const int64_t i0 = int64_t(blockIdx.y) * kTile;
+  const int64_t i0 = last_tiles_first(p.T);
   const int warp = threadIdx.x / 32, r0 = 16 * warp;
 
   load_tile_tc<T, D>(Qs, p.q, b, h, i0, p.T);

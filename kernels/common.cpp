@@ -1,11 +1,10 @@
 // What every kernel file shares on the host side: element sizes and names,
 // the multiprocessor count, and turning CUDA and cuBLAS status codes into
 // spmd::Error messages.
-#include <cublas_v2.h>
-
 #include <atomic>
 #include <cstring>
 
+#include "kernels/cublas.h"
 #include "kernels/cuda_check.h"
 #include "kernels/types.h"
 
@@ -78,8 +77,9 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 void throw_cublas_error(int status, const char* call, const char* file, int line) {
   const char* base = std::strrchr(file, '/');
   const auto s = static_cast<cublasStatus_t>(status);
+  const CublasApi& api = cublas();  // loaded: the failing call came from it
   SPMD_THROW(Error, "cuBLAS error in ", call, " (", base ? base + 1 : file, ":", line,
-             "): ", cublasGetStatusName(s), ": ", cublasGetStatusString(s));
+             "): ", api.status_name(s), ": ", api.status_string(s));
 }
 
 }  // namespace spmd::kernels

@@ -1,14 +1,14 @@
 // Matrix products through cuBLAS (kernels/gemm.h): the row-major to
 // column-major mapping, the merging of batch dims, and one cuBLAS handle per
-// thread and device.
+// thread and device (cuBLAS itself is opened on first use: kernels/cublas.h).
 #include "kernels/gemm.h"
-
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <unordered_map>
 
+#include "kernels/cublas.h"
 #include "kernels/cuda_check.h"
 
 namespace spmd::kernels {
@@ -18,15 +18,41 @@ namespace {
 // was current at creation and must not be used by two threads at once. They
 // live until the process ends (destroying them at exit would race the
 // teardown of the CUDA context).
-cublasHandle_t handle_for_current_device() {
+//
+// Each handle computes in a workspace of our own per stream (two streams must
+// not share one), 32 MiB as cuBLAS recommends for Hopper: its split-K and
+// stream-K kernels need one, and its default pool may be smaller. The
+// workspace comes from cudaMalloc, outside the caching allocator's
+// statistics, like cuBLAS's own pool; it is never freed. cublasSetStream
+// resets the workspace to the default pool, so both are set together, and
+// only when the stream changes.
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+struct HandleState {
+  cublasHandle_t handle = nullptr;
+  cudaStream_t bound = nullptr;  // the stream the handle is set to
+  bool has_bound = false;
+  std::unordered_map<cudaStream_t, void*> workspaces;
+};
+
+cublasHandle_t handle_for(cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
-  thread_local std::array<cublasHandle_t, kMaxDevices> handles{};
+  thread_local std::array<HandleState, kMaxDevices> states;
   int device = 0;
   SPMD_CUDA_CHECK(cudaGetDevice(&device));
   SPMD_CHECK(device < kMaxDevices, "gemm: device ", device, " is beyond the supported ",
              kMaxDevices);
-  if (!handles[device]) SPMD_CUBLAS_CHECK(cublasCreate(&handles[device]));
-  return handles[device];
+  HandleState& s = states[device];
+  const CublasApi& api = cublas();
+  if (!s.handle) SPMD_CUBLAS_CHECK(api.create(&s.handle));
+  if (s.has_bound && s.bound == stream) return s.handle;
+  void*& workspace = s.workspaces[stream];
+  if (!workspace) SPMD_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+  SPMD_CUBLAS_CHECK(api.set_stream(s.handle, stream));
+  SPMD_CUBLAS_CHECK(api.set_workspace(s.handle, workspace, kWorkspaceBytes));
+  s.bound = stream;
+  s.has_bound = true;
+  return s.handle;
 }
 
 // A matrix as cuBLAS sees it: row-major storage is the column-major transpose.
@@ -160,8 +186,8 @@ void gemm(const TensorArg& a, const TensorArg& b, const TensorArg& out, double a
   const void* beta_p = compute == CUBLAS_COMPUTE_64F ? static_cast<const void*>(&beta)
                                                      : static_cast<const void*>(&beta_f);
 
-  cublasHandle_t handle = handle_for_current_device();
-  SPMD_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  cublasHandle_t handle = handle_for(stream);
+  const CublasApi& api = cublas();
 
   const Batch batch = merge_batch(a, b, out);
   // The innermost batch dim goes to one strided-batched call; outer ones loop.
@@ -187,7 +213,13 @@ void gemm(const TensorArg& a, const TensorArg& b, const TensorArg& out, double a
     const void* A = c.swapped ? pb : pa;
     const void* B = c.swapped ? pa : pb;
     const int64_t stride_A = c.swapped ? sb : sa, stride_B = c.swapped ? sa : sb;
-    SPMD_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    if (count == 1) {  // one product (every Linear layer): the plain GEMM entry point
+      SPMD_CUBLAS_CHECK(api.gemm_ex(handle, c.op_a, c.op_b, int(c.m), int(c.n), int(c.k), alpha_p,
+                                    A, in_type, int(c.lda), B, in_type, int(c.ldb), beta_p, po,
+                                    out_type, int(c.ldc), compute, CUBLAS_GEMM_DEFAULT));
+      continue;
+    }
+    SPMD_CUBLAS_CHECK(api.gemm_strided_batched_ex(
         handle, c.op_a, c.op_b, int(c.m), int(c.n), int(c.k), alpha_p, A, in_type, int(c.lda),
         stride_A, B, in_type, int(c.ldb), stride_B, beta_p, po, out_type, int(c.ldc), so,
         int(count), compute, CUBLAS_GEMM_DEFAULT));

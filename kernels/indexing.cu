@@ -46,7 +46,7 @@ __global__ void index_kernel(IndexParams p, T* dst, const T* src) {
       index_off += coord[d] * p.index_strides[d];
     }
     const int64_t idx = load_as<int64_t>(p.index, p.index_dtype, index_off);
-    if (idx < 0 || idx >= p.indexed_size) continue;  // checked on the host beforehand
+    if (idx < 0 || idx >= p.indexed_size) continue;  // the range check reports it
     int64_t d_off = 0, s_off = 0;
     for (int d = 0; d < p.ndim; ++d) {
       const bool here = d == p.dim;
@@ -147,6 +147,25 @@ __global__ void out_of_range_kernel(Offsets<1> off, int64_t n, const void* index
   }
 }
 
+// One thread: when the search found a bad element and the record is free,
+// claims it and writes the check's id, the position and the value there.
+// The id goes last, after a fence, so a host that sees it sees the rest.
+__global__ void report_kernel(TensorArg index, const unsigned long long* first_bad, int64_t check,
+                              int* claim, IndexRangeError* record) {
+  const unsigned long long bad = *first_bad;
+  if (bad == ~0ull || atomicCAS(claim, 0, 1) != 0) return;
+  int64_t rest = int64_t(bad), offset = 0;  // the element's offset from its row-major position
+  for (int d = index.ndim - 1; d >= 0; --d) {
+    offset += (rest % index.sizes[d]) * index.strides[d];
+    rest /= index.sizes[d];
+  }
+  volatile IndexRangeError* r = record;
+  r->position = int64_t(bad);
+  r->value = load_as<int64_t>(index.data, index.dtype, offset);
+  __threadfence_system();
+  r->check = check;
+}
+
 }  // namespace
 
 void index_select(const TensorArg& x, int dim, const TensorArg& index, const TensorArg& out,
@@ -169,37 +188,21 @@ void scatter_add(const TensorArg& out, int dim, const TensorArg& index, const Te
   run(index, dim, index, true, out, src, true, out.sizes[dim], stream);
 }
 
-bool find_out_of_range(const TensorArg& index, int64_t size, bool has_ignore, int64_t ignore,
-                       int64_t* position, int64_t* value, Scratch& scratch, Stream stream) {
+void check_index_range(const TensorArg& index, int64_t size, bool has_ignore, int64_t ignore,
+                       int64_t check, int* claim, IndexRangeError* record, Scratch& scratch,
+                       Stream stream) {
   SPMD_CHECK(index.dtype == ScalarType::kI64 || index.dtype == ScalarType::kI32,
              "expected an i64 or i32 index tensor, got ", scalar_name(index.dtype));
   const int64_t n = index.numel();
-  if (n == 0) return false;
+  if (n == 0) return;
   auto* first_bad = static_cast<unsigned long long*>(scratch.allocate(sizeof(unsigned long long)));
   SPMD_CUDA_CHECK(cudaMemsetAsync(first_bad, 0xff, sizeof(unsigned long long), stream));
   const TensorArg* ops[1] = {&index};
   out_of_range_kernel<<<grid_for(n, 256), 256, 0, stream>>>(
       collapse_dims<1>(ops), n, index.data, index.dtype, size, has_ignore, ignore, first_bad);
   SPMD_CUDA_CHECK_LAUNCH();
-  unsigned long long bad = 0;
-  SPMD_CUDA_CHECK(cudaMemcpyAsync(&bad, first_bad, sizeof bad, cudaMemcpyDeviceToHost, stream));
-  SPMD_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (bad == ~0ull) return false;
-  // Read the offending value itself: its offset from the row-major position.
-  int64_t rest = int64_t(bad), offset = 0;
-  for (int d = index.ndim - 1; d >= 0; --d) {
-    offset += (rest % index.sizes[d]) * index.strides[d];
-    rest /= index.sizes[d];
-  }
-  const size_t elem = scalar_size(index.dtype);
-  int64_t v64 = 0;
-  int32_t v32 = 0;
-  void* host = elem == 8 ? static_cast<void*>(&v64) : static_cast<void*>(&v32);
-  SPMD_CUDA_CHECK(cudaMemcpy(host, static_cast<const char*>(index.data) + offset * int64_t(elem),
-                             elem, cudaMemcpyDeviceToHost));
-  *position = int64_t(bad);
-  *value = elem == 8 ? v64 : v32;
-  return true;
+  report_kernel<<<1, 1, 0, stream>>>(index, first_bad, check, claim, record);
+  SPMD_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace spmd::kernels

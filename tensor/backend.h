@@ -120,7 +120,8 @@ class Backend {
   // a: (..., M, K), b: (..., K, N), out: (..., M, N); the last two dims of
   // each have a unit stride on one side (row- or column-major, so transposed
   // operands need no copy). a, b and out share one dtype (f32 or f64; the
-  // half types may be computed through f32). With beta == 0, out is not read.
+  // half types may be computed through f32), except that bf16/f16 operands
+  // may write an f32 out (mixed precision). With beta == 0, out is not read.
   virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
                       double beta) = 0;
 

@@ -37,6 +37,10 @@ int device_count();
 int current_device();
 void set_device(int index);
 // Blocks until all work queued on the device (-1: the current one) is done.
+// Waiting for the GPU (this, Stream/Event::synchronize, a copy to the host)
+// is also where an index out of range found by a CUDA op since the last
+// wait is thrown (InvalidArgument naming the op): ops check indices on the
+// GPU without waiting for the answer.
 void synchronize(int device = -1);
 
 // --- The caching allocator (-1: the current device) ----------------------------

@@ -101,7 +101,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 void matmul_out(const Tensor& out, const Tensor& a, const Tensor& b, double alpha, double beta) {
   const Plan p = plan_matmul(a, b);
-  SPMD_CHECK(out.shape() == p.user_shape && out.dtype() == a.dtype() && out.device() == a.device(),
+  const bool widening = out.dtype() == DType::kF32 && is_half_float(a.dtype());
+  SPMD_CHECK(out.shape() == p.user_shape && (out.dtype() == a.dtype() || widening) &&
+                 out.device() == a.device(),
              "matmul_out: out is ", dtype_name(out.dtype()), " ", out.shape(), " on ", out.device(),
              ", the product is ", dtype_name(a.dtype()), " ", p.user_shape, " on ", a.device());
   const Tensor target = reshape(out, p.out_shape);

@@ -12,7 +12,9 @@ namespace spmd::ops {
 // row (left) or a column (right) vector and that dim is dropped from the result.
 Tensor matmul(const Tensor& a, const Tensor& b);
 // out = alpha * a @ b + beta * out, into an existing tensor of the result's
-// shape (beta = 1 accumulates, as gradient accumulation wants).
+// shape (beta = 1 accumulates, as gradient accumulation wants). out has the
+// operands' dtype, or f32 for bf16/f16 operands (mixed precision: products
+// accumulated in f32 and written without rounding to 16 bits).
 void matmul_out(const Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1,
                 double beta = 0);
 // x @ weight^T + bias, PyTorch's F.linear: x (..., in), weight (out, in), bias (out).

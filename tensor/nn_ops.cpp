@@ -166,8 +166,8 @@ void check_cross_entropy(const Tensor& logits, const Tensor& targets) {
 }
 }  // namespace
 
-CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
-                                 int64_t ignore_index) {
+CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                 std::optional<DType> loss_dtype) {
   check_cross_entropy(logits, targets);
   const Tensor x = contiguous(logits), t = contiguous(to(targets, DType::kI64));
   const TensorOptions stat{stat_dtype(x.dtype()), x.device()};
@@ -175,21 +175,35 @@ CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
   CrossEntropyResult r;
   r.lse = empty({x.size(0)}, stat);
   backend_for(x.device()).cross_entropy(x, t, ignore_index, rows, r.lse);
-  r.count = sum(ne(t, double(ignore_index))).item<int64_t>();
-  r.loss = to(div(sum(rows), double(r.count)), x.dtype());  // 0 rows: 0/0 = NaN, as PyTorch
+  r.count = to(sum(ne(t, double(ignore_index))), DType::kI64);
+  // 0 rows counted: 0/0 = NaN, as PyTorch.
+  r.loss = to(div(sum(rows), to(r.count, stat.dtype)), loss_dtype.value_or(x.dtype()));
   return r;
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                              const CrossEntropyResult& saved, double dloss, int64_t ignore_index) {
+                              const CrossEntropyResult& saved, const Tensor& dloss,
+                              int64_t ignore_index) {
   check_cross_entropy(logits, targets);
+  SPMD_CHECK(dloss.numel() == 1 && saved.count.defined(), "cross_entropy_backward: expected a ",
+             "one-element dloss and the forward's result, got dloss ", dloss.shape());
   const Tensor x = contiguous(logits), t = contiguous(to(targets, DType::kI64));
   const TensorOptions stat{stat_dtype(x.dtype()), x.device()};
-  // d(mean loss)/d(row loss) is 1/count for every row that counts.
-  const Tensor drows = full({x.size(0)}, saved.count ? dloss / double(saved.count) : 0.0, stat);
+  // d(mean loss)/d(row loss) is 1/count for every row that counts (ignored
+  // rows get 0 from the backend, whatever this holds).
+  const Tensor per_row = div(to(to(reshape(dloss, Shape{}), x.device()), stat.dtype),
+                             to(to(saved.count, x.device()), stat.dtype));  // 0-d
+  const Tensor drows = contiguous(expand(reshape(per_row, {1}), {x.size(0)}));
   Tensor dlogits = empty_like(x);
   backend_for(x.device()).cross_entropy_backward(x, t, saved.lse, drows, ignore_index, dlogits);
   return dlogits;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyResult& saved, double dloss, int64_t ignore_index) {
+  return cross_entropy_backward(logits, targets, saved,
+                                full(Shape{}, dloss, {stat_dtype(logits.dtype()), logits.device()}),
+                                ignore_index);
 }
 
 // --- Rotary embeddings -------------------------------------------------------------

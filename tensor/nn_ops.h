@@ -2,6 +2,8 @@
 // wraps them in differentiable functions). Each works along the last dim.
 #pragma once
 
+#include <optional>
+
 #include "tensor/backend.h"
 #include "tensor/tensor.h"
 
@@ -36,15 +38,23 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);
 Tensor embedding_backward(const Tensor& dout, const Tensor& ids, int64_t num_embeddings);
 
 struct CrossEntropyResult {
-  Tensor loss;        // 0-d: mean over the rows whose target is not ignore_index
-  Tensor lse;         // (N,) log-sum-exp of each row, f32 (f64 for f64 logits), saved for backward
-  int64_t count = 0;  // rows that were not ignored
+  Tensor loss;   // 0-d: mean over the rows whose target is not ignore_index
+  Tensor lse;    // (N,) log-sum-exp of each row, f32 (f64 for f64 logits), saved for backward
+  Tensor count;  // 0-d i64 on the logits' device: the rows that were not ignored
 };
 // Fused log-softmax + negative log-likelihood over logits (N, V) and integer
 // targets (N): what F.cross_entropy(logits, targets, ignore_index) computes.
+// The loss has the logits' dtype, or `loss_dtype` when given (autocast asks
+// for an f32 loss of bf16 logits: the rows are summed in f32 either way).
+// Nothing waits for a GPU: the count of rows stays on the device.
 CrossEntropyResult cross_entropy(const Tensor& logits, const Tensor& targets,
-                                 int64_t ignore_index = -100);
-// dlogits for an upstream gradient dloss of the mean loss (a 0-d tensor or double).
+                                 int64_t ignore_index = -100,
+                                 std::optional<DType> loss_dtype = std::nullopt);
+// dlogits (of the logits' dtype) for an upstream gradient dloss of the mean
+// loss: a one-element tensor (kept on the device: no wait) or a number.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                              const CrossEntropyResult& saved, const Tensor& dloss,
+                              int64_t ignore_index = -100);
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                               const CrossEntropyResult& saved, double dloss,
                               int64_t ignore_index = -100);

@@ -40,8 +40,9 @@ TransformerConfig TransformerConfig::llama(int64_t vocab_size, int64_t max_seq_l
 TransformerConfig TransformerConfig::preset(const std::string& name) {
   if (name == "tiny") return gpt2(256, 128, 4, 4, 128);
   if (name == "small") return gpt2(256, 256, 6, 6, 384);
+  if (name == "gpt2") return gpt2(50304, 1024, 12, 12, 768);
   SPMD_THROW(InvalidArgument, "TransformerConfig: unknown preset \"", name,
-             "\" (known: tiny, small)");
+             "\" (known: tiny, small, gpt2)");
 }
 
 int64_t TransformerConfig::hidden_dim() const {

@@ -47,7 +47,8 @@ struct TransformerConfig {
   static TransformerConfig llama(int64_t vocab_size, int64_t max_seq_len, int64_t n_layers,
                                  int64_t n_heads, int64_t n_kv_heads, int64_t d_model);
   // The named GPT-2 configs of the benchmark: "tiny" (4 layers, 4 heads, C 128,
-  // T 128: 842,496 parameters) and "small" (6, 6, 384, T 256: 10,844,160).
+  // T 128: 842,496 parameters), "small" (6, 6, 384, T 256: 10,844,160) and
+  // "gpt2", GPT-2 124M (12, 12, 768, T 1024, vocabulary 50304: 124,475,904).
   static TransformerConfig preset(const std::string& name);
   int64_t hidden_dim() const;
 };

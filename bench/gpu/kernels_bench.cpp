@@ -169,13 +169,21 @@ class Bench {
     const Tensor b_op = b_transposed ? Tensor(b.storage(), {K, N}, {1, K}, 0, dtype) : b;
     const double ours = time_ms([&] { be_.matmul(a, b_op, c, 1, 0); });
 
+    // The peer's handle gets the same 32 MiB workspace as spmd's (kernels/gemm.cpp),
+    // so that the comparison measures our op's overhead, not a kernel choice.
     static cublasHandle_t handle = [] {
       cublasHandle_t h;
       SPMD_CUBLAS_CHECK(cublasCreate(&h));
       return h;
     }();
+    static void* workspace = [] {
+      void* w = nullptr;
+      SPMD_CUDA_CHECK(cudaMalloc(&w, size_t(32) << 20));
+      return w;
+    }();
     SPMD_CUBLAS_CHECK(
         cublasSetStream(handle, static_cast<cudaStream_t>(cuda::current_stream().handle())));
+    SPMD_CUBLAS_CHECK(cublasSetWorkspace(handle, workspace, size_t(32) << 20));
     const cudaDataType_t t = dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t compute =
         dtype == DType::kF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;

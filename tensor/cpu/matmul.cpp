@@ -140,12 +140,7 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, dou
   SPMD_CHECK(a.ndim() == out.ndim() && b.ndim() == out.ndim() && out.ndim() >= 2,
              "matmul: operands of shapes ", a.shape(), ", ", b.shape(), " and out ", out.shape(),
              " must have the same number (>= 2) of dims");
-  if (out.dtype() == DType::kF32 || out.dtype() == DType::kF64) {
-    return batched_gemm(a, b, out, alpha, beta);
-  }
-  SPMD_CHECK(is_half_float(out.dtype()), "matmul: expected a floating dtype, got ",
-             dtype_name(out.dtype()));
-  // bf16/f16: multiply f32 copies, round once into out.
+  // bf16/f16 operands: multiply f32 copies (then round once into a 16-bit out).
   auto to_f32 = [this](const Tensor& t) {
     Tensor f(std::make_shared<Storage>(allocate(size_t(t.numel()) * 4, Device::cpu()),
                                        size_t(t.numel()) * 4, Device::cpu()),
@@ -153,6 +148,15 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, dou
     copy(t, f);
     return f;
   };
+  if (out.dtype() == DType::kF32 || out.dtype() == DType::kF64) {
+    if (a.dtype() == out.dtype()) return batched_gemm(a, b, out, alpha, beta);
+    SPMD_CHECK(out.dtype() == DType::kF32 && is_half_float(a.dtype()) && b.dtype() == a.dtype(),
+               "matmul: ", dtype_name(a.dtype()), " operands cannot write a ",
+               dtype_name(out.dtype()), " out");
+    return batched_gemm(to_f32(a), to_f32(b), out, alpha, beta);
+  }
+  SPMD_CHECK(is_half_float(out.dtype()), "matmul: expected a floating dtype, got ",
+             dtype_name(out.dtype()));
   const Tensor out32 =
       to_f32(out);  // beta reads it; with beta == 0 the copy is cheap beside a GEMM
   batched_gemm(to_f32(a), to_f32(b), out32, alpha, beta);

@@ -10,6 +10,7 @@
 #include "kernels/cuda_check.h"
 #include "tensor/cuda/allocator.h"
 #include "tensor/cuda/context.h"
+#include "tensor/cuda/index_errors.h"
 
 namespace spmd::cuda {
 
@@ -82,8 +83,10 @@ int current_device() {
 void set_device(int index) { SPMD_CUDA_CHECK(cudaSetDevice(resolve(index))); }
 
 void synchronize(int device) {
-  detail::DeviceScope scope(resolve(device));
+  const int d = resolve(device);
+  detail::DeviceScope scope(d);
   SPMD_CUDA_CHECK(cudaDeviceSynchronize());
+  detail::throw_index_errors(d);
 }
 
 // --- Allocator statistics -------------------------------------------------------------
@@ -131,6 +134,7 @@ int Stream::device_index() const { return impl_->device; }
 void Stream::synchronize() const {
   detail::DeviceScope scope(impl_->device);
   SPMD_CUDA_CHECK(cudaStreamSynchronize(impl_->handle));
+  detail::throw_index_errors(impl_->device);
 }
 
 bool Stream::query() const {
@@ -193,7 +197,9 @@ void Event::record(const Stream& stream) {
 }
 
 void Event::synchronize() const {
-  if (impl_->event) SPMD_CUDA_CHECK(cudaEventSynchronize(impl_->event));
+  if (!impl_->event) return;
+  SPMD_CUDA_CHECK(cudaEventSynchronize(impl_->event));
+  detail::throw_index_errors(impl_->device);
 }
 
 bool Event::query() const {

@@ -9,6 +9,7 @@
 #include "tensor/cuda/allocator.h"
 #include "tensor/cuda/context.h"
 #include "tensor/cuda/cuda_backend_impl.h"
+#include "tensor/cuda/index_errors.h"
 #include "tensor/cuda/transfer.h"
 #include "tensor/cuda_api.h"
 
@@ -110,6 +111,7 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 void CudaBackend::synchronize(Device device) {
   DeviceScope scope(device.index);
   SPMD_CUDA_CHECK(cudaDeviceSynchronize());
+  throw_index_errors(device.index);
 }
 
 // --- Elementwise ----------------------------------------------------------------------

@@ -1,10 +1,9 @@
 // The CUDA backend, part 2: the transformer ops, indexing, random numbers,
 // the fused AdamW step and attention (cuda_backend_impl.h).
 //
-// Index tensors are checked before use: a kernel cannot throw, so a small
-// kernel finds the first index out of range and the host reads the answer
-// back (the op waits for the GPU once), then throws naming the op, the
-// position and the value, as the CPU does.
+// Index tensors are checked on the GPU without waiting for it; a bad index
+// is skipped by the op's kernel and reported at the next synchronization
+// (index_errors.h).
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -15,6 +14,7 @@
 #include "kernels/random.h"
 #include "tensor/cuda/context.h"
 #include "tensor/cuda/cuda_backend_impl.h"
+#include "tensor/cuda/index_errors.h"
 
 namespace spmd::cuda::detail {
 namespace {
@@ -24,17 +24,6 @@ int64_t rows_of(const Tensor& x) {
   return cols ? x.numel() / cols : 0;
 }
 int64_t cols_of(const Tensor& x) { return x.ndim() ? x.size(-1) : 1; }
-
-void check_indices(const Launch& launch, const Tensor& index, int64_t size, const char* op,
-                   bool has_ignore = false, int64_t ignore = 0) {
-  AllocatorScratch scratch(launch.device, launch.stream);
-  int64_t position = 0, value = 0;
-  if (kernels::find_out_of_range(tensor_arg(index), size, has_ignore, ignore, &position, &value,
-                                 scratch, launch.stream)) {
-    SPMD_THROW(InvalidArgument, op, ": index ", value, " at position ", position,
-               " is out of range for size ", size);
-  }
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "tensor/backend.h"
 #include "tensor/cuda/allocator.h"
 #include "tensor/cuda/context.h"
+#include "tensor/cuda/index_errors.h"
 
 namespace spmd::cuda::detail {
 namespace {
@@ -129,6 +130,7 @@ void copy_device_to_host(const Tensor& src, const Tensor& dst) {
   PinnedStaging::instance().to_host(static_cast<char*>(host.raw_data()),
                                     static_cast<const char*>(dev.raw_data()), dev.nbytes(),
                                     launch.device, launch.stream);
+  throw_index_errors(launch.device);  // the stream's work up to here has run
   if (!host.is_same(dst)) backend_for(Device::cpu()).copy(host, dst);
 }
 

@@ -6,8 +6,10 @@
 //
 // Host to device returns once the bytes are in the staging buffers (the
 // last chunk may still be moving); the host source may be reused at once.
-// Device to host returns when the bytes are in host memory. Both order
-// themselves after the work already queued on the device's current stream.
+// Device to host returns when the bytes are in host memory; having waited,
+// it reports an index error the GPU found meanwhile (index_errors.h). Both
+// order themselves after the work already queued on the device's current
+// stream.
 // Strided tensors or a change of dtype are handled on the side where the
 // data is: a contiguous temporary is made there first.
 #pragma once

@@ -9,6 +9,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/autograd.h"
+#include "autograd/checkpoint.h"
 #include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
@@ -203,6 +204,55 @@ TEST_CASE("autocast: bf16 products, f32 master weights and gradients", "[nn][aut
   const Tensor loss = cross_entropy(model(ids), targets);
   CHECK(loss.dtype() == DType::kF32);  // cross-entropy runs in f32
   CHECK(loss.item<double>() == Approx(full).epsilon(1e-2));
+}
+
+TEST_CASE("autocast: f32 weight gradients unrounded, cached copies, checkpoint recompute",
+          "[nn][autocast]") {
+  nn::Linear lin(16, 8);
+  const Tensor x = ops::randn({4, 16});
+  const Tensor x16 = ops::to(ops::to(x, DType::kBF16), DType::kF32);  // what the product sees
+  {
+    AutocastGuard autocast(DType::kBF16, /*cpu=*/true);
+    backward(sum(lin(x)));
+  }
+  // d(sum y)/dW = ones^T x: the column sums of the bf16 inputs, in f32 and not
+  // rounded to bf16 (which would be off by ~1e-3 relative).
+  const Tensor expected = ops::expand(ops::sum(x16, {0}, true), {8, 16});
+  CHECK(ops::allclose(lin.weight.grad(), expected, 1e-6, 1e-6));
+
+  // One copy per parameter and version inside a guard; none outside.
+  CHECK(autograd::autocast_operand(lin.weight).is_same(lin.weight));
+  {
+    AutocastGuard autocast(DType::kBF16, true);
+    const Tensor first = autograd::autocast_operand(lin.weight);
+    CHECK(first.dtype() == DType::kBF16);
+    CHECK(autograd::autocast_operand(lin.weight).is_same(first));
+    {
+      NoGradGuard no_grad;
+      ops::add_(lin.weight, 1.0);  // as an optimizer step would: a new version
+    }
+    const Tensor second = autograd::autocast_operand(lin.weight);
+    CHECK(!second.is_same(first));
+    CHECK(ops::allclose(ops::to(second, DType::kF32), ops::to(ops::add(first, 1.0), DType::kF32),
+                        1e-2, 1e-2));
+  }
+
+  // A checkpointed forward is recomputed under the forward's autocast, even
+  // when backward runs outside the guard: the gradients match exactly.
+  auto grads_of = [&](bool use_checkpoint) {
+    lin.zero_grad();
+    Tensor xi = ops::clone(x);
+    xi.requires_grad_();
+    Tensor y;
+    {
+      AutocastGuard autocast(DType::kBF16, true);
+      auto fn = [&](const Tensor& t) { return lin(t); };
+      y = use_checkpoint ? autograd::checkpoint(fn, xi) : fn(xi);
+    }
+    backward(sum(y));
+    return ops::clone(lin.weight.grad());
+  };
+  CHECK(ops::allclose(grads_of(true), grads_of(false), 0, 0));
 }
 
 TEST_CASE("[gpu] a training step on CUDA matches the CPU; autocast bf16 stays close", "[gpu][nn]") {

@@ -6,7 +6,8 @@ bias, then an output projection wo; a GELU-tanh MLP w1, w2 of 4C), a final
 LayerNorm, and a head tied to the token embedding. The reference test
 (test_torch_reference) checks spmd against it, and bench/peers/torch_train.py
 times it, so the model the benchmark compares with is the one the test
-validated.
+validated. On a GPU, sdpa=True computes the same attention with PyTorch's
+fused kernel (F.scaled_dot_product_attention), as a PyTorch user would.
 
 Also a minimal safetensors reader (numpy only), for files spmd writes.
 """
@@ -21,9 +22,10 @@ import torch.nn.functional as F
 
 
 class Attention(nn.Module):
-    def __init__(self, d_model, n_heads):
+    def __init__(self, d_model, n_heads, sdpa=False):
         super().__init__()
         self.n_heads = n_heads
+        self.sdpa = sdpa  # PyTorch's fused kernel (flash attention on a GPU) for the same function
         self.wqkv = nn.Linear(d_model, 3 * d_model)
         self.wo = nn.Linear(d_model, d_model)
 
@@ -32,11 +34,14 @@ class Attention(nn.Module):
         H, D = self.n_heads, C // self.n_heads
         q, k, v = self.wqkv(x).split(C, dim=-1)
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
-        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-        p = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-        y = (p @ v).transpose(1, 2).reshape(B, T, C)
-        return self.wo(y)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
+            future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
+            p = F.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+            y = p @ v
+        return self.wo(y.transpose(1, 2).reshape(B, T, C))
 
 
 class MLP(nn.Module):
@@ -50,10 +55,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d_model, n_heads):
+    def __init__(self, d_model, n_heads, sdpa=False):
         super().__init__()
         self.attn_norm = nn.LayerNorm(d_model)
-        self.attn = Attention(d_model, n_heads)
+        self.attn = Attention(d_model, n_heads, sdpa)
         self.ffn_norm = nn.LayerNorm(d_model)
         self.mlp = MLP(d_model)
 
@@ -63,16 +68,16 @@ class Block(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, vocab_size, max_seq_len, n_layers, n_heads, d_model):
+    def __init__(self, vocab_size, max_seq_len, n_layers, n_heads, d_model, sdpa=False):
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab_size, d_model)
         self.pos_embeddings = nn.Embedding(max_seq_len, d_model)
-        self.layers = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
+        self.layers = nn.ModuleList(Block(d_model, n_heads, sdpa) for _ in range(n_layers))
         self.norm = nn.LayerNorm(d_model)
 
     def forward(self, ids):
         T = ids.shape[1]
-        x = self.tok_embeddings(ids) + self.pos_embeddings(torch.arange(T))
+        x = self.tok_embeddings(ids) + self.pos_embeddings(torch.arange(T, device=ids.device))
         for layer in self.layers:
             x = layer(x)
         return self.norm(x) @ self.tok_embeddings.weight.t()  # tied head
@@ -81,6 +86,7 @@ class GPT2(nn.Module):
 PRESETS = {  # name: (vocab, T, layers, heads, d_model), as TransformerConfig::preset
     "tiny": (256, 128, 4, 4, 128),
     "small": (256, 256, 6, 6, 384),
+    "gpt2": (50304, 1024, 12, 12, 768),  # GPT-2 124M
 }
 
 _DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,

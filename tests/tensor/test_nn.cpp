@@ -179,12 +179,22 @@ TEST_CASE("cross_entropy and its backward, with ignored rows", "[nn][loss]") {
       if (t[n] != -100) total -= softmax_ref(rows_slice(l, n, V), true)[size_t(t[n])];
     return Vec{total / 4};
   };
-  CHECK(ce.count == 4);
+  CHECK(ce.count.item<int64_t>() == 4);
   CHECK(ce.loss.ndim() == 0);
   CHECK(ce.loss.item<double>() == Approx(loss_of(rl)[0]).epsilon(1e-12));
   const Tensor dlogits = ops::cross_entropy_backward(logits, targets, ce, 2.0);
   check_close(dlogits, as_ref({N, V}, finite_diff(rl, {2.0}, loss_of)), 1e-6, 1e-8,
               "cross_entropy backward");
+  // dloss as a tensor (what autograd passes: nothing is read back) gives the same.
+  const Tensor dloss = ops::full(Shape{}, 2.0, {DType::kF32});
+  CHECK(ops::allclose(ops::cross_entropy_backward(logits, targets, ce, dloss), dlogits, 1e-12, 0));
+  // An f32 loss of 16-bit logits (autocast's request): the rows are summed in f32 anyway.
+  const Tensor bf16_logits = ops::to(logits, DType::kBF16);
+  const Tensor f32_loss = ops::cross_entropy(bf16_logits, targets, -100, DType::kF32).loss;
+  CHECK(f32_loss.dtype() == DType::kF32);
+  CHECK(f32_loss.item<double>() ==
+        Approx(ops::cross_entropy(ops::to(bf16_logits, DType::kF64), targets).loss.item<double>())
+            .epsilon(1e-6));
   CHECK_THROWS_WITH(
       ops::cross_entropy(logits, ops::from_vector<int64_t>({0, 1, 2, 3, 4, 11}, {N})),
       Catch::Contains("cross_entropy: target 11 of row 5 is out of range for 11 classes"));
