@@ -11,6 +11,10 @@
 namespace spmd::autograd {
 namespace {
 
+// The callbacks of the outermost backward running on this thread (null when
+// none runs).
+thread_local std::vector<std::function<void()>>* final_callbacks = nullptr;
+
 // The node every backward starts from: its edges lead to the roots, and it
 // hands each root its seed gradient.
 class GraphRoot final : public Node {
@@ -178,7 +182,27 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
     edges.push_back(gradient_edge(roots[i]));
   }
   GraphTask task(std::make_shared<GraphRoot>(std::move(edges), std::move(seeds)), retain_graph);
+  if (final_callbacks != nullptr) {  // nested inside another backward: its callbacks
+    task.run();
+    return;
+  }
+  std::vector<std::function<void()>> callbacks;
+  final_callbacks = &callbacks;
+  struct Reset {
+    ~Reset() { final_callbacks = nullptr; }
+  } reset;
   task.run();
+  for (size_t i = 0; i < callbacks.size(); ++i) {  // a callback may queue another
+    std::function<void()> callback = std::move(callbacks[i]);
+    callback();
+  }
+}
+
+void queue_callback(std::function<void()> callback) {
+  SPMD_CHECK(final_callbacks != nullptr,
+             "queue_callback: no backward is running on this thread; call it from a hook "
+             "during backward()");
+  final_callbacks->push_back(std::move(callback));
 }
 
 }  // namespace spmd::autograd

@@ -16,6 +16,8 @@
 // what it saved as soon as it has run, so activations go away during backward.
 #pragma once
 
+#include <functional>
+
 #include "autograd/node.h"
 
 namespace spmd::autograd {
@@ -24,5 +26,16 @@ namespace spmd::autograd {
 // `grads` (an undefined or missing one means 1, for one-element roots).
 // REQUIRES: every root requires grad; each seed has its root's shape.
 void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
+
+// Runs `callback` on this thread once the backward pass now running has run
+// all of its nodes, just before backward() returns; callbacks run in the
+// order they were queued (one may queue another). With nested passes
+// (activation checkpointing backpropagates through its recomputation inside
+// the outer backward) a callback belongs to the outermost pass, the one the
+// caller of backward() waits for. A pass that throws drops its callbacks.
+// This is where DDP waits for its last gradient buckets, as PyTorch's reducer
+// does through Variable._execution_engine.queue_callback.
+// REQUIRES: called during backward (from a hook), on the backward's thread.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace spmd::autograd

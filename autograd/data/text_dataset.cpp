@@ -51,6 +51,11 @@ std::vector<Batch> TextDataset::eval_batches(Split split, int64_t B, int64_t T,
 Batch TextDataset::batch_at(Split split, const std::vector<int64_t>& starts, int64_t T) const {
   const std::vector<int64_t>& toks = tokens(split);
   const int64_t B = int64_t(starts.size());
+  for (int64_t start : starts) {
+    SPMD_CHECK(start >= 0 && start + T + 1 <= int64_t(toks.size()),
+               "TextDataset::batch_at: a window of ", T + 1, " tokens at ", start,
+               " does not fit in the ", toks.size(), "-token split");
+  }
   std::vector<int64_t> x(size_t(B * T)), y(size_t(B * T));
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {

@@ -35,13 +35,15 @@ class TextDataset {
   Batch sample(Split split, int64_t B, int64_t T, Generator& gen) const;
   // Consecutive windows from the split's start, B per batch, at most max_batches batches.
   std::vector<Batch> eval_batches(Split split, int64_t B, int64_t T, int64_t max_batches) const;
+  // The windows of T + 1 tokens that start at `starts` (a sampler's choice,
+  // such as window i * T for a DistributedSampler's index i). Throws when
+  // one runs past the split's end.
+  Batch batch_at(Split split, const std::vector<int64_t>& starts, int64_t T) const;
 
  private:
   const std::vector<int64_t>& tokens(Split split) const {
     return split == Split::kTrain ? train_ : val_;
   }
-  Batch batch_at(Split split, const std::vector<int64_t>& starts, int64_t T) const;
-
   std::vector<int64_t> train_, val_;
 };
 

@@ -12,6 +12,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/checkpoint.h"
+#include "autograd/engine.h"
 #include "tensor/ops.h"
 
 using namespace spmd;
@@ -172,6 +173,22 @@ TEST_CASE("post-accumulate hooks fire layer by layer, last layer first, during b
   }
   backward(sum(a3));
   CHECK(order == std::vector<std::string>{"w3", "w2", "a1", "w1"});
+}
+
+TEST_CASE("queue_callback runs once at the end of the outermost backward", "[autograd][hooks]") {
+  // Queued from a hook of the first leaf to finish, it runs after every
+  // other hook; a nested backward (checkpointing's) does not run it early.
+  Tensor w1 = leaf({1, 2}, {2}), w2 = leaf({3, 4}, {2});
+  std::vector<std::string> order;
+  register_post_accumulate_grad_hook(w2, [&](const Tensor&) {
+    order.push_back("w2");
+    autograd::queue_callback([&] { order.push_back("end"); });
+  });
+  register_post_accumulate_grad_hook(w1, [&](const Tensor&) { order.push_back("w1"); });
+  Tensor h = autograd::checkpoint([&](const Tensor& a) { return mul(a, w2); }, mul(w1, w1));
+  backward(sum(h));
+  CHECK(order == std::vector<std::string>{"w2", "w1", "end"});
+  CHECK_THROWS_WITH(autograd::queue_callback([] {}), Catch::Contains("no backward is running"));
 }
 
 namespace {
