@@ -21,6 +21,7 @@ test_packages=(
   python3-matplotlib       # bench plots
   procps psmisc iproute2   # process-table and network-namespace checks of the launcher
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of spmd-bench
+  libgloo-dev              # the Gloo peer of spmd-bench (bench/peers/gloo_bench.cpp): every Gloo algorithm
 )
 
 missing=()

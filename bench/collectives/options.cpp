@@ -111,6 +111,9 @@ void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
   app.add_option("-o,--op", raw.redop, "Reduction: sum, prod, max, min, avg or all");
   app.add_option("-d,--datatype", raw.dtype, "float, double, bfloat16, half, int32, int64 or all");
   app.add_option("-r,--root", o.root, "Root of broadcast and reduce");
+  app.add_option("-a,--average", o.average,
+                 "A row's time from the ranks': 0 rank 0's, 1 mean, 2 min, 3 max")
+      ->check(CLI::Range(0, 3));
   app.add_option("--backend", raw.backend, "tcp or nccl");
   app.add_option("--device", raw.device, "cpu or cuda (this rank's GPU: its local rank)");
   app.add_option("--json", o.json_path, "Also write one JSON object per row to this file");

@@ -1,8 +1,8 @@
 // What a spmd-bench run measures, parsed from nccl-tests' flags:
 //
 //   spmd-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP]
-//              [-c CHECKS] [-o REDOP] [-d DTYPE] [-r ROOT] [--backend tcp|nccl]
-//              [--device cpu|cuda] [--json FILE]
+//              [-c CHECKS] [-o REDOP] [-d DTYPE] [-r ROOT] [-a AVERAGE]
+//              [--backend tcp|nccl] [--device cpu|cuda] [--json FILE]
 //   spmd-bench --limits
 //
 // OP is all_reduce, broadcast, reduce, all_gather, reduce_scatter,
@@ -34,6 +34,12 @@ struct BenchOptions {
   std::vector<dist::ReduceOp> redops{dist::ReduceOp::kSum};
   std::vector<DType> dtypes{DType::kF32};
   int root = 0;
+  // How the ranks' times per call make a row's time (nccl-tests' -a):
+  // 0 rank 0's, 1 the mean, 2 the fastest rank's, 3 the slowest rank's.
+  // The slowest rank's is the time until every rank is done: for broadcast
+  // and reduce, the root may run ahead of the others by what the socket
+  // buffers hold, which a mean counts as speed.
+  int average = 1;
   dist::CommBackend backend = dist::CommBackend::kTcp;
   bool cuda = false;
   std::string json_path;  // empty: no JSON

@@ -13,13 +13,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Sums v over the ranks (a tiny all_reduce of f64 on the group's device).
-std::vector<double> sum_over_ranks(dist::ProcessGroup& group, Device device,
-                                   const std::vector<double>& v) {
+// Reduces v over the ranks (a tiny all_reduce of f64 on the group's device).
+std::vector<double> reduce_over_ranks(dist::ProcessGroup& group, Device device,
+                                      const std::vector<double>& v, dist::ReduceOp op) {
   Tensor t = ops::from_vector(v, {int64_t(v.size())});
   if (device.is_cuda()) t = ops::to(t, device);
-  group.all_reduce(t).wait();
+  group.all_reduce(t, op).wait();
   return ops::to_vector<double>(t.is_cpu() ? t : ops::to(t, Device::cpu()));
+}
+
+// A row's seconds per call from each rank's (nccl-tests' -a).
+double combine_times(dist::ProcessGroup& group, Device device, double mine, int average) {
+  if (average == 1) return reduce_over_ranks(group, device, {mine}, dist::ReduceOp::kAvg)[0];
+  if (average == 0)
+    return reduce_over_ranks(group, device, {group.rank() == 0 ? mine : 0.0},
+                             dist::ReduceOp::kSum)[0];
+  const double sign = average == 2 ? -1 : 1;  // the fastest rank's: the max of -t
+  return sign * reduce_over_ranks(group, device, {sign * mine}, dist::ReduceOp::kMax)[0];
 }
 
 // Prints where a long sweep is, on stderr, at most every two seconds.
@@ -66,12 +76,11 @@ Row measure(OpKind op, DType dtype, dist::ReduceOp redop, size_t bytes, dist::Pr
     c.launch().wait();
     wrong += c.count_wrong();
   }
-  const std::vector<double> sums = sum_over_ranks(group, device, {seconds, double(wrong)});
-  const double mean_s = sums[0] / group.size();
-  row.time_us = mean_s * 1e6;
-  row.algbw = double(row.size_bytes) / mean_s / 1e9;
+  const double s = combine_times(group, device, seconds, o.average);
+  row.time_us = s * 1e6;
+  row.algbw = double(row.size_bytes) / s / 1e9;
   row.busbw = row.algbw * bus_factor(op, group.size());
-  row.wrong = int64_t(sums[1]);
+  row.wrong = int64_t(reduce_over_ranks(group, device, {double(wrong)}, dist::ReduceOp::kSum)[0]);
   return row;
 }
 

@@ -2,8 +2,9 @@
 // calls, then `iters` calls timed together, each waited before the next is
 // issued (a CPU program's use, and what the peers' blocking calls do), then
 // `checks` more calls on known inputs whose results every rank checks.
-// The time of a row is the mean over ranks of each rank's time per call;
-// #wrong is the sum over ranks of the elements that differed.
+// The time of a row is the mean over ranks of each rank's time per call
+// (or rank 0's, the fastest's or the slowest's: -a); #wrong is the sum over
+// ranks of the elements that differed.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,8 @@
  * MPI_Bcast, MPI_Reduce, MPI_Allgather, MPI_Reduce_scatter_block,
  * MPI_Alltoall, and MPI_Sendrecv around the ring. Sizes, counts, bus
  * factors and the time (mean over ranks of each rank's time per call, each
- * call blocking) are computed as in spmd-bench (bench/collectives/cases.h).
+ * call blocking; -a as in spmd-bench) are computed as in spmd-bench
+ * (bench/collectives/cases.h).
  * -c checks the results with spmd-bench's values (bench/collectives/values.h)
  * for float, double, int32 and int64 and sum, prod, min, max (MPI has no avg).
  */
@@ -28,7 +29,7 @@ typedef struct {
   int ops[NOPS], nops;
   size_t min_bytes, max_bytes, step_bytes;
   double step_factor;
-  int iters, warmup, checks, root;
+  int iters, warmup, checks, root, average;
   const char *dtype, *redop, *json;
 } options;
 
@@ -49,7 +50,7 @@ static void usage_error(const char* what) {
 }
 
 static options parse(int argc, char** argv) {
-  options o = {{0}, 0, 32u << 20, 32u << 20, 1u << 20, 1, 20, 5, 1, 0, "float", "sum", NULL};
+  options o = {{0}, 0, 32u << 20, 32u << 20, 1u << 20, 1, 20, 5, 1, 0, 1, "float", "sum", NULL};
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -74,12 +75,14 @@ static options parse(int argc, char** argv) {
     else if (!strcmp(a, "-w") || !strcmp(a, "--warmup_iters")) o.warmup = atoi(v);
     else if (!strcmp(a, "-c") || !strcmp(a, "--check")) o.checks = atoi(v);
     else if (!strcmp(a, "-r") || !strcmp(a, "--root")) o.root = atoi(v);
+    else if (!strcmp(a, "-a") || !strcmp(a, "--average")) o.average = atoi(v);
     else if (!strcmp(a, "-d") || !strcmp(a, "--datatype")) o.dtype = v;
     else if (!strcmp(a, "-o") || !strcmp(a, "--op")) o.redop = v;
     else if (!strcmp(a, "--json")) o.json = v;
     else usage_error("unknown flag");
   }
   if (o.nops == 0) usage_error("name an op (or all)");
+  if (o.average < 0 || o.average > 3) usage_error("-a: 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
   return o;
 }
 
@@ -238,16 +241,21 @@ static long long measure(bench_case* c, const options* o, FILE* json) {
   MPI_Barrier(MPI_COMM_WORLD);
   const double start = MPI_Wtime();
   for (int i = 0; i < o->iters; ++i) call(c);
-  double sums[2] = {(MPI_Wtime() - start) / o->iters, 0};
+  const double mine = (MPI_Wtime() - start) / o->iters;
+  double sums[2] = {rank_ == 0 ? mine : 0, 0}, extremes[2] = {mine, -mine}, mean = mine;
   for (int i = 0; i < o->checks; ++i) {
     fill(c);
     call(c);
     sums[1] += (double)count_wrong(c);
   }
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &mean, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   free(c->in);
   free(c->out);
-  const double t = sums[0] / size_, algbw = (double)c->size_bytes / t / 1e9;
+  /* -a: rank 0's time, the mean, the fastest rank's or the slowest rank's */
+  const double times[4] = {sums[0], mean / size_, -extremes[1], extremes[0]};
+  const double t = times[o->average], algbw = (double)c->size_bytes / t / 1e9;
   const double busbw = algbw * bus_factor(c->op);
   const char* redop = reduces(c->op) ? o->redop : "none";
   const int root = (c->op == BROADCAST || c->op == REDUCE) ? c->root : -1;

@@ -13,7 +13,7 @@ and a ring exchange through batch_isend_irecv. What PyTorch 1.13 exposes of
 Gloo is one algorithm per collective: all_reduce runs gloo::allreduce, whose
 default is the ring; Gloo's halving-doubling and BCube all_reduce are not
 reachable from torch.distributed. Sizes, counts, bus factors and times are
-computed as in spmd-bench (bench/collectives/cases.h).
+computed as in spmd-bench (bench/collectives/cases.h), -a included.
 """
 import argparse
 import json
@@ -114,9 +114,13 @@ def measure(op, nbytes, a, rank, p):
     start = time.perf_counter()
     for _ in range(a.iters):
         call()
-    t = torch.tensor([(time.perf_counter() - start) / a.iters], dtype=torch.float64)
-    dist.all_reduce(t)
-    seconds = t.item() / p
+    mine = (time.perf_counter() - start) / a.iters
+    t = torch.tensor([mine if rank == 0 else 0.0, mine, mine, -mine], dtype=torch.float64)
+    dist.all_reduce(t[:2])
+    ext = t[2:].clone()
+    dist.all_reduce(ext, op=dist.ReduceOp.MAX)
+    # -a: rank 0's time, the mean, the fastest rank's or the slowest rank's
+    seconds = [t[0].item(), t[1].item() / p, -ext[1].item(), ext[0].item()][a.average]
     algbw = size_bytes / seconds / 1e9
     return {"op": op, "size": size_bytes, "count": count, "type": a.datatype,
             "redop": a.op if op in ("all_reduce", "reduce", "reduce_scatter") else "none",
@@ -175,6 +179,8 @@ def main():
     ap.add_argument("-o", "--op", default="sum", choices=list(REDOPS))
     ap.add_argument("-d", "--datatype", default="float", choices=list(DTYPES))
     ap.add_argument("-r", "--root", type=int, default=0)
+    ap.add_argument("-a", "--average", type=int, default=1, choices=[0, 1, 2, 3],
+                    help="a row's time: 0 rank 0's, 1 mean, 2 min, 3 max over ranks")
     ap.add_argument("--json")
     a = ap.parse_args()
     for name in a.op_name.split(","):

@@ -227,6 +227,7 @@ Work ProcessGroup::launch_batch(std::vector<CommOp> ops) {
            Work::Duration::max());
   auto count = std::make_shared<Count>();
   count->left = ops.size();
+  std::vector<Work> parts;
   for (CommOp& op : ops) {
     Work one = launch(std::move(op));
     one.on_complete([one, all, count] {
@@ -235,7 +236,19 @@ Work ProcessGroup::launch_batch(std::vector<CommOp> ops) {
       if (error && !count->error) count->error = error;
       if (--count->left == 0) all.complete(count->error);
     });
+    parts.push_back(one);
   }
+  // Waiting on the batch is waiting on each part, so a backend that lets a
+  // waiter run an operation (Work::set_runner) does so for the batch too.
+  all.set_runner([parts] {
+    for (const Work& part : parts) {
+      try {
+        part.wait();
+      } catch (...) {  // the batch reports the first error itself
+      }
+    }
+    return true;
+  });
   return all;
 }
 

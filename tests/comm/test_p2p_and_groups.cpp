@@ -112,6 +112,51 @@ TEST_CASE("batch_isend_irecv exchanges both ways at once", "[comm][p2p]") {
   }));
 }
 
+// Rank 0 issues an all_reduce, does not wait on it, and blocks on a message
+// that rank 1 sends only once the all_reduce is done: valid (collectives run
+// by themselves, as in NCCL), and a deadlock if a collective ran only when
+// waited on. The group's worker starts it.
+TEST_CASE("a collective nobody waits on runs by itself", "[comm][p2p]") {
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    Tensor t = cpu_tensor(1000, DType::kI64), msg = cpu_tensor(10, DType::kI64);
+    fill_i64(t, 1);
+    if (g.rank() == 0) {
+      Work reduce = g.all_reduce(t);
+      g.recv(msg, 1).wait();
+      check_i64(msg, 42, "the message sent after the all_reduce");
+      reduce.wait();
+    } else {
+      g.all_reduce(t).wait();
+      fill_i64(msg, 42);
+      g.send(msg, 0).wait();
+    }
+    const auto* sum = static_cast<const int64_t*>(t.raw_data());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      expect(sum[i] == 2 * (1 + i), "all_reduce element ", i, " is ", sum[i]);  // 1 + i on 2 ranks
+    }
+  }));
+}
+
+// Rank 0 sends more than the sockets can hold and, without waiting on the
+// send, enters a barrier that rank 1 reaches only once the whole message has
+// arrived: the send must move on with no thread waiting on it (the engine's
+// thread takes it over), else this deadlocks.
+TEST_CASE("a send nobody waits on is delivered by itself", "[comm][p2p]") {
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    Tensor msg = cpu_tensor(int64_t(4) << 20, DType::kI64);  // 32 MiB
+    if (g.rank() == 0) {
+      fill_i64(msg, 7);
+      Work send = g.send(msg, 1);
+      g.barrier().wait();
+      send.wait();
+    } else {
+      g.recv(msg, 0).wait();
+      check_i64(msg, 7, "the 32 MiB message");
+      g.barrier().wait();
+    }
+  }));
+}
+
 TEST_CASE("new_group: members reduce among themselves, the others get none", "[comm][groups]") {
   REQUIRE_NOTHROW(run_world(4, [](ProcessGroup& world) {
     const int r = world.rank();

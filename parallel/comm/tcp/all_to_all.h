@@ -2,10 +2,11 @@
 //
 // Rank r's input is cut into p blocks (of equal or given sizes); block j goes
 // to rank j, and rank r's output block i is what rank i sent it. Rank r
-// copies its own block locally, then posts every send and every receive at
-// once, rank r+s receiving in the order s = 1..p-1 (so that at any moment the
-// ranks' traffic is spread over different pairs), and the Mesh moves all
-// of them together as the sockets allow.
+// posts every send and every receive at once, rank r+s receiving in the
+// order s = 1..p-1 (so that at any moment the ranks' traffic is spread over
+// different pairs), fills the socket buffers, copies its own block locally
+// while the peers drain them, and then the Mesh moves the rest together as
+// the sockets allow.
 //
 // Cost: (p-1) · α + (p-1)/p · nβ with n the bytes a rank sends, if the
 // links run in parallel; on one machine they share the memory bus, so it is

@@ -52,7 +52,7 @@ void Mesh::wait_until(const std::function<bool()>& done) {
   // waited: try every link once, then move only what poll() says is ready.
   for (Link* l : used_) l->pump();
   while (!done()) {
-    if (spin_.count() > 0) {
+    if (spin_.budget.count() > 0) {
       spin_while_waiting(done);
       if (done()) return;
     }
@@ -61,22 +61,22 @@ void Mesh::wait_until(const std::function<bool()>& done) {
 }
 
 // The bounded spin: pump every used link without sleeping until done() holds
-// or nothing has moved for spin_. A message that arrives meanwhile is read
-// at once, without the ~20 us of waking a thread that sleeps in poll().
-// Each idle round yields the core, so a thread of this process that was just
-// woken (the group's worker, a waiting caller) runs at once instead of
-// waiting for the spinner's time slice to end.
+// or nothing has moved for the spin budget. A message that arrives meanwhile
+// is read at once, without the ~20 us of waking a thread that sleeps in
+// poll(). When the ranks outnumber the cores, each idle round yields the
+// core, so a peer rank that shares it runs at once instead of waiting for
+// the spinner's time slice to end.
 void Mesh::spin_while_waiting(const std::function<bool()>& done) {
-  auto give_up = Clock::now() + spin_;
+  auto give_up = Clock::now() + spin_.budget;
   while (!done()) {
     bool moved = false;
     for (Link* l : used_) moved |= l->pump();
     const auto now = Clock::now();
     if (moved) {
-      give_up = now + spin_;
+      give_up = now + spin_.budget;
     } else if (now >= give_up || now >= deadline_) {
       return;
-    } else {
+    } else if (spin_.yield) {
       sched_yield();
     }
   }

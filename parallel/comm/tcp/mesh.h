@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "parallel/comm/tcp/link.h"
+#include "parallel/comm/tcp/tuning.h"
 
 namespace spmd::dist::tcp {
 
@@ -59,14 +60,18 @@ class Mesh {
   }
   // Moves bytes on every used link until done() holds.
   void wait_until(const std::function<bool()>& done);
+  // Moves what can move now on every used link, without waiting.
+  void progress() {
+    for (Link* l : used_) l->pump();
+  }
 
   // The peers whose header for the current (or just failed) collective has
   // arrived: the ranks known to have reached it.
   std::vector<int> heard_from() const;
 
-  // Before sleeping in poll(), keep pumping for up to `spin` without
-  // progress (tuning.h's spin_us; zero: sleep at once).
-  void set_spin(std::chrono::microseconds spin) { spin_ = spin; }
+  // Before sleeping in poll(), keep pumping as `spin` says (tuning.h; the
+  // default budget of zero sleeps at once).
+  void set_spin(SpinPolicy spin) { spin_ = spin; }
   // Calls `hook` once per collective that has waited longer than `after`.
   void set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook);
   // Shuts every connection down: peers see EOF, and this mesh is unusable.
@@ -85,7 +90,7 @@ class Mesh {
   std::vector<bool> glanced_;  // unused links already peeked at in this collective
   Header header_;
   Clock::time_point start_, deadline_;
-  std::chrono::microseconds spin_{0};
+  SpinPolicy spin_;
   std::chrono::milliseconds slow_after_{0};
   std::function<void()> slow_hook_;
   bool slow_called_ = false;

@@ -1,12 +1,13 @@
-// The point-to-point engine: set-up, the engine thread, the send queues,
-// deadlines and failures. The receive side (matching by tag) is in
+// The point-to-point engine: set-up and tear-down, posting, the send queues,
+// deadlines and failures. Who drives the sockets (a waiting thread, or the
+// engine's) is in p2p_drive.cpp; the receive side (matching by tag) in
 // p2p_receive.cpp.
 #include "parallel/comm/tcp/p2p.h"
 
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -26,12 +27,18 @@ std::string P2PEngine::describe_op(const Op& op) const {
 }
 
 P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
-                     std::chrono::milliseconds timeout, std::chrono::microseconds spin)
-    : group_(std::move(group_name)), rank_(rank), timeout_(timeout), spin_(spin) {
+                     std::chrono::milliseconds timeout, SpinPolicy spin,
+                     std::chrono::microseconds start_after)
+    : group_(std::move(group_name)),
+      rank_(rank),
+      timeout_(timeout),
+      spin_(spin),
+      start_after_(start_after) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0,
-             "P2PEngine: cannot create epoll/eventfd: ", std::strerror(errno));
+  timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0 && timer_fd_ >= 0,
+             "P2PEngine: cannot create epoll/eventfd/timerfd: ", std::strerror(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u32 = uint32_t(-1);
@@ -51,17 +58,38 @@ P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
 }
 
 P2PEngine::~P2PEngine() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  wake();
-  thread_.join();
+  stop();
   for (auto& peer : peers_) {
     if (peer->fd >= 0) ::close(peer->fd);
   }
+  ::close(timer_fd_);
   ::close(event_fd_);
   ::close(epoll_fd_);
+}
+
+void P2PEngine::stop() {
+  {
+    Lock lock(mu_);
+    if (!stopping_) {
+      stopping_ = true;
+      for (auto& peer : peers_) {
+        fail_peer(*peer, "the process group was destroyed");
+        if (peer->fd >= 0) ::shutdown(peer->fd, SHUT_RDWR);  // wakes threads asleep on it
+      }
+    }
+    flush_completions(lock);
+  }
+  wake_engine();
+  if (thread_.joinable()) thread_.join();
+}
+
+void P2PEngine::abort(const std::string& why) {
+  Lock lock(mu_);
+  for (auto& peer : peers_) {
+    fail_peer(*peer, why);
+    if (peer->fd >= 0) ::shutdown(peer->fd, SHUT_RDWR);
+  }
+  flush_completions(lock);
 }
 
 // --- Posting (any thread) -------------------------------------------------------
@@ -76,12 +104,7 @@ void P2PEngine::send(const void* data, size_t count, DType dtype, int peer, int 
   op->bytes = count * element_size(dtype);
   op->dtype = dtype;
   op->work = std::move(work);
-  op->deadline = Clock::now() + timeout_;
-  {
-    std::lock_guard lock(mu_);
-    commands_.push_back(std::move(op));
-  }
-  wake();
+  post(std::move(op));
 }
 
 void P2PEngine::recv(void* dst, size_t count, DType dtype, int peer, int tag, Work work) {
@@ -93,82 +116,30 @@ void P2PEngine::recv(void* dst, size_t count, DType dtype, int peer, int tag, Wo
   op->bytes = count * element_size(dtype);
   op->dtype = dtype;
   op->work = std::move(work);
+  post(std::move(op));
+}
+
+// Starts the operation on this thread (its I/O goes as far as the socket
+// allows now), then lets the engine's thread know when to look at what is
+// left, in case nobody waits on it.
+void P2PEngine::post(std::unique_ptr<Op> op) {
   op->deadline = Clock::now() + timeout_;
-  {
-    std::lock_guard lock(mu_);
-    commands_.push_back(std::move(op));
+  Lock lock(mu_);
+  if (stopping_) {
+    finish(op->work, std::make_exception_ptr(CommError(
+                         str_cat(describe_op(*op), ": the process group was destroyed"))));
+  } else {
+    start(std::move(op));
+    schedule_engine_locked();
   }
-  wake();
-}
-
-void P2PEngine::wake() {
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t r = ::write(event_fd_, &one, sizeof one);
-}
-
-void P2PEngine::abort(const std::string& why) {
-  {
-    std::lock_guard lock(mu_);
-    if (abort_reason_.empty()) abort_reason_ = why;
-  }
-  wake();
-}
-
-// --- The engine thread ----------------------------------------------------------
-
-// Waits for events (or, while operations are pending and spinning is
-// allowed, only looks for them until spin_ has passed without any), handles
-// them, takes new operations, and expires late ones.
-void P2PEngine::loop() {
-  epoll_event events[64];
-  auto spin_until = Clock::now();
-  for (;;) {
-    const bool spin = spin_.count() > 0 && Clock::now() < spin_until && has_pending();
-    const int n = ::epoll_wait(epoll_fd_, events, 64, spin ? 0 : next_timeout_ms());
-    if (n > 0) spin_until = Clock::now() + spin_;
-    if (n == 0 && spin) sched_yield();  // an idle spin lets woken threads run (mesh.cpp)
-    for (int i = 0; i < n; ++i) {
-      if (events[i].data.u32 == uint32_t(-1)) {
-        uint64_t ignored;
-        [[maybe_unused]] ssize_t r = ::read(event_fd_, &ignored, sizeof ignored);
-        continue;
-      }
-      Peer& peer = *peers_[events[i].data.u32];
-      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) read_some(peer);
-      if (events[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) write_some(peer);
-    }
-    take_commands();  // may return after failing everything (stop or abort)
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) break;
-    }
-    expire(Clock::now());
-  }
-  for (auto& peer : peers_) fail_peer(*peer, "the process group was destroyed");
-}
-
-void P2PEngine::take_commands() {
-  std::vector<std::unique_ptr<Op>> commands;
-  std::string abort_reason;
-  {
-    std::lock_guard lock(mu_);
-    commands.swap(commands_);
-    abort_reason = abort_reason_;
-  }
-  if (!abort_reason.empty()) {
-    for (auto& peer : peers_) {
-      fail_peer(*peer, abort_reason);
-      if (peer->fd >= 0) ::shutdown(peer->fd, SHUT_RDWR);
-    }
-  }
-  for (auto& op : commands) start(std::move(op));
+  flush_completions(lock);
 }
 
 void P2PEngine::start(std::unique_ptr<Op> op) {
   Peer& peer = *peers_[op->peer];
   if (!peer.dead.empty() && op->is_send) {
-    op->work.complete(
-        std::make_exception_ptr(CommError(str_cat(describe_op(*op), ": ", peer.dead))));
+    finish(op->work,
+           std::make_exception_ptr(CommError(str_cat(describe_op(*op), ": ", peer.dead))));
     return;
   }
   if (op->is_send) {
@@ -209,8 +180,9 @@ void P2PEngine::write_some(Peer& peer) {
       return;
     }
     op.done += size_t(r);
+    ++progress_;
     if (op.done < sizeof(Header) + op.bytes) return;  // the socket is full
-    op.work.complete();
+    finish(op.work);
     peer.sends.pop_front();
   }
 }
@@ -219,11 +191,12 @@ void P2PEngine::write_some(Peer& peer) {
 
 void P2PEngine::expire(Clock::time_point now) {
   auto timeout = [&](Op& op) {
-    op.work.complete(std::make_exception_ptr(TimeoutError(
-        str_cat(describe_op(op), ": timed out after ", timeout_.count(), " ms (",
-                op.is_send ? "the peer has not taken the message: is it receiving with this tag?"
-                           : "no message with this tag arrived: is the peer sending it?",
-                ")"))));
+    finish(op.work,
+           std::make_exception_ptr(TimeoutError(str_cat(
+               describe_op(op), ": timed out after ", timeout_.count(), " ms (",
+               op.is_send ? "the peer has not taken the message: is it receiving with this tag?"
+                          : "no message with this tag arrived: is the peer sending it?",
+               ")"))));
   };
   for (auto& peer_ptr : peers_) {
     Peer& peer = *peer_ptr;
@@ -259,7 +232,7 @@ bool P2PEngine::has_pending() const {
   return false;
 }
 
-int P2PEngine::next_timeout_ms() const {
+P2PEngine::Clock::time_point P2PEngine::next_deadline() const {
   auto earliest = Clock::time_point::max();
   for (const auto& peer : peers_) {
     for (const auto& op : peer->sends) earliest = std::min(earliest, op->deadline);
@@ -269,16 +242,14 @@ int P2PEngine::next_timeout_ms() const {
       if (u.claimant) earliest = std::min(earliest, u.claimant->deadline);
     }
   }
-  if (earliest == Clock::time_point::max()) return -1;
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(earliest - Clock::now()).count();
-  return int(std::clamp<int64_t>(ms, 0, 1 << 30));
+  return earliest;
 }
 
 // The connection to `peer` is unusable: fail everything that involves it.
 void P2PEngine::fail_peer(Peer& peer, const std::string& why) {
   if (peer.dead.empty()) peer.dead = why;
   auto fail = [&](Op& op) {
-    op.work.complete(std::make_exception_ptr(CommError(str_cat(describe_op(op), ": ", peer.dead))));
+    finish(op.work, std::make_exception_ptr(CommError(str_cat(describe_op(op), ": ", peer.dead))));
   };
   for (auto& op : peer.sends) fail(*op);
   for (auto& op : peer.recvs) fail(*op);

@@ -25,8 +25,8 @@ void P2PEngine::post_recv(Peer& peer, std::unique_ptr<Op> op) {
     return;
   }
   if (!peer.dead.empty()) {  // nothing more can come from this peer
-    op->work.complete(
-        std::make_exception_ptr(CommError(str_cat(describe_op(*op), ": ", peer.dead))));
+    finish(op->work,
+           std::make_exception_ptr(CommError(str_cat(describe_op(*op), ": ", peer.dead))));
     return;
   }
   if (peer.in == Peer::In::kParked && peer.header.arg == op->tag) {
@@ -77,6 +77,7 @@ bool P2PEngine::read_into(Peer& peer, char* dst, size_t n, size_t& done) {
     const ssize_t r = ::recv(peer.fd, dst + done, n - done, MSG_DONTWAIT);
     if (r > 0) {
       done += size_t(r);
+      ++progress_;
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
@@ -112,10 +113,10 @@ void P2PEngine::on_header(Peer& peer) {
   peer.payload_bytes = h.count * element_size(h.dtype);
   peer.payload_done = 0;
   if (op->count != h.count || op->dtype != h.dtype) {
-    op->work.complete(std::make_exception_ptr(InvalidArgument(
-        str_cat(describe_op(*op), ": rank ", peer.rank, " sent ", h.count, " ", dtype_name(h.dtype),
-                " elements with this tag but this recv expects ", op->count, " ",
-                dtype_name(op->dtype), "; the message was discarded"))));
+    finish(op->work, std::make_exception_ptr(InvalidArgument(str_cat(
+                         describe_op(*op), ": rank ", peer.rank, " sent ", h.count, " ",
+                         dtype_name(h.dtype), " elements with this tag but this recv expects ",
+                         op->count, " ", dtype_name(op->dtype), "; the message was discarded"))));
     peer.target = Peer::Target::kDiscard;
     return;
   }
@@ -141,7 +142,7 @@ void P2PEngine::spill_parked(Peer& peer) {
 
 void P2PEngine::on_payload_done(Peer& peer) {
   if (peer.target == Peer::Target::kRecv) {
-    peer.receiving->work.complete();
+    finish(peer.receiving->work);
     peer.receiving.reset();
   } else if (peer.target == Peer::Target::kUnexpected) {
     peer.unexpected.back().complete = true;
@@ -161,13 +162,13 @@ void P2PEngine::deliver_unexpected(Peer& peer) {
     Op& op = *it->claimant;
     const Header& h = it->header;
     if (op.count != h.count || op.dtype != h.dtype) {
-      op.work.complete(std::make_exception_ptr(InvalidArgument(
-          str_cat(describe_op(op), ": rank ", peer.rank, " sent ", h.count, " ",
-                  dtype_name(h.dtype), " elements with this tag but this recv expects ", op.count,
-                  " ", dtype_name(op.dtype), "; the message was discarded"))));
+      finish(op.work, std::make_exception_ptr(InvalidArgument(str_cat(
+                          describe_op(op), ": rank ", peer.rank, " sent ", h.count, " ",
+                          dtype_name(h.dtype), " elements with this tag but this recv expects ",
+                          op.count, " ", dtype_name(op.dtype), "; the message was discarded"))));
     } else {
       std::memcpy(op.data, it->data.data(), it->data.size());
-      op.work.complete();
+      finish(op.work);
     }
     it = peer.unexpected.erase(it);
   }

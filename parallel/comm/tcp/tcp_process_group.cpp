@@ -56,22 +56,19 @@ void TcpProcessGroup::connect() {
     if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);
   }
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
-  mesh_->set_spin(std::chrono::microseconds(tuning_.spin_us));
+  mesh_->set_spin(tuning_.spin());
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
-  p2p_ = std::make_unique<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout(),
-                                     std::chrono::microseconds(tuning_.spin_us));
-  worker_ = std::thread([this] { worker_loop(); });
+  p2p_ =
+      std::make_shared<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout(), tuning_.spin(),
+                                  std::chrono::microseconds(tuning_.start_after_us));
+  queue_ = std::make_unique<CollectiveQueue>(std::chrono::microseconds(tuning_.start_after_us));
 }
 
 TcpProcessGroup::~TcpProcessGroup() { shutdown(); }
 
 void TcpProcessGroup::shutdown() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();  // the queued collectives finish (or time out) first
+  if (queue_) queue_->stop();  // the queued collectives finish (or time out) first
+  if (p2p_) p2p_->stop();
   p2p_.reset();
   mesh_.reset();
 }
@@ -94,23 +91,21 @@ Work TcpProcessGroup::launch(CommOp op) {
     launch_p2p(std::move(op), work);
     return work;
   }
-  auto item = std::make_shared<Queued>(Queued{std::move(op), work, nullptr});
+  auto item = std::make_shared<Queued>(Queued{std::move(op), work, nullptr, nullptr});
 #if SPMD_WITH_CUDA
   if (on_gpu) item->mark = std::make_shared<StreamMark>(item->op.tensor);
 #else
   SPMD_CHECK(!on_gpu, item->op.description, ": this spmd was built without CUDA");
 #endif
-  work.set_runner([group = weak_from_this(), weak = std::weak_ptr<Queued>(item)] {
+  SPMD_CHECK(queue_ != nullptr, item->op.description, ": the group has been shut down");
+  auto entry = queue_->push([this, item] { run(*item); },
+                            [item] { item->work.complete(item->error); }, item->op.description);
+  // A caller that waits on it runs it (and any issued before it) itself.
+  work.set_runner([group = weak_from_this(), weak = std::weak_ptr(entry)] {
     auto g = group.lock();
-    auto it = weak.lock();
-    return g && it && g->run_if_next(it);
+    auto e = weak.lock();
+    return g && e && g->queue_->run_through(e);
   });
-  {
-    std::lock_guard lock(mu_);
-    SPMD_CHECK(!stopping_, item->op.description, ": the group has been shut down");
-    queue_.push_back(std::move(item));
-  }
-  cv_.notify_one();
   return work;
 }
 
@@ -139,6 +134,11 @@ void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
     });
   }
   inner.on_complete([host] {});  // keeps the host memory alive until the transfer ends
+  // A caller that waits on it moves its bytes itself (p2p.h).
+  work.set_runner([engine = std::weak_ptr(p2p_), inner] {
+    auto e = engine.lock();
+    return e && e->drive(inner);
+  });
   if (op.type == OpType::kSend) {
     p2p_->send(host.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, inner);
   } else {
@@ -146,56 +146,21 @@ void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
   }
 }
 
-// --- The worker ------------------------------------------------------------------------
+// --- Running a collective ------------------------------------------------------------
 
-void TcpProcessGroup::worker_loop() {
-  for (;;) {
-    QueuedPtr item;
-    {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
-      if (queue_.empty()) return;
-      item = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = true;
-    }
-    run(*item);
-  }
-}
-
-// A waiter's offer to run `item` itself: taken only when it is the next
-// collective and nothing is running, so the group's order holds.
-bool TcpProcessGroup::run_if_next(const QueuedPtr& item) {
-  {
-    std::lock_guard lock(mu_);
-    if (running_ || queue_.empty() || queue_.front() != item) return false;
-    queue_.pop_front();
-    running_ = true;
-  }
-  run(*item);
-  return true;
-}
-
-// Runs one collective, lets the next one go, and completes the Work (in that
-// order, so a caller woken by the completion can run its next one at once).
+// Runs one collective (on whichever thread the queue chose) and records how
+// it ended; the queue completes its Work after letting the next one go.
 void TcpProcessGroup::run(Queued& item) {
-  std::exception_ptr error;
   if (!aborted_.empty()) {
-    error = std::make_exception_ptr(CommError(
+    item.error = std::make_exception_ptr(CommError(
         str_cat(item.op.description, ": the group was aborted by an earlier failure: ", aborted_)));
-  } else {
-    try {
-      execute(item);
-    } catch (...) {
-      error = fail(item.op, std::current_exception());
-    }
+    return;
   }
-  {
-    std::lock_guard lock(mu_);
-    running_ = false;
+  try {
+    execute(item);
+  } catch (...) {
+    item.error = fail(item.op, std::current_exception());
   }
-  cv_.notify_all();
-  item.work.complete(error);
 }
 
 void TcpProcessGroup::execute(Queued& item) {

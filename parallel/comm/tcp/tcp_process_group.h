@@ -5,12 +5,12 @@
 //
 // Structure:
 //   - a full mesh of sockets, connected through the store (bootstrap.h);
-//   - a worker thread that runs the collectives one by one in issue order,
-//     each as an algorithm class chosen by size (ring, recursive doubling,
-//     trees, chains, all-to-all, dissemination barrier) over the Mesh. A
-//     caller that waits on a collective the worker has not picked up yet
-//     runs it itself, in order (Work::set_runner): that saves two thread
-//     hand-offs, the larger part of a small all_reduce's time;
+//   - a CollectiveQueue (collective_queue.h) that runs the collectives one by
+//     one in issue order, each as an algorithm class chosen by size (ring,
+//     recursive doubling, trees, chains, all-to-all, dissemination barrier)
+//     over the Mesh: on the thread that waits on it when there is one (no
+//     thread hand-off: most of a small collective's cost), else on the
+//     queue's worker thread shortly after its launch;
 //   - a point-to-point engine with its own sockets and thread (p2p.h).
 //
 // Failure: when a collective fails (a peer is lost, the ranks disagree, the
@@ -22,13 +22,10 @@
 // arrival in the store, cheaply, once).
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/tcp/collective_queue.h"
 #include "parallel/comm/tcp/mesh.h"
 #include "parallel/comm/tcp/p2p.h"
 #include "parallel/comm/tcp/tuning.h"
@@ -63,13 +60,11 @@ class TcpProcessGroup final : public ProcessGroup,
     CommOp op;
     Work work;
     std::shared_ptr<tcp::StreamMark> mark;  // CUDA tensors: the caller's stream at issue
+    std::exception_ptr error;               // how it ended (set by run())
   };
-  using QueuedPtr = std::shared_ptr<Queued>;
   TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options,
                   std::string route_hint);
   void connect();
-  void worker_loop();
-  bool run_if_next(const QueuedPtr& item);
   void run(Queued& item);
   void execute(Queued& item);
   void execute_on_host(CommOp& op, char* data, char* input);
@@ -85,20 +80,15 @@ class TcpProcessGroup final : public ProcessGroup,
   std::string route_hint_;
   tcp::Tuning tuning_;
   std::unique_ptr<tcp::Mesh> mesh_;
-  std::unique_ptr<tcp::P2PEngine> p2p_;
+  std::shared_ptr<tcp::P2PEngine> p2p_;  // shared with the Works' runners
   tcp::Workspace workspace_;
 #if SPMD_WITH_CUDA
   std::unique_ptr<tcp::HostStaging> staging_;  // pinned buffers for CUDA tensors
 #endif
 
-  std::mutex mu_;  // guards queue_, running_ and stopping_
-  std::condition_variable cv_;
-  std::deque<QueuedPtr> queue_;
-  bool running_ = false;  // a thread (the worker, or a waiter) is running a collective
-  bool stopping_ = false;
-  std::thread worker_;
+  std::unique_ptr<tcp::CollectiveQueue> queue_;
 
-  // State of the thread running a collective (one at a time: running_).
+  // State of the thread running a collective (one at a time: queue_).
   std::string aborted_;       // the first failure; later collectives fail with it
   uint64_t current_seq_ = 0;  // the collective the worker is running
   bool announced_ = false;    // it recorded its arrival in the store

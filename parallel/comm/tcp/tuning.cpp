@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -35,14 +36,23 @@ int local_world_size() {
 }
 }  // namespace
 
-int Tuning::default_spin_us(int local_ranks, int hardware_threads) {
-  return local_ranks > 0 && local_ranks <= hardware_threads ? kSpinMicros : 0;
+SpinPolicy Tuning::default_spin(int local_ranks, int hardware_threads) {
+  if (local_ranks <= 0) return {};
+  // Yielding each idle round lets a ready peer rank that shares the core run
+  // at once, so the spin pays when the ranks outnumber the cores too; the
+  // more ranks share a core, the shorter each spins.
+  const int micros = kSpinMicros * std::min(1.0, double(hardware_threads) / local_ranks);
+  return {std::chrono::microseconds(micros), true};
 }
 
 Tuning Tuning::from_env() {
   Tuning t;
-  t.spin_us = default_spin_us(local_world_size(), usable_hardware_threads());
+  t.spin_us = int(default_spin(local_world_size(), usable_hardware_threads()).budget.count());
+  int yield = 1;
   override_from("SPMD_TCP_SPIN_US", t.spin_us, 0);
+  override_from("SPMD_TCP_SPIN_YIELD", yield, 0);
+  t.spin_yield = yield != 0;
+  override_from("SPMD_TCP_START_AFTER_US", t.start_after_us, 0);
   override_from("SPMD_TCP_SMALL_ALL_REDUCE_BYTES", t.small_all_reduce_bytes, 0);
   override_from("SPMD_TCP_SMALL_ROOTED_BYTES", t.small_rooted_bytes, 0);
   override_from("SPMD_TCP_CHUNK_BYTES", t.chunk_bytes, 1024);

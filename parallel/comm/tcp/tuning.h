@@ -5,9 +5,19 @@
 // to explore another machine.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 
 namespace spmd::dist::tcp {
+
+// How a thread that waits for bytes waits: it pumps its sockets without
+// sleeping for up to `budget` without progress (restarted whenever a byte
+// moves), handing its core to another ready thread after each idle round
+// when `yield`; then it sleeps in poll(). A zero budget sleeps at once.
+struct SpinPolicy {
+  std::chrono::microseconds budget{0};
+  bool yield = true;
+};
 
 struct Tuning {
   // all_reduce below this many bytes uses recursive doubling, above it the ring.
@@ -28,21 +38,34 @@ struct Tuning {
   size_t send_buffer_bytes = 256 << 10;
   // How long a waiting rank keeps polling its sockets without sleeping
   // (non-blocking reads and writes) before it sleeps in poll(), restarted
-  // whenever a byte moves. The one exception to "a waiting rank never spins",
-  // and only when it cannot take a core from another rank: waking a sleeping
-  // thread costs ~20 us here, four times a loopback message. 0 disables it.
-  // The default: kSpinMicros when this host's ranks (LOCAL_WORLD_SIZE) do not
-  // outnumber its hardware threads, else 0 (docs/comm.md).
+  // whenever a byte moves (SpinPolicy), and whether each idle round yields
+  // the core. The one exception to "a waiting rank never spins", and bounded:
+  // waking a sleeping thread costs ~20 us here, four times a loopback
+  // message. The defaults (docs/comm.md, measured): when this host's ranks
+  // (LOCAL_WORLD_SIZE) are known, a spin that yields each idle round, of
+  // kSpinMicros when they do not outnumber its hardware threads and
+  // proportionally less when they do (4 ranks on 2 threads: 25 us); no spin
+  // when they are unknown.
   int spin_us = 0;
+  bool spin_yield = true;
   static constexpr int kSpinMicros = 50;
+  SpinPolicy spin() const { return {std::chrono::microseconds(spin_us), spin_yield}; }
+  // How long a launched collective (or point-to-point operation) waits for
+  // a thread to wait on it (and run it itself, with no thread hand-off)
+  // before the group's worker (or engine) thread starts it
+  // (collective_queue.h, p2p.h): how late one that nobody waits on starts,
+  // and, in a stream of collectives, about how often the worker wakes up for
+  // nothing. 0 starts every collective on the worker at once.
+  int start_after_us = 1000;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
-  // SPMD_TCP_SEND_BUFFER_BYTES and SPMD_TCP_SPIN_US.
+  // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US, SPMD_TCP_SPIN_YIELD (0 or
+  // 1) and SPMD_TCP_START_AFTER_US.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).
-  static int default_spin_us(int local_ranks, int hardware_threads);
+  static SpinPolicy default_spin(int local_ranks, int hardware_threads);
 };
 
 }  // namespace spmd::dist::tcp

@@ -1,0 +1,181 @@
+// Who moves the point-to-point engine's bytes: the thread that waits on an
+// operation (drive()), or, for what nobody waits on, the engine's own thread
+// (loop()), which sleeps on a timerfd set to when work nobody drives becomes
+// its own. Both pump the same sockets under the engine's mutex; Works are
+// completed after it is released, so a completion callback may post again.
+#include <poll.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "parallel/comm/tcp/p2p.h"
+#include "parallel/comm/tcp/p2p_state.h"
+#include "runtime/error.h"
+
+namespace spmd::dist::tcp {
+
+// --- A waiting thread drives ----------------------------------------------------
+
+// Pumps every socket with work until `work` completes: spinning for up to
+// the spin budget without progress (tuning.h's SpinPolicy), then asleep
+// in poll() on exactly those sockets, so that the message it waits for
+// wakes this thread and no other.
+bool P2PEngine::drive(const Work& work) {
+  Lock lock(mu_);
+  if (engine_driving_) return false;
+  ++drivers_;
+  engine_due_ = Clock::time_point::max();  // the engine need not come (its timer stays set)
+  auto give_up = Clock::now() + spin_.budget;
+  while (!work.is_completed() && !stopping_) {
+    const bool moved = pump_all();
+    expire(Clock::now());
+    flush_completions(lock);
+    if (work.is_completed()) break;
+    const auto now = Clock::now();
+    if (moved) {
+      give_up = now + spin_.budget;
+    } else if (now < give_up) {
+      lock.unlock();                   // let another thread post meanwhile
+      if (spin_.yield) sched_yield();  // a ready peer rank on this core runs first
+      lock.lock();
+    } else {
+      sleep_on_sockets(lock, next_deadline());
+    }
+  }
+  --drivers_;
+  schedule_engine_locked();  // what is left, if nobody else waits, goes to the engine
+  flush_completions(lock);
+  return work.is_completed();
+}
+
+// One non-blocking pass over every peer with something to move; whether a
+// byte moved.
+bool P2PEngine::pump_all() {
+  const uint64_t before = progress_;
+  for (auto& peer : peers_) {
+    if (peer->fd < 0 || !peer->dead.empty()) continue;
+    if (!peer->sends.empty()) write_some(*peer);
+    if (!peer->recvs.empty() || peer->in == Peer::In::kPayload) read_some(*peer);
+  }
+  return progress_ != before;
+}
+
+// Sleeps in poll() until a socket with work is ready, `until` passes, or
+// 100 ms go by (so a stop() is noticed even on an idle socket).
+void P2PEngine::sleep_on_sockets(Lock& lock, Clock::time_point until) {
+  std::vector<pollfd> fds;
+  for (auto& peer : peers_) {
+    if (peer->fd < 0 || !peer->dead.empty()) continue;
+    short events = peer->sends.empty() ? 0 : POLLOUT;
+    if (!peer->recvs.empty() || peer->in == Peer::In::kPayload) events |= POLLIN;
+    if (events) fds.push_back({peer->fd, events, 0});
+  }
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+  lock.unlock();
+  ::poll(fds.data(), fds.size(), int(std::clamp<int64_t>(left, 0, 100)));
+  lock.lock();
+}
+
+// --- The engine's thread drives what nobody waits on -----------------------------
+
+// Asleep on the timer (and the stop eventfd) until pending work has gone
+// start_after without a driver; then drives it to the end.
+void P2PEngine::loop() {
+  Lock lock(mu_);
+  while (!stopping_) {
+    if (drivers_ == 0 && has_pending() && engine_due_ <= Clock::now()) {
+      drive_from_engine(lock);
+      continue;
+    }
+    schedule_engine_locked();  // woken early, or for work a waiter took
+    lock.unlock();
+    pollfd fds[2] = {{event_fd_, POLLIN, 0}, {timer_fd_, POLLIN, 0}};
+    ::poll(fds, 2, -1);
+    uint64_t ignored;
+    [[maybe_unused]] ssize_t r = ::read(event_fd_, &ignored, sizeof ignored);
+    r = ::read(timer_fd_, &ignored, sizeof ignored);
+    lock.lock();
+    timer_at_ = Clock::time_point::max();  // a one-shot timer is spent once it fires
+  }
+}
+
+// Drives every pending operation through edge-triggered epoll (spinning
+// first when allowed), until none is left.
+void P2PEngine::drive_from_engine(Lock& lock) {
+  engine_driving_ = true;
+  pump_all();  // edges may have been taken by a waiting thread meanwhile
+  epoll_event events[64];
+  auto spin_until = Clock::now() + spin_.budget;
+  while (has_pending() && !stopping_) {
+    flush_completions(lock);
+    const bool spin = spin_.budget.count() > 0 && Clock::now() < spin_until;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(next_deadline() - Clock::now());
+    lock.unlock();
+    const int n = ::epoll_wait(epoll_fd_, events, 64,
+                               spin ? 0 : int(std::clamp<int64_t>(left.count(), 0, 1 << 30)));
+    if (n == 0 && spin && spin_.yield) sched_yield();
+    lock.lock();
+    if (n > 0) spin_until = Clock::now() + spin_.budget;
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u32 == uint32_t(-1)) continue;  // stop(): the loop condition sees it
+      Peer& peer = *peers_[events[i].data.u32];
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) read_some(peer);
+      if (events[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) write_some(peer);
+    }
+    expire(Clock::now());
+  }
+  engine_driving_ = false;
+  engine_due_ = Clock::time_point::max();
+  flush_completions(lock);
+}
+
+// --- Scheduling the engine, completing Works --------------------------------------
+
+// Makes sure the engine's thread wakes by the time it must take over
+// pending work that no thread drives: start_after after the work was left
+// without a driver. The timer is never disarmed (setting it costs a syscall,
+// and in a VM an exit to the hypervisor; collective_queue.h): an engine woken
+// for work a waiter took sleeps again.
+void P2PEngine::schedule_engine_locked() {
+  if (engine_driving_ || drivers_ > 0 || !has_pending()) return;
+  if (engine_due_ == Clock::time_point::max()) engine_due_ = Clock::now() + start_after_;
+  if (engine_due_ < timer_at_) arm_timer_locked(engine_due_);
+}
+
+// Sets the timer to fire at `when`: one syscall.
+void P2PEngine::arm_timer_locked(Clock::time_point when) {
+  timer_at_ = when;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
+  itimerspec spec{};
+  spec.it_value.tv_sec = ns.count() / 1000000000;
+  spec.it_value.tv_nsec = std::max<int64_t>(1, ns.count() % 1000000000);  // 0 would disarm it
+  ::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+void P2PEngine::wake_engine() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(event_fd_, &one, sizeof one);
+}
+
+void P2PEngine::finish(Work work, std::exception_ptr error) {
+  completions_.emplace_back(std::move(work), std::move(error));
+}
+
+// Completes the finished operations' Works with the mutex released: their
+// callbacks (a batch's count, a CUDA copy back) may take time or post again.
+void P2PEngine::flush_completions(Lock& lock) {
+  while (!completions_.empty()) {
+    std::vector<std::pair<Work, std::exception_ptr>> done;
+    done.swap(completions_);
+    lock.unlock();
+    for (auto& [work, error] : done) work.complete(error);
+    lock.lock();
+  }
+}
+
+}  // namespace spmd::dist::tcp
