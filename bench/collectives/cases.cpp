@@ -153,7 +153,7 @@ static void fill_tensor(const Tensor& dst, size_t count,
   with_storage_type(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = host.data<T>();
-    for (size_t i = 0; i < count; ++i) p[i] = from_double<T>(value_of(i));
+    for (size_t i = 0; i < count; ++i) p[i] = T(value_of(i));
   });
   if (!dst.is_cpu()) {
     ops::copy_(dst, host);

@@ -64,30 +64,12 @@ inline double reduced_value(dist::ReduceOp op, int p, size_t i) {
   return op == dist::ReduceOp::kAvg ? acc / p : acc;
 }
 
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
-    return T(float(v));
-  } else {
-    return T(v);
-  }
-}
-
-template <class T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
-    return double(float(v));
-  } else {
-    return double(v);
-  }
-}
-
 // Whether `got` is the expected value: equal once the expected value is
 // rounded to T, or (avg only) within one unit in the last place of T.
 template <class T>
 bool matches(T got, double expected, bool rounded_division) {
-  const double want = to_double(from_double<T>(expected));
-  const double g = to_double(got);
+  const double want = double(T(expected));
+  const double g = double(got);
   if (g == want) return true;
   if (!rounded_division) return false;
   int mantissa_bits = 52;

@@ -36,7 +36,7 @@ void expect_throws(const std::function<void()>& fn, const char* what) {
 template <class T>
 void fill(const Tensor& t, const std::function<double(size_t)>& value) {
   T* p = static_cast<T*>(t.raw_data());
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = from_double<T>(value(size_t(i)));
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = T(value(size_t(i)));
 }
 
 // Throws naming the first element of t that differs from want(i).
@@ -44,7 +44,7 @@ template <class T>
 void check(const Tensor& t, const std::function<double(size_t)>& want, const std::string& what) {
   const T* p = static_cast<const T*>(t.raw_data());
   for (int64_t i = 0; i < t.numel(); ++i) {
-    const double got = to_double(p[i]);
+    const double got = double(p[i]);
     expect(got == want(size_t(i)), what, " (", dtype_name(t.dtype()), ", ", t.numel(),
            " elements): element ", i, " is ", got, ", expected ", want(size_t(i)));
   }

@@ -24,9 +24,7 @@ using spmd::dist::tcp::testing::run_on_threads;
 
 namespace {
 
-using spmd::dist::testing::from_double;
 using spmd::dist::testing::input_value;
-using spmd::dist::testing::to_double;
 double contribution(int r, size_t i) { return input_value(ReduceOp::kSum, r, i); }
 double expected(ReduceOp op, int p, size_t i) {
   return spmd::dist::testing::reduced_value(op, p, i);
@@ -41,7 +39,7 @@ void check_all_reduce(int p, size_t count, ReduceOp op, AllReduceAlgo algo, cons
   h.count = count;
   run_on_threads(p, tuning, h, [&](Context& ctx) {
     std::vector<T> data(count);
-    for (size_t i = 0; i < count; ++i) data[i] = from_double<T>(input_value(op, ctx.rank(), i));
+    for (size_t i = 0; i < count; ++i) data[i] = T(input_value(op, ctx.rank(), i));
     Span s{reinterpret_cast<char*>(data.data()), count, dtype_of<T>(), sizeof(T)};
     if (algo == AllReduceAlgo::kRing) {
       Ring::all_reduce(ctx, s, op).run();
@@ -49,9 +47,9 @@ void check_all_reduce(int p, size_t count, ReduceOp op, AllReduceAlgo algo, cons
       RecursiveDoublingAllReduce(ctx, s, op).run();
     }
     for (size_t i = 0; i < count; ++i) {
-      if (to_double(data[i]) != expected(op, p, i)) {
+      if (double(data[i]) != expected(op, p, i)) {
         SPMD_THROW(Error, "rank ", ctx.rank(), " of ", p, ": element ", i, " is ",
-                   to_double(data[i]), ", expected ", expected(op, p, i), " (count ", count, ")");
+                   double(data[i]), ", expected ", expected(op, p, i), " (count ", count, ")");
       }
     }
   });

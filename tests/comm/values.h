@@ -8,10 +8,8 @@
 #pragma once
 
 #include <cstddef>
-#include <type_traits>
 
 #include "parallel/comm/types.h"
-#include "tensor/half.h"
 
 namespace spmd::dist::testing {
 
@@ -38,24 +36,6 @@ inline double reduced_value(ReduceOp op, int p, size_t i) {
     }
   }
   return 0;
-}
-
-template <class T>
-T from_double(double v) {
-  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
-    return T(float(v));
-  } else {
-    return T(v);
-  }
-}
-
-template <class T>
-double to_double(T v) {
-  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
-    return double(float(v));
-  } else {
-    return double(v);
-  }
 }
 
 }  // namespace spmd::dist::testing
