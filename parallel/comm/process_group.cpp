@@ -22,6 +22,12 @@ void check_tensor(const Tensor& t, std::string_view op, const char* what) {
              dtype_name(t.dtype()), "; collectives carry f32, f64, bf16, f16, i32 and i64");
 }
 
+// A collective writes its result into the caller's tensor: like any in-place
+// op it moves the storage's version counter (tensor/storage.h), at the call,
+// so that autograd sees a tensor saved for backward being overwritten and the
+// autocast cache drops a cast copy of the old values.
+void mark_written(const Tensor& t) { t.storage()->bump_version(); }
+
 void check_pair(const Tensor& out, const Tensor& in, std::string_view op) {
   check_tensor(out, op, "output");
   check_tensor(in, op, "input");
@@ -107,6 +113,7 @@ Work ProcessGroup::broadcast(const Tensor& t, int root) {
              name(), " (size ", size_, ")");
   CommOp op = collective(OpType::kBroadcast, "broadcast");
   op.tensor = t;
+  mark_written(t);
   op.root = root;
   return launch(std::move(op));
 }
@@ -116,6 +123,7 @@ Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp reduce_op) {
   check_reduce_op(reduce_op, t.dtype(), "all_reduce");
   CommOp op = collective(OpType::kAllReduce, "all_reduce");
   op.tensor = t;
+  mark_written(t);
   op.reduce_op = reduce_op;
   return launch(std::move(op));
 }
@@ -127,6 +135,7 @@ Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp reduce_op) {
              " (size ", size_, ")");
   CommOp op = collective(OpType::kReduce, "reduce");
   op.tensor = t;
+  mark_written(t);
   op.root = root;
   op.reduce_op = reduce_op;
   return launch(std::move(op));
@@ -141,6 +150,7 @@ Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
              "all_gather: the input overlaps the output other than as this rank's block");
   CommOp op = collective(OpType::kAllGather, "all_gather");
   op.tensor = output;
+  mark_written(output);
   op.input = input;
   return launch(std::move(op));
 }
@@ -155,6 +165,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
              "reduce_scatter: the output overlaps the input other than as this rank's segment");
   CommOp op = collective(OpType::kReduceScatter, "reduce_scatter");
   op.tensor = output;
+  mark_written(output);
   op.input = input;
   op.reduce_op = reduce_op;
   return launch(std::move(op));
@@ -171,6 +182,7 @@ Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
              " of its own elements but expects ", recv[rank_], " from itself");
   CommOp op = collective(OpType::kAllToAll, "all_to_all");
   op.tensor = output;
+  mark_written(output);
   op.input = input;
   op.send_counts = std::move(send);
   op.recv_counts = std::move(recv);
@@ -184,7 +196,9 @@ Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
 }
 
 Work ProcessGroup::recv(const Tensor& t, int src, int tag) {
-  return launch(point_to_point(OpType::kRecv, t, src, tag));
+  CommOp op = point_to_point(OpType::kRecv, t, src, tag);
+  mark_written(t);
+  return launch(std::move(op));
 }
 
 Work ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
@@ -193,6 +207,9 @@ Work ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
     SPMD_CHECK(p.type == OpType::kSend || p.type == OpType::kRecv,
                "batch_isend_irecv: each op must be a send or a recv, got ", op_name(p.type));
     checked.push_back(point_to_point(p.type, p.tensor, p.peer, p.tag));
+  }
+  for (const CommOp& op : checked) {
+    if (op.type == OpType::kRecv) mark_written(op.tensor);
   }
   if (checked.empty()) return Work();
   return launch_batch(std::move(checked));

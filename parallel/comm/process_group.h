@@ -11,8 +11,9 @@
 //
 // Tensors must be contiguous and of a communication dtype (f32, f64, bf16,
 // f16, i32, i64); they are handles, so a collective writes through a const
-// Tensor& into the caller's memory. The caller must keep a tensor's contents
-// untouched until its Work completes.
+// Tensor& into the caller's memory, and moves that storage's version counter
+// at the call as any in-place op does. The caller must keep a tensor's
+// contents untouched until its Work completes.
 //
 // Failure: a collective that cannot finish (a peer died, a rank never came,
 // the ranks disagree on a size) fails its Work with an error naming the op,

@@ -6,7 +6,9 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
+#include "autograd/autograd.h"
 #include "harness.h"
+#include "tensor/ops.h"
 #include "tensor/views.h"
 #include "values.h"
 
@@ -208,5 +210,55 @@ TEST_CASE("in place: all_gather from its own block, reduce_scatter into its own 
         mine, [&](size_t i) { return reduced_value(ReduceOp::kSum, p, r * m + i); },
         "in-place reduce_scatter");
     expect_throws([&] { g.all_to_all(all, all); }, "all_to_all in place must be refused");
+  }));
+}
+
+TEST_CASE("a collective moves its output's version counter, as an in-place op does", "[comm]") {
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    auto version = [](const Tensor& t) { return t.storage()->version(); };
+    auto expect_moved = [&](const Tensor& t, uint64_t before, const char* op) {
+      expect(version(t) > before, op, " left its output's version counter at ", before);
+    };
+    Tensor t = cpu_tensor(6, DType::kF32);
+    fill<float>(t, [](size_t) { return 1.0; });
+    uint64_t v = version(t);
+    g.all_reduce(t).wait();
+    expect_moved(t, v, "all_reduce");
+    v = version(t);
+    g.broadcast(t, 0).wait();  // on the root too, as PyTorch's broadcast_
+    expect_moved(t, v, "broadcast");
+
+    Tensor block = cpu_tensor(3, DType::kF32);
+    fill<float>(block, [](size_t) { return 2.0; });
+    const uint64_t in = version(block);
+    v = version(t);
+    g.all_gather(t, block).wait();
+    expect_moved(t, v, "all_gather");
+    expect(version(block) == in, "all_gather moved its input's version counter");
+
+    const uint64_t before_p2p = version(block);
+    if (g.rank() == 0) {
+      g.send(block, 1).wait();
+      expect(version(block) == before_p2p, "send moved its tensor's version counter");
+    } else {
+      g.recv(block, 0).wait();
+      expect_moved(block, before_p2p, "recv");
+    }
+
+    // What the counter is for: a tensor saved for backward and then
+    // all_reduced in place makes backward fail, naming the op that saved it.
+    Tensor x = ops::from_vector(std::vector<double>{1, 2, 3}, {3});
+    x.requires_grad_();
+    Tensor e = exp(x);  // exp saves its output
+    Tensor loss = sum(e);
+    g.all_reduce(detach(e)).wait();  // the same storage, outside the graph
+    try {
+      backward(loss);
+    } catch (const Error& err) {
+      const std::string what = err.what();
+      expect(what.find("modified in place") != std::string::npos, "unexpected error: ", what);
+      return;
+    }
+    throw Error("backward ran through a saved tensor that all_reduce overwrote");
   }));
 }
