@@ -35,46 +35,15 @@ __device__ __forceinline__ float unit_float(uint32_t r) {
   return __fmul_rn(float(r >> 8), 5.9604644775390625e-08f);
 }
 
+// A value in [low, high) from the draw's top 24 bits (double too).
 template <class T>
-__device__ __forceinline__ void store_uniform(T* out, int64_t i, uint32_t r, double low,
-                                              double high) {
+__device__ __forceinline__ T uniform_value(uint32_t r, double low, double high) {
   if constexpr (std::is_same_v<T, double>) {
     const double u = double(r >> 8) * 5.9604644775390625e-08;
-    out[i] = __dadd_rn(low, __dmul_rn(high - low, u));
+    return __dadd_rn(low, __dmul_rn(high - low, u));
   } else {
     const float lo = float(low), span = float(high - low);
-    out[i] = convert<T>(__fadd_rn(lo, __fmul_rn(span, unit_float(r))));
-  }
-}
-
-template <class T>
-__global__ void uniform_kernel(T* out, int64_t n, double low, double high, uint64_t seed,
-                               uint64_t offset) {
-  const int64_t blocks = (n + 3) / 4;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
-    const uint4 r = philox4x32(seed, offset + uint64_t(b), 0);
-    const uint32_t lanes[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (4 * b + k < n) store_uniform(out, 4 * b + k, lanes[k], low, high);
-    }
-  }
-}
-
-// Integers in [low, low + range): low + ((r * range) >> 32), range <= 2^32.
-template <class T>
-__global__ void uniform_int_kernel(T* out, int64_t n, int64_t low, uint64_t range, uint64_t seed,
-                                   uint64_t offset) {
-  const int64_t blocks = (n + 3) / 4;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
-    const uint4 r = philox4x32(seed, offset + uint64_t(b), 0);
-    const uint32_t lanes[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (4 * b + k < n) out[4 * b + k] = T(low + int64_t((uint64_t(lanes[k]) * range) >> 32));
-    }
+    return convert<T>(__fadd_rn(lo, __fmul_rn(span, unit_float(r))));
   }
 }
 
@@ -87,20 +56,60 @@ __device__ __forceinline__ float2 box_muller(uint32_t a, uint32_t b) {
   return make_float2(__fmul_rn(rad, cosf(theta)), __fmul_rn(rad, sinf(theta)));
 }
 
-template <class T>
-__global__ void normal_kernel(T* out, int64_t n, float mean, float std, uint64_t seed,
-                              uint64_t offset) {
+// Fills out[0, n) four elements per Philox block: block b (counter offset + b)
+// gives elements 4b .. 4b+3, as draw(r, v) turns its four words into four
+// values. Threads stride over the blocks; the last block stores only what
+// lies below n.
+template <class T, class Draw>
+__device__ __forceinline__ void fill_by_blocks(T* out, int64_t n, uint64_t seed, uint64_t offset,
+                                               Draw draw) {
   const int64_t blocks = (n + 3) / 4;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t b = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
-    const uint4 r = philox4x32(seed, offset + uint64_t(b), 0);
-    const float2 z01 = box_muller(r.x, r.y), z23 = box_muller(r.z, r.w);
-    const float z[4] = {z01.x, z01.y, z23.x, z23.y};
+    T v[4];
+    draw(philox4x32(seed, offset + uint64_t(b), 0), v);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      if (4 * b + k < n) out[4 * b + k] = convert<T>(__fadd_rn(mean, __fmul_rn(std, z[k])));
+      if (4 * b + k < n) out[4 * b + k] = v[k];
     }
   }
+}
+
+template <class T>
+__global__ void uniform_kernel(T* out, int64_t n, double low, double high, uint64_t seed,
+                               uint64_t offset) {
+  fill_by_blocks(out, n, seed, offset, [&](uint4 r, T* v) {
+    v[0] = uniform_value<T>(r.x, low, high);
+    v[1] = uniform_value<T>(r.y, low, high);
+    v[2] = uniform_value<T>(r.z, low, high);
+    v[3] = uniform_value<T>(r.w, low, high);
+  });
+}
+
+// Integers in [low, low + range): low + ((r * range) >> 32), range <= 2^32.
+template <class T>
+__global__ void uniform_int_kernel(T* out, int64_t n, int64_t low, uint64_t range, uint64_t seed,
+                                   uint64_t offset) {
+  auto scale = [&](uint32_t r) { return T(low + int64_t((uint64_t(r) * range) >> 32)); };
+  fill_by_blocks(out, n, seed, offset, [&](uint4 r, T* v) {
+    v[0] = scale(r.x);
+    v[1] = scale(r.y);
+    v[2] = scale(r.z);
+    v[3] = scale(r.w);
+  });
+}
+
+template <class T>
+__global__ void normal_kernel(T* out, int64_t n, float mean, float std, uint64_t seed,
+                              uint64_t offset) {
+  auto shift = [&](float z) { return convert<T>(__fadd_rn(mean, __fmul_rn(std, z))); };
+  fill_by_blocks(out, n, seed, offset, [&](uint4 r, T* v) {
+    const float2 z01 = box_muller(r.x, r.y), z23 = box_muller(r.z, r.w);
+    v[0] = shift(z01.x);
+    v[1] = shift(z01.y);
+    v[2] = shift(z23.x);
+    v[3] = shift(z23.y);
+  });
 }
 
 }  // namespace
