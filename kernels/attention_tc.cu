@@ -230,6 +230,18 @@ __device__ __forceinline__ void probabilities(const AttnParams& p, const float* 
   }
 }
 
+// The saved log-sum-exp and delta (rowsum(dO * O)) of query rows i0 .. i0 +
+// kTile of head `bh` (= b * H + h) into shared memory, zero past T.
+__device__ __forceinline__ void load_row_stats(const AttnParams& p, int64_t bh, int64_t i0,
+                                               float* lse_s, float* delta_s) {
+  if (threadIdx.x < kTile) {
+    const int64_t row = bh * p.T + i0 + threadIdx.x;
+    const bool in = i0 + threadIdx.x < p.T;
+    lse_s[threadIdx.x] = in ? p.lse[row] : 0.0f;
+    delta_s[threadIdx.x] = in ? p.delta[row] : 0.0f;
+  }
+}
+
 // dS = P (dP - delta) into dSs (16-bit) from dP in Ss.
 template <class T>
 __device__ __forceinline__ void score_grads(const float* Ss, T* dSs, const float (&pv)[16][2],
@@ -277,12 +289,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkdv_tc(AttnParams p) {
       __syncthreads();
       load_tile_tc<T, D>(Qs, p.q, b, h, i0, p.T);
       load_tile_tc<T, D>(dOs, p.dout, b, h, i0, p.T);
-      if (threadIdx.x < kTile) {
-        const int64_t row = (b * p.H + h) * p.T + i0 + threadIdx.x;
-        const bool in = i0 + threadIdx.x < p.T;
-        lse_s[threadIdx.x] = in ? p.lse[row] : 0.0f;
-        delta_s[threadIdx.x] = in ? p.delta[row] : 0.0f;
-      }
+      load_row_stats(p, b * p.H + h, i0, lse_s, delta_s);
       __syncthreads();
       rows_times_rows_t<T, D>(Ss + r0 * kLdS, Ks + r0 * ldh, Qs);  // S^T = K Q^T
       __syncwarp();
@@ -320,12 +327,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc(AttnParams p) {
 
   load_tile_tc<T, D>(Qs, p.q, b, h, i0, p.T);
   load_tile_tc<T, D>(dOs, p.dout, b, h, i0, p.T);
-  if (threadIdx.x < kTile) {
-    const int64_t row = int64_t(blockIdx.x) * p.T + i0 + threadIdx.x;
-    const bool in = i0 + threadIdx.x < p.T;
-    lse_s[threadIdx.x] = in ? p.lse[row] : 0.0f;
-    delta_s[threadIdx.x] = in ? p.delta[row] : 0.0f;
-  }
+  load_row_stats(p, b * p.H + h, i0, lse_s, delta_s);
   FragC dq[D / 16];
 #pragma unroll
   for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(dq[n], 0.0f);
