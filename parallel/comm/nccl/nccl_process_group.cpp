@@ -1,7 +1,7 @@
 // The NCCL backend (see the header): communicator set-up through the store,
-// collectives on a communication stream ordered after the caller's, and the
+// and collectives on a communication stream ordered after the caller's. The
 // watchdog that turns a hang or an asynchronous NCCL error into a loud,
-// bounded failure.
+// bounded failure is in nccl_watchdog.cpp.
 #include "parallel/comm/nccl/nccl_process_group.h"
 
 #include <cuda_runtime_api.h>
@@ -10,13 +10,12 @@
 #include <atomic>
 #include <cstring>
 
+#include "parallel/comm/nccl/nccl_state.h"
 #include "runtime/error.h"
 #include "tensor/cuda_api.h"
 
 namespace spmd::dist {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) SPMD_THROW(CommError, "nccl backend: ", what, ": ", cudaGetErrorString(e));
@@ -67,30 +66,7 @@ int gpu_count() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout) {
-  return std::clamp(timeout / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(2000));
-}
-
 }  // namespace
-
-struct NcclProcessGroup::State {
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;  // the communication stream
-  float* barrier_buf = nullptr;   // one float on the device, all-reduced by barrier()
-};
-
-struct NcclProcessGroup::Pending {
-  Work work;
-  std::string description;
-  uint64_t seq = 0;
-  Clock::time_point start, deadline;
-  std::vector<Tensor> tensors;  // alive until the GPU is done with them
-  // Set by the host function queued behind the op, as its last action: from
-  // then on the watchdog may drop this record (and free the tensors, which a
-  // host function itself must not do: it may not call CUDA).
-  std::atomic<bool> finished{false};
-  bool announced = false;
-};
 
 // --- Set-up and tear-down ------------------------------------------------------------
 
@@ -328,100 +304,6 @@ int NcclProcessGroup::issue(const CommOp& op) {
       break;
   }
   return r;
-}
-
-// --- The watchdog ----------------------------------------------------------------------
-
-// Wakes every 50 ms while collectives are pending: drops the finished ones,
-// records the arrival of slow ones in the store, and aborts on a deadline or
-// an asynchronous NCCL error.
-void NcclProcessGroup::watchdog_loop() {
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(50));
-    while (!pending_.empty() && pending_.front()->finished) pending_.pop_front();
-    if (pending_.empty()) {
-      cv_.notify_all();  // shutdown() may be waiting for this
-      continue;
-    }
-    if (!failure_.empty() || !state_->comm) continue;
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(state_->comm, &async);
-    const auto now = Clock::now();
-    std::shared_ptr<Pending> oldest = pending_.front();
-    if (oldest->work.is_completed()) continue;  // failed by an abort; its host function is due
-    if (async != ncclSuccess && async != ncclInProgress) {
-      lock.unlock();
-      abort_all(str_cat("NCCL reported an error: ", ncclGetErrorString(async), " (",
-                        ncclGetLastError(state_->comm), ")"),
-                false);
-      lock.lock();
-    } else if (now > oldest->deadline) {
-      lock.unlock();
-      abort_all(str_cat("timed out after ", timeout().count(), " ms; ", never_arrived(oldest->seq)),
-                true);
-      lock.lock();
-    } else if (!oldest->announced && now > oldest->start + slow_after(timeout())) {
-      oldest->announced = true;
-      try {
-        store().set(key(str_cat("arrived/", oldest->seq, "/", rank())), std::string_view("1"));
-      } catch (...) {
-      }
-    }
-  }
-}
-
-// Aborts the communicator (unblocking the GPU) and fails every pending op.
-void NcclProcessGroup::abort_all(const std::string& why, bool timed_out) {
-  std::deque<std::shared_ptr<Pending>> failed;
-  {
-    std::lock_guard lock(mu_);
-    if (!failure_.empty()) return;
-    failure_ =
-        str_cat(pending_.empty() ? std::string("a collective") : pending_.front()->description,
-                " (rank ", rank(), " of ", size(), ") failed: ", why);
-    failed = pending_;
-  }
-  set_aborted();
-  try {
-    const std::string mine = str_cat(rank_name(rank()), " reported: ", failure_);
-    store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
-  } catch (...) {
-  }
-  ncclCommAbort(state_->comm);
-  for (auto& p : failed) {
-    const std::string message = p->description == failed.front()->description
-                                    ? failure_
-                                    : str_cat(p->description, ": aborted after ", failure_);
-    p->work.complete(timed_out ? std::make_exception_ptr(TimeoutError(message))
-                               : std::make_exception_ptr(CommError(message)));
-  }
-  cv_.notify_all();
-}
-
-// The ranks with no arrival record for collective `seq` (waiting a little for
-// late records).
-std::string NcclProcessGroup::never_arrived(uint64_t seq) {
-  std::string missing;
-  try {
-    std::vector<std::string> keys;
-    for (int r = 0; r < size(); ++r) {
-      if (r != rank()) keys.push_back(key(str_cat("arrived/", seq, "/", r)));
-    }
-    try {
-      store().wait(keys, slow_after(timeout()));
-    } catch (const TimeoutError&) {
-    }
-    for (int r = 0; r < size(); ++r) {
-      if (r != rank() && !store().check({key(str_cat("arrived/", seq, "/", r))})) {
-        missing += str_cat(missing.empty() ? "" : ", ", r);
-      }
-    }
-  } catch (const std::exception& e) {
-    return str_cat("the store could not say which ranks arrived (", e.what(), ")");
-  }
-  if (missing.empty()) return "every rank reached it (a peer is stuck or too slow)";
-  return str_cat("ranks that never arrived at #", seq, ": [", missing, "]");
 }
 
 }  // namespace spmd::dist

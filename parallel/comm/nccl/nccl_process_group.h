@@ -52,7 +52,7 @@ class NcclProcessGroup final : public ProcessGroup {
                                            GroupOptions options) override;
 
  private:
-  struct State;    // the NCCL and CUDA handles (nccl_process_group.cpp)
+  struct State;    // the NCCL and CUDA handles (nccl_state.h)
   struct Pending;  // a collective queued on the GPU, until it completes
 
   NcclProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options,
