@@ -31,6 +31,7 @@
 
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/gemm.h"
+#include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
 
 namespace spmd::cpu {
@@ -66,9 +67,6 @@ struct Geometry {
   int64_t visible(int64_t i) const { return causal ? std::min(i + 1, S) : S; }
   int64_t block_keys(int64_t i1) const { return causal ? std::min(i1, S) : S; }
 };
-
-template <class T>
-using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 // In place on each of `rows` rows of s (row stride ld, the block's first
 // query i0): p = exp(s - max) / sum over the row's visible keys, 0 on the

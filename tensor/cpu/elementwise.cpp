@@ -11,6 +11,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/scalar_ops.h"
 
@@ -18,13 +19,6 @@ namespace spmd::cpu {
 namespace {
 
 constexpr int64_t kBlock = 1024;
-// The grain (see loops.h) of ops that cost tens of cycles per element.
-constexpr int64_t kCostlyGrain = 4096;
-
-template <class T>
-using ArrayMap = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <class T>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
 
 template <class T>
 constexpr bool is_float_v =

@@ -35,6 +35,14 @@ namespace spmd::cpu {
 // the work: waking an OpenMP team costs microseconds, as much as ~32K adds.
 // Expensive ops (exp, tanh, a row of softmax) pass a smaller grain.
 constexpr int64_t kGrain = 32768;
+// The grain of ops that cost tens of cycles per element (exp, tanh, erf).
+constexpr int64_t kCostlyGrain = 4096;
+
+// The grain of an op over rows of n elements, from the grain of its
+// elements: a row counts as n of them.
+inline int64_t row_grain(int64_t n, int64_t element_grain) {
+  return std::max<int64_t>(1, element_grain / std::max<int64_t>(n, 1));
+}
 
 // The number of threads an op of `n` items, each worth `grain`-th of a
 // team's start-up cost, should use: 1 inside another parallel region.

@@ -10,18 +10,11 @@
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
 
 namespace spmd::cpu {
 namespace {
-
-template <class C>
-using ArrayMap = Eigen::Map<Eigen::Array<C, Eigen::Dynamic, 1>>;
-template <class C>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<C, Eigen::Dynamic, 1>>;
-
-// The grain (loops.h) of a row op: rows of n elements at ~10 cycles each.
-int64_t row_grain(int64_t n) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1)); }
 
 template <class C>
 void softmax_row(const C* px, C* py, int64_t n, bool log) {
@@ -66,7 +59,7 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
     using C = compute_t<T>;
     const T* xp = x.data<T>();
     T* yp = out.data<T>();
-    parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
+    parallel_for(rows, row_grain(n, kCostlyGrain), [&](int64_t begin, int64_t end) {
       std::vector<C> xbuf, ybuf;
       for (int64_t r = begin; r < end; ++r) {
         C* y = row_buf(yp + r * n, n, ybuf);
@@ -84,7 +77,7 @@ void CpuBackend::softmax_backward(const Tensor& dy, const Tensor& y, const Tenso
     const T* dyp = dy.data<T>();
     const T* yp = y.data<T>();
     T* dxp = dx.data<T>();
-    parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
+    parallel_for(rows, row_grain(n, kCostlyGrain), [&](int64_t begin, int64_t end) {
       std::vector<C> dybuf, ybuf, dxbuf;
       for (int64_t r = begin; r < end; ++r) {
         C* d = row_buf(dxp + r * n, n, dxbuf);
@@ -106,7 +99,7 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int6
     const T* xp = logits.data<T>();
     C* lossp = loss.data<C>();
     C* lsep = lse.data<C>();
-    parallel_for(N, row_grain(V), [&](int64_t begin, int64_t end) {
+    parallel_for(N, row_grain(V, kCostlyGrain), [&](int64_t begin, int64_t end) {
       std::vector<C> xbuf;
       for (int64_t n = begin; n < end; ++n) {
         const ConstArrayMap<C> x(row_in(xp + n * V, V, xbuf), V);
@@ -131,7 +124,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
     const C* lsep = lse.data<C>();
     const C* dlp = dloss.data<C>();
     T* dxp = dlogits.data<T>();
-    parallel_for(N, row_grain(V), [&](int64_t begin, int64_t end) {
+    parallel_for(N, row_grain(V, kCostlyGrain), [&](int64_t begin, int64_t end) {
       std::vector<C> xbuf, dbuf;
       for (int64_t n = begin; n < end; ++n) {
         C* d = row_buf(dxp + n * V, V, dbuf);
@@ -161,7 +154,8 @@ void CpuBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, con
     const C* cp = cos.data<C>();
     const C* sp = sin.data<C>();
     const C sign = inverse ? C(-1) : C(1);
-    parallel_for(rows, row_grain(D), [=](int64_t begin, int64_t end) {  // by value: no aliasing
+    // The lambda captures by value: no aliasing.
+    parallel_for(rows, row_grain(D, kCostlyGrain), [=](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t t = (r / H) % T_;
         const T* xr = xp + r * D;

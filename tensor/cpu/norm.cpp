@@ -15,17 +15,14 @@
 #include <cmath>
 
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/loops.h"
 
 namespace spmd::cpu {
 namespace {
 
-template <class C>
-using ArrayMap = Eigen::Map<Eigen::Array<C, Eigen::Dynamic, 1>>;
-template <class C>
-using ConstArrayMap = Eigen::Map<const Eigen::Array<C, Eigen::Dynamic, 1>>;
-
-int64_t row_grain(int64_t n) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)); }
+// A norm costs a few cycles per element (no exp): twice the costly grain.
+constexpr int64_t kNormGrain = 2 * kCostlyGrain;
 
 // A (C) parameter as its compute type (nullptr when undefined).
 template <class T, class C = compute_t<T>>
@@ -70,7 +67,7 @@ void norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
   const C* w = param_in<T>(weight, wbuf);
   const C* mp = mean.defined() ? mean.data<C>() : nullptr;
   const C* rp = rstd.data<C>();
-  const int threads = std::max(1, threads_for(rows, row_grain(n)));
+  const int threads = std::max(1, threads_for(rows, row_grain(n, kNormGrain)));
   std::vector<C> dw(size_t(threads) * n, C(0)), db(size_t(threads) * n, C(0));
   run_on_threads(rows, threads, [&](int t, int64_t begin, int64_t end) {
     std::vector<C> xbuf, dybuf, dxbuf, xhat_buf(n), g_buf(n);
@@ -112,7 +109,7 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
     const C* b = param_in<T>(bias, bbuf);
     C* mp = mean.data<C>();
     C* rp = rstd.data<C>();
-    parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
+    parallel_for(rows, row_grain(n, kNormGrain), [&](int64_t begin, int64_t end) {
       std::vector<C> xbuf, ybuf;
       for (int64_t r = begin; r < end; ++r) {
         const ConstArrayMap<C> xr(row_in(x.data<T>() + r * n, n, xbuf), n);
@@ -145,7 +142,7 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, con
     std::vector<C> wbuf;
     const C* w = param_in<T>(weight, wbuf);
     C* rp = rstd.data<C>();
-    parallel_for(rows, row_grain(n), [&](int64_t begin, int64_t end) {
+    parallel_for(rows, row_grain(n, kNormGrain), [&](int64_t begin, int64_t end) {
       std::vector<C> xbuf, ybuf;
       for (int64_t r = begin; r < end; ++r) {
         const ConstArrayMap<C> xr(row_in(x.data<T>() + r * n, n, xbuf), n);
