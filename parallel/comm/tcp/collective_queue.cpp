@@ -2,27 +2,16 @@
 // asleep on a timerfd, starts only those nobody has taken in time.
 #include "parallel/comm/tcp/collective_queue.h"
 
-#include <sys/timerfd.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
 #include "runtime/error.h"
 
 namespace spmd::dist::tcp {
 
 CollectiveQueue::CollectiveQueue(std::chrono::microseconds start_after)
-    : start_after_(start_after) {
-  timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
-  SPMD_CHECK(timer_fd_ >= 0, "CollectiveQueue: timerfd_create failed: ", std::strerror(errno));
+    : start_after_(start_after), timer_(/*nonblocking=*/false) {
   worker_ = std::thread([this] { worker_loop(); });
 }
 
-CollectiveQueue::~CollectiveQueue() {
-  stop();
-  ::close(timer_fd_);
-}
+CollectiveQueue::~CollectiveQueue() { stop(); }
 
 CollectiveQueue::EntryPtr CollectiveQueue::push(std::function<void()> run,
                                                 std::function<void()> complete,
@@ -36,7 +25,7 @@ CollectiveQueue::EntryPtr CollectiveQueue::push(std::function<void()> run,
   queue_.push_back(entry);
   // A timer already set fires no later than this one is due (the worker then
   // sets it again for the first in line), so most launches cost no syscall.
-  if (entry->due < armed_for_) arm_locked(entry->due);
+  timer_.arm_by(entry->due);
   return entry;
 }
 
@@ -82,10 +71,9 @@ void CollectiveQueue::worker_loop() {
     if (stopping_ && queue_.empty() && !running_) return;
     schedule_locked();
     lock.unlock();
-    uint64_t expirations = 0;
-    [[maybe_unused]] const ssize_t r = ::read(timer_fd_, &expirations, sizeof expirations);
+    timer_.consume();
     lock.lock();
-    armed_for_ = Clock::time_point::max();  // a one-shot timer is spent once it fires
+    timer_.fired();
   }
 }
 
@@ -107,25 +95,13 @@ void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
 
 // Makes sure the timer fires by the time the worker may have to start the
 // first collective in line (at once when stopping), unless a collective is
-// running: its thread calls this again when it ends. It is never disarmed: a
-// collective taken by its waiter leaves it set, and the worker, woken for
-// nothing, sleeps again. Setting a timer costs a syscall (and, in a VM, an
-// exit to the hypervisor): measured, disarming it per collective doubled a
-// small all_reduce's time here.
+// running: its thread calls this again when it ends. A collective taken by
+// its waiter leaves the timer set (wakeup_timer.h: never disarmed), and the
+// worker, woken for nothing, sleeps again.
 void CollectiveQueue::schedule_locked() {
   if (running_) return;  // the running thread calls this when it ends
-  if (stopping_) return arm_locked(Clock::now());
-  if (!queue_.empty() && queue_.front()->due < armed_for_) arm_locked(queue_.front()->due);
-}
-
-// Sets the timer to fire at `when`: one syscall.
-void CollectiveQueue::arm_locked(Clock::time_point when) {
-  armed_for_ = when;
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
-  itimerspec spec{};
-  spec.it_value.tv_sec = ns.count() / 1000000000;
-  spec.it_value.tv_nsec = std::max<int64_t>(1, ns.count() % 1000000000);  // 0 would disarm it
-  ::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+  if (stopping_) return timer_.arm_by(Clock::now());
+  if (!queue_.empty()) timer_.arm_by(queue_.front()->due);
 }
 
 }  // namespace spmd::dist::tcp

@@ -35,6 +35,8 @@
 #include <string>
 #include <thread>
 
+#include "parallel/comm/tcp/wakeup_timer.h"
+
 namespace spmd::dist::tcp {
 
 class CollectiveQueue {
@@ -77,16 +79,14 @@ class CollectiveQueue {
  private:
   void worker_loop();
   void run_front(std::unique_lock<std::mutex>& lock);
-  void arm_locked(Clock::time_point when);
   void schedule_locked();
 
   std::chrono::microseconds start_after_;
-  int timer_fd_ = -1;
   std::mutex mu_;  // guards everything below
+  WakeupTimer timer_;  // the worker sleeps on it
   std::deque<EntryPtr> queue_;
   bool running_ = false;  // a thread is running a collective
   bool stopping_ = false;
-  Clock::time_point armed_for_ = Clock::time_point::max();  // max: not set
   std::thread worker_;
 };
 

@@ -7,7 +7,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -33,12 +32,12 @@ P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
       rank_(rank),
       timeout_(timeout),
       spin_(spin),
-      start_after_(start_after) {
+      start_after_(start_after),
+      timer_(/*nonblocking=*/true) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0 && timer_fd_ >= 0,
-             "P2PEngine: cannot create epoll/eventfd/timerfd: ", std::strerror(errno));
+  SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0, "P2PEngine: cannot create epoll/eventfd: ",
+             std::strerror(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u32 = uint32_t(-1);
@@ -62,7 +61,6 @@ P2PEngine::~P2PEngine() {
   for (auto& peer : peers_) {
     if (peer->fd >= 0) ::close(peer->fd);
   }
-  ::close(timer_fd_);
   ::close(event_fd_);
   ::close(epoll_fd_);
 }

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "parallel/comm/tcp/tuning.h"
+#include "parallel/comm/tcp/wakeup_timer.h"
 #include "parallel/comm/tcp/wire.h"
 #include "parallel/comm/work.h"
 
@@ -97,7 +98,6 @@ class P2PEngine {
   void flush_completions(Lock& lock);
   void finish(Work work, std::exception_ptr error = nullptr);
   void schedule_engine_locked();
-  void arm_timer_locked(Clock::time_point when);
   bool check_stopped_locked();
   void start(std::unique_ptr<Op> op);
   void post_recv(Peer& peer, std::unique_ptr<Op> op);
@@ -121,13 +121,12 @@ class P2PEngine {
   std::chrono::microseconds start_after_;
   int epoll_fd_ = -1;  // the sockets, edge-triggered: the engine thread drives through it
   int event_fd_ = -1;  // wakes the engine thread at once
-  int timer_fd_ = -1;  // wakes it when pending work has waited start_after for a driver
   std::mutex mu_;      // guards everything below
   std::vector<std::unique_ptr<Peer>> peers_;
   uint64_t progress_ = 0;                                  // counts the syscalls that moved bytes
   int drivers_ = 0;                                        // waiting threads driving right now
   bool engine_driving_ = false;                            // the engine's thread is driving
-  Clock::time_point timer_at_ = Clock::time_point::max();  // max: not set
+  WakeupTimer timer_;  // wakes it when pending work has waited start_after for a driver
   // When the engine's thread takes over the pending work that no thread
   // drives (max: there is none, or a thread drives it).
   Clock::time_point engine_due_ = Clock::time_point::max();

@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -94,13 +93,13 @@ void P2PEngine::loop() {
     }
     schedule_engine_locked();  // woken early, or for work a waiter took
     lock.unlock();
-    pollfd fds[2] = {{event_fd_, POLLIN, 0}, {timer_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{event_fd_, POLLIN, 0}, {timer_.fd(), POLLIN, 0}};
     ::poll(fds, 2, -1);
     uint64_t ignored;
     [[maybe_unused]] ssize_t r = ::read(event_fd_, &ignored, sizeof ignored);
-    r = ::read(timer_fd_, &ignored, sizeof ignored);
+    timer_.consume();
     lock.lock();
-    timer_at_ = Clock::time_point::max();  // a one-shot timer is spent once it fires
+    timer_.fired();
   }
 }
 
@@ -138,23 +137,12 @@ void P2PEngine::drive_from_engine(Lock& lock) {
 
 // Makes sure the engine's thread wakes by the time it must take over
 // pending work that no thread drives: start_after after the work was left
-// without a driver. The timer is never disarmed (setting it costs a syscall,
-// and in a VM an exit to the hypervisor; collective_queue.h): an engine woken
-// for work a waiter took sleeps again.
+// without a driver. The timer is never disarmed (wakeup_timer.h): an engine
+// woken for work a waiter took sleeps again.
 void P2PEngine::schedule_engine_locked() {
   if (engine_driving_ || drivers_ > 0 || !has_pending()) return;
   if (engine_due_ == Clock::time_point::max()) engine_due_ = Clock::now() + start_after_;
-  if (engine_due_ < timer_at_) arm_timer_locked(engine_due_);
-}
-
-// Sets the timer to fire at `when`: one syscall.
-void P2PEngine::arm_timer_locked(Clock::time_point when) {
-  timer_at_ = when;
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
-  itimerspec spec{};
-  spec.it_value.tv_sec = ns.count() / 1000000000;
-  spec.it_value.tv_nsec = std::max<int64_t>(1, ns.count() % 1000000000);  // 0 would disarm it
-  ::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
+  timer_.arm_by(engine_due_);
 }
 
 void P2PEngine::wake_engine() {
