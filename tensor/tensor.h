@@ -27,6 +27,7 @@
 namespace spmd {
 
 struct AutogradMeta;  // tensor/autograd_meta.h
+struct LayoutMeta;    // parallel/placement.h: where a sharded parameter sits in its global tensor
 
 class Tensor {
  public:
@@ -91,6 +92,14 @@ class Tensor {
   AutogradMeta* autograd_meta() const { return impl().autograd.get(); }
   AutogradMeta& ensure_autograd_meta();
 
+  // --- Distributed layout (filled in by parallel/) ------------------------
+  // A parameter that a parallel strategy split carries how its local piece
+  // sits in the global tensor (parallel/placement.h); null for any other.
+  // Shared by every handle of this tensor; views and results of ops do not
+  // inherit it.
+  const std::shared_ptr<const LayoutMeta>& layout_meta() const { return impl().layout; }
+  void set_layout_meta(std::shared_ptr<const LayoutMeta> meta) { impl().layout = std::move(meta); }
+
  private:
   struct Impl {
     std::shared_ptr<Storage> storage;
@@ -99,6 +108,7 @@ class Tensor {
     int64_t offset = 0;
     DType dtype = DType::kF32;
     std::shared_ptr<AutogradMeta> autograd;
+    std::shared_ptr<const LayoutMeta> layout;
   };
   const Impl& impl() const;
   Impl& impl();

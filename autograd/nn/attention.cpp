@@ -41,14 +41,22 @@ CausalSelfAttention::CausalSelfAttention(const AttentionOptions& opts, Generator
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   SPMD_CHECK(x.ndim() == 3 && x.size(2) == options.d_model, "CausalSelfAttention: expected x ",
              "(B, T, ", options.d_model, "), got ", x.shape());
-  const int64_t B = x.size(0), T = x.size(1), H = options.n_heads, Hkv = options.n_kv_heads;
+  const int64_t B = x.size(0), T = x.size(1);
+  // The heads are the ones the projections produce: all of them, or the
+  // slice a tensor-parallel split left this module (whole heads of q, k and
+  // v in the same proportion, so group = H / Hkv holds either way).
+  const int64_t group = options.n_heads / options.n_kv_heads;
+  int64_t H = 0, Hkv = 0;
   Tensor q, k, v;
   if (wqkv) {
+    const Tensor qkv = (*wqkv)(x);  // (B, T, (H + 2 Hkv) D)
+    Hkv = qkv.size(-1) / ((group + 2) * head_dim), H = group * Hkv;
     std::vector<Tensor> parts =
-        split((*wqkv)(x), std::vector<int64_t>{H * head_dim, Hkv * head_dim, Hkv * head_dim}, -1);
+        split(qkv, std::vector<int64_t>{H * head_dim, Hkv * head_dim, Hkv * head_dim}, -1);
     q = parts[0], k = parts[1], v = parts[2];  // (B, T, H*D) views of one (B, T, 3C)
   } else {
     q = (*wq)(x), k = (*wk)(x), v = (*wv)(x);
+    H = q.size(-1) / head_dim, Hkv = k.size(-1) / head_dim;
   }
   q = view(q, {B, T, H, head_dim});
   k = view(k, {B, T, Hkv, head_dim});

@@ -97,6 +97,33 @@ std::string ProcessGroup::rank_name(int r) const {
                              : str_cat("rank ", r, " (global rank ", global_rank(r), ")");
 }
 
+// --- Accounting ---------------------------------------------------------------------
+
+uint64_t CommStats::total_bytes() const {
+  uint64_t total = 0;
+  for (const Count& c : by_op) total += c.bytes;
+  return total;
+}
+
+void ProcessGroup::count(OpType type, const Tensor& payload) {
+  AtomicCount& c = counts_[size_t(type)];
+  c.calls.fetch_add(1, std::memory_order_relaxed);
+  if (payload.defined()) c.bytes.fetch_add(payload.nbytes(), std::memory_order_relaxed);
+}
+
+CommStats ProcessGroup::stats() const {
+  CommStats s;
+  for (size_t i = 0; i < 16; ++i) {
+    s.by_op[i].calls = counts_[i].calls.load(std::memory_order_relaxed);
+    s.by_op[i].bytes = counts_[i].bytes.load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+void ProcessGroup::reset_stats() {
+  for (AtomicCount& c : counts_) c.calls = 0, c.bytes = 0;
+}
+
 // --- The collectives ---------------------------------------------------------------
 
 CommOp ProcessGroup::collective(OpType type, std::string_view op_name) {
@@ -115,6 +142,7 @@ Work ProcessGroup::broadcast(const Tensor& t, int root) {
   op.tensor = t;
   mark_written(t);
   op.root = root;
+  count(OpType::kBroadcast, t);
   return launch(std::move(op));
 }
 
@@ -125,6 +153,7 @@ Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp reduce_op) {
   op.tensor = t;
   mark_written(t);
   op.reduce_op = reduce_op;
+  count(OpType::kAllReduce, t);
   return launch(std::move(op));
 }
 
@@ -138,6 +167,7 @@ Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp reduce_op) {
   mark_written(t);
   op.root = root;
   op.reduce_op = reduce_op;
+  count(OpType::kReduce, t);
   return launch(std::move(op));
 }
 
@@ -152,6 +182,7 @@ Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   op.tensor = output;
   mark_written(output);
   op.input = input;
+  count(OpType::kAllGather, output);
   return launch(std::move(op));
 }
 
@@ -168,6 +199,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   mark_written(output);
   op.input = input;
   op.reduce_op = reduce_op;
+  count(OpType::kReduceScatter, input);
   return launch(std::move(op));
 }
 
@@ -186,10 +218,14 @@ Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
   op.input = input;
   op.send_counts = std::move(send);
   op.recv_counts = std::move(recv);
+  count(OpType::kAllToAll, input);
   return launch(std::move(op));
 }
 
-Work ProcessGroup::barrier() { return launch(collective(OpType::kBarrier, "barrier")); }
+Work ProcessGroup::barrier() {
+  count(OpType::kBarrier, Tensor());
+  return launch(collective(OpType::kBarrier, "barrier"));
+}
 
 Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
   return launch(point_to_point(OpType::kSend, t, dst, tag));
@@ -222,6 +258,7 @@ CommOp ProcessGroup::point_to_point(OpType type, const Tensor& t, int peer, int 
   SPMD_CHECK(peer >= 0 && peer < size_ && peer != rank_, what, ": ",
              is_send ? "destination " : "source ", peer, " must be another rank of group ", name(),
              " (size ", size_, ", this is rank ", rank_, ")");
+  count(type, t);
   CommOp op;
   op.type = type;
   op.seq = next_p2p_++;

@@ -47,6 +47,22 @@ struct GroupOptions {
   std::vector<int> global_ranks;
 };
 
+// What a group has carried since it was made (or since reset_stats()), per
+// operation type: the calls and their payload bytes, the size of the tensor
+// a user would name: all_reduce, broadcast, reduce, send, recv: the buffer;
+// all_gather: the gathered output; reduce_scatter, all_to_all: the input.
+// What travels on the wire follows from it by the algorithm's factor (a ring
+// all_reduce sends 2(n-1)/n of it per rank; docs/bench.md's busbw).
+struct CommStats {
+  struct Count {
+    uint64_t calls = 0;
+    uint64_t bytes = 0;
+  };
+  Count by_op[16];  // indexed by OpType's value
+  const Count& operator[](OpType op) const { return by_op[size_t(op)]; }
+  uint64_t total_bytes() const;
+};
+
 // One send or receive of a batch (batch_isend_irecv).
 struct P2POp {
   OpType type = OpType::kSend;  // kSend or kRecv
@@ -130,6 +146,11 @@ class ProcessGroup {
   // rank); a negative color joins no group (nullptr).
   std::shared_ptr<ProcessGroup> split(int color, int key = 0);
 
+  // Calls and payload bytes per op type so far (a consistent snapshot only
+  // when no other thread issues operations meanwhile).
+  CommStats stats() const;
+  void reset_stats();
+
   // Finishes the queued operations and closes the connections. Idempotent;
   // the destructor calls it. Later calls fail.
   virtual void shutdown() = 0;
@@ -159,6 +180,7 @@ class ProcessGroup {
 
  private:
   CommOp point_to_point(OpType type, const Tensor& t, int peer, int tag);
+  void count(OpType type, const Tensor& payload);
   CommOp collective(OpType type, std::string_view op_name);
   std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members,
                                               const std::string& suffix);
@@ -170,6 +192,10 @@ class ProcessGroup {
   std::atomic<uint64_t> next_p2p_{0};       // this rank's point-to-point calls
   std::atomic<uint64_t> next_subgroup_{0};  // new_group / split calls
   std::atomic<bool> aborted_{false};
+  struct AtomicCount {
+    std::atomic<uint64_t> calls{0}, bytes{0};
+  };
+  AtomicCount counts_[16];
 };
 
 }  // namespace spmd::dist
