@@ -34,7 +34,8 @@ struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy>
     // 1. The row maxima over the whole vocabulary, for a stable exp.
     Tensor row_max = ops::amax(x, {1});  // (N)
     g->all_reduce(row_max, ReduceOp::kMax).wait();
-    const Tensor e = ops::exp(ops::sub(x, ops::unsqueeze(row_max, 1)));  // (N, V/tp)
+    Tensor e = ops::sub(x, ops::unsqueeze(row_max, 1));  // (N, V/tp): the one buffer of this size
+    ops::unary_(UnaryOp::kExp, e);
 
     // 2. Sums of exp, and the target's logit where this rank holds it.
     const Tensor mine =
@@ -51,7 +52,8 @@ struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy>
     const Tensor valid_f = ops::to(valid, DType::kF32);
     const Tensor rows = ops::mul(ops::sub(ops::add(ops::log(sum_exp), row_max), z), valid_f);
     const double count = ops::sum(valid_f).item<double>();
-    ctx.save_for_backward({ops::div(e, ops::unsqueeze(sum_exp, 1))});  // softmax slice
+    ops::div_(e, ops::unsqueeze(sum_exp, 1));  // now the softmax slice
+    ctx.save_for_backward({e});
     ctx.set("onehot_row", ops::to(ops::logical_and(mine, valid), DType::kF32));
     ctx.set("local_target", local_target);
     ctx.set("valid", valid_f);
@@ -63,12 +65,14 @@ struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy>
 
   // d loss / d x = (softmax - onehot(target)) * valid / count, for this slice.
   static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
-    Tensor grad = ops::clone(ctx.saved_tensors()[0]);  // (N, V/tp)
+    // The saved softmax becomes the gradient in place: the graph drops it
+    // after this backward, and no other (N, V/tp) buffer is needed.
+    Tensor grad = ctx.saved_tensors()[0];  // (N, V/tp)
     const Tensor onehot = ctx.get<Tensor>("onehot_row");
     ops::scatter_add_(grad, 1, ops::unsqueeze(ctx.get<Tensor>("local_target"), 1),
                       ops::unsqueeze(ops::neg(onehot), 1));
     const double scale = ops::to(grads[0], DType::kF64).item<double>() / ctx.get<double>("count");
-    grad = ops::mul(grad, ops::unsqueeze(ops::mul(ctx.get<Tensor>("valid"), scale), 1));
+    ops::mul_(grad, ops::unsqueeze(ops::mul(ctx.get<Tensor>("valid"), scale), 1));
     grad = ops::to(ops::reshape(grad, ctx.get<Shape>("shape")), ctx.get<DType>("dtype"));
     return {grad, Tensor()};
   }

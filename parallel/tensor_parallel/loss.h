@@ -20,7 +20,9 @@ namespace spmd::dist::tp {
 // spmd::cross_entropy of the gathered logits, identical on every rank of
 // `group`; its backward gives each rank the gradient of its own logits.
 // logits (..., V/tp) floating, targets (...) integer ids of the whole
-// vocabulary. REQUIRES: every rank's logits have the same shape.
+// vocabulary. REQUIRES: every rank's logits have the same shape. The
+// backward turns its saved softmax into the gradient in place, so a second
+// backward through the same graph (retain_graph) throws.
 Tensor vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& targets,
                                     ProcessGroup& group, int64_t ignore_index = -100);
 

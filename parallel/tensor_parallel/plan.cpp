@@ -105,6 +105,31 @@ Plan transformer_plan(const nn::TransformerConfig& c, int64_t tp, bool sp) {
   return plan;
 }
 
+TpCommVolume transformer_tp_comm_per_step(const nn::TransformerConfig& c, int64_t B, int64_t T,
+                                          bool sp) {
+  const uint64_t activation = uint64_t(B * T * c.d_model) * 4, L = uint64_t(c.n_layers);
+  TpCommVolume v;
+  auto add = [](CommStats::Count& count, uint64_t calls, uint64_t bytes_each) {
+    count.calls += calls;
+    count.bytes += calls * bytes_each;
+  };
+  if (!sp) {
+    add(v.all_reduce, 1 + 4 * L + 1, activation);
+  } else {
+    // Each conversion at a region's edge, forward and backward.
+    add(v.reduce_scatter, 1 + 2 * L + 2 * L + 1, activation);  // embedding, wo, w2, fwd / head bwd
+    add(v.all_gather, 1 + 2 * L + 2 * L + 1, activation);
+    const bool ln = c.norm == nn::TransformerConfig::Norm::kLayerNorm;
+    const uint64_t norm_params = (ln && c.bias) ? 2 : 1, row_biases = c.bias ? 2 : 0;
+    add(v.all_reduce, (2 * norm_params + row_biases) * L + norm_params, uint64_t(c.d_model) * 4);
+    if (c.positions == nn::TransformerConfig::Positions::kLearned)
+      add(v.all_gather, 1, uint64_t(T * c.d_model) * 4);
+  }
+  add(v.all_reduce, 1, uint64_t(B * T) * 4);      // row maxima
+  add(v.all_reduce, 1, uint64_t(2 * B * T) * 4);  // sums of exp and target logits
+  return v;
+}
+
 void parallelize_transformer(nn::Transformer& model, const DeviceMesh& tp_mesh, bool sp) {
   parallelize_module(model, tp_mesh, transformer_plan(model.config, tp_mesh.size(), sp));
 }

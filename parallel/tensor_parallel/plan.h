@@ -50,6 +50,26 @@ void parallelize_module(nn::Module& model, const DeviceMesh& tp_mesh, const Plan
 // FFN width or the vocabulary does not divide by tp.
 Plan transformer_plan(const nn::TransformerConfig& config, int64_t tp, bool sequence_parallel);
 
+// What transformer_plan's collectives carry over the tp group in one
+// training step (forward and backward) of a batch of B sequences of T
+// tokens, in ProcessGroup::stats()'s payload bytes and calls:
+//   without SP, all_reduces of B T C: 1 (the embedding) + 2 per block
+//     forward, 2 per block + 1 (into the head) backward;
+//   with SP, the same count of all_gathers and of reduce_scatters of B T C
+//     (half each: the same bytes), plus one all_reduce per replicated
+//     parameter whose gradient is summed (norms, row-parallel biases), and
+//     an all_gather of (T, C) for learned positions;
+//   both: the loss's all_reduce of B T maxima and of (2, B T) sums.
+// Activations in f32 (4 bytes).
+struct TpCommVolume {
+  CommStats::Count all_reduce, all_gather, reduce_scatter;
+  uint64_t total_bytes() const {
+    return all_reduce.bytes + all_gather.bytes + reduce_scatter.bytes;
+  }
+};
+TpCommVolume transformer_tp_comm_per_step(const nn::TransformerConfig& config, int64_t B, int64_t T,
+                                          bool sequence_parallel);
+
 // Both: transformer_plan, then parallelize_module.
 void parallelize_transformer(nn::Transformer& model, const DeviceMesh& tp_mesh,
                              bool sequence_parallel);
