@@ -4,8 +4,9 @@
 # checks need for sm_90 against the header copies in .deps/ (make them on
 # the build machine with scripts/make-deps.sh and carry .deps), then:
 #   1. runs every [gpu]/[nccl] test: the op table, allocator and streams,
-#      attention, the CUDA training step, the 1-rank NCCL group and the TCP
-#      backend with CUDA tensors;
+#      attention, the CUDA training step, the 1-rank NCCL group, the TCP
+#      backend with CUDA tensors, and each parallel strategy's equivalence
+#      on CUDA (two ranks sharing the GPU over TCP: tensor parallelism);
 #   2. the kernel benchmark: bandwidth against a device-to-device copy, GEMM
 #      against raw cuBLAS, fused against composed attention;
 #   3. the GPT-2 124M training step (B 8, T 1024, bf16 autocast) of spmd and
@@ -53,7 +54,7 @@ if [ ! -f /usr/local/cuda/include/nccl.h ] && [ ! -f /usr/include/nccl.h ]; then
 fi
 
 # --- Build: only the targets below ---------------------------------------------------
-tests=(test_gpu_ops test_gpu_runtime test_attention test_autograd_nn test_comm_nccl)
+tests=(test_gpu_ops test_gpu_runtime test_attention test_autograd_nn test_comm_nccl test_tp_equivalence)
 targets=("${tests[@]}")
 [ $bench = 1 ] && targets+=(spmd-bench-gpu-kernels spmd-bench-train)
 generator=()

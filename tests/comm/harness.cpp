@@ -15,6 +15,7 @@
 
 #include "parallel/comm/init.h"
 #include "runtime/spawn.h"
+#include "tensor/cuda_api.h"
 #include "tensor/factory.h"
 
 namespace spmd::dist::testing {
@@ -38,6 +39,15 @@ void run_world(int world_size, const std::function<void(ProcessGroup& world)>& f
         destroy_process_group(world);
       },
       options);
+}
+
+bool have_gpu() {
+  static const bool present = [] {
+    auto outcome = run_processes(
+        1, [](int, const std::string&) { report(cuda::is_available() ? "yes" : "no"); });
+    return outcome[0].report == "yes";
+  }();
+  return present;
 }
 
 bool RankOutcome::exited_ok() const {

@@ -39,6 +39,10 @@ std::vector<RankOutcome> run_processes(int world_size,
 // Records text for the parent of run_processes() (the last call wins).
 void report(const std::string& text);
 
+// Whether a CUDA GPU is present, asked in a child process: the test process
+// itself must not initialize CUDA, or the ranks it forks could not use it.
+bool have_gpu();
+
 // A contiguous CPU tensor of the given size and dtype (uninitialized).
 Tensor cpu_tensor(int64_t numel, DType dtype);
 

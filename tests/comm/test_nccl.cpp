@@ -23,17 +23,6 @@ using namespace spmd::dist::testing;
 
 namespace {
 
-// Whether a GPU is present, asked in a child process: the test process itself
-// must not initialize CUDA, or the ranks it forks could not use it.
-bool have_gpu() {
-  static const bool present = [] {
-    auto outcome = run_processes(
-        1, [](int, const std::string&) { report(cuda::is_available() ? "yes" : "no"); });
-    return outcome[0].report == "yes";
-  }();
-  return present;
-}
-
 void check(bool cond, const char* what) { expect(cond, what); }
 
 Tensor gpu_floats(const std::vector<float>& values) {

@@ -46,10 +46,11 @@ nn::TransformerConfig llama_config() {
 struct Batch {
   Tensor x, y;  // (rows, T)
 };
-Batch batch(int step, int64_t rows, const nn::TransformerConfig& c) {
+Batch batch(int step, int64_t rows, const nn::TransformerConfig& c, Device device) {
   Generator gen(2000 + uint64_t(step));
-  return {ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen),
-          ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen)};
+  return {
+      ops::to(ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen), device),
+      ops::to(ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen), device)};
 }
 
 // GPT-2's key bias has an exactly zero gradient (softmax ignores what a bias
@@ -64,12 +65,13 @@ struct Run {
 };
 
 // One process, the batches of every dp replica at once.
-Run train_reference(const nn::TransformerConfig& c, int dp) {
+Run train_reference(const nn::TransformerConfig& c, int dp, Device device) {
   manual_seed(kSeed);  // dropout draws from the default generator
   Run run{{}, std::make_shared<nn::Transformer>(c, kSeed)};
+  run.model->to(device);
   optim::AdamW opt(run.model->parameters(), adamw());
   for (int step = 0; step < kSteps; ++step) {
-    const Batch b = batch(step, dp * kRowsPerReplica, c);
+    const Batch b = batch(step, dp * kRowsPerReplica, c, device);
     const Tensor loss = cross_entropy((*run.model)(b.x), b.y);
     run.losses.push_back(loss.item<double>());
     opt.zero_grad();
@@ -80,17 +82,19 @@ Run train_reference(const nn::TransformerConfig& c, int dp) {
 }
 
 // dp x tp ranks: each dp replica trains on its rows, split over tp.
-Run train_parallel(ProcessGroup& world, const nn::TransformerConfig& c, int dp, bool sp) {
+Run train_parallel(ProcessGroup& world, const nn::TransformerConfig& c, int dp, bool sp,
+                   Device device) {
   DeviceMesh mesh(borrow(world), {dp, world.size() / dp}, {"dp", "tp"});
   manual_seed(kSeed);
   Run run{{}, std::make_shared<nn::Transformer>(c, kSeed)};
+  run.model->to(device);
   tp::parallelize_transformer(*run.model, mesh["tp"], sp);
   std::shared_ptr<DistributedDataParallel> ddp;
   if (dp > 1) ddp = std::make_shared<DistributedDataParallel>(run.model, mesh.group_ptr("dp"));
   optim::AdamW opt(run.model->parameters(), adamw());
   const int64_t first_row = mesh.coordinate("dp") * kRowsPerReplica;
   for (int step = 0; step < kSteps; ++step) {
-    const Batch b = batch(step, dp * kRowsPerReplica, c);
+    const Batch b = batch(step, dp * kRowsPerReplica, c, device);
     const Tensor x = ops::narrow(b.x, 0, first_row, kRowsPerReplica);
     const Tensor y = ops::narrow(b.y, 0, first_row, kRowsPerReplica);
     const Tensor logits = ddp ? (*ddp)(x) : (*run.model)(x);  // (b, T, V/tp)
@@ -127,10 +131,11 @@ void check_same(const Run& got, const Run& want, const std::string& what) {
   expect(sharded > 0, what, ": no parameter carries a placement");
 }
 
-void run_case(int world_size, int dp, const nn::TransformerConfig& c, bool sp, const char* name) {
+void run_case(int world_size, int dp, const nn::TransformerConfig& c, bool sp, const char* name,
+              Device device = Device::cpu()) {
   run_world(world_size, [&](ProcessGroup& world) {
-    const Run want = train_reference(c, dp);
-    const Run got = train_parallel(world, c, dp, sp);
+    const Run want = train_reference(c, dp, device);
+    const Run got = train_parallel(world, c, dp, sp, device);
     check_same(got, want, str_cat(name, " (rank ", world.rank(), ")"));
   });
 }
@@ -158,4 +163,15 @@ TEST_CASE("dp x tp = 2 x 2 (DDP over dp) trains as one process on both batches",
           "[tp][dp][equivalence]") {
   run_case(4, 2, gpt2_config(0), false, "GPT-2 dp=2 x tp=2");
   run_case(4, 2, llama_config(), true, "Llama dp=2 x tp=2 + SP");
+}
+
+// On a GPU: two ranks share it over the TCP backend (NCCL refuses two ranks
+// on one device), the reference runs on the same GPU.
+TEST_CASE("tp = 2 on one GPU trains as one process on it", "[tp][gpu][equivalence]") {
+  if (!have_gpu()) {
+    WARN("no GPU: skipped");
+    return;
+  }
+  run_case(2, 1, gpt2_config(0), false, "GPT-2 tp=2 on cuda", Device::cuda(0));
+  run_case(2, 1, llama_config(), true, "Llama tp=2 + SP on cuda", Device::cuda(0));
 }
