@@ -33,7 +33,7 @@ Tensor gather_along(const Tensor& x, int dim, ProcessGroup& g) {
   std::vector<int64_t> dims{g.size()};
   for (int64_t s : x.shape()) dims.push_back(s);
   Tensor stacked = ops::empty(Shape(dims), {x.dtype(), x.device()});  // (n, ...x)
-  g.all_gather(stacked, ops::contiguous(x)).wait();
+  g.wait(g.all_gather(stacked, ops::contiguous(x)), OpType::kAllGather);
   std::vector<Tensor> parts;
   for (int r = 0; r < g.size(); ++r) parts.push_back(ops::select(stacked, 0, r));
   return ops::cat(parts, dim);  // along dim 0 the same as flattening (n, s0) into n*s0
@@ -47,7 +47,7 @@ Tensor reduce_scatter_along(const Tensor& x, int dim, ProcessGroup& g) {
   std::vector<int64_t> d(x.shape().begin(), x.shape().end());
   d[dim] /= g.size();
   Tensor out = ops::empty(Shape(d), {x.dtype(), x.device()});
-  g.reduce_scatter(out, chunks).wait();
+  g.wait(g.reduce_scatter(out, chunks), OpType::kReduceScatter);
   return out;
 }
 
@@ -63,7 +63,7 @@ Tensor exchange_along(const Tensor& x, int split_dim, int concat_dim, ProcessGro
   if (g.size() == 1) return ops::clone(x);
   const Tensor send = ops::stack(ops::chunk(x, g.size(), split_dim), 0);  // (n, chunk...)
   Tensor recv = ops::empty(send.shape(), {x.dtype(), x.device()});
-  g.all_to_all(recv, send).wait();
+  g.wait(g.all_to_all(recv, send), OpType::kAllToAll);
   std::vector<Tensor> parts;
   for (int r = 0; r < g.size(); ++r) parts.push_back(ops::select(recv, 0, r));
   return ops::cat(parts, concat_dim);
@@ -72,7 +72,7 @@ Tensor exchange_along(const Tensor& x, int split_dim, int concat_dim, ProcessGro
 Tensor summed(const Tensor& x, ProcessGroup& g) {
   Tensor out = ops::contiguous(x);
   if (out.is_same(x)) out = ops::clone(x);  // never write into the caller's tensor
-  if (g.size() > 1) g.all_reduce(out).wait();
+  if (g.size() > 1) g.wait(g.all_reduce(out), OpType::kAllReduce);
   return out;
 }
 

@@ -166,7 +166,7 @@ double grad_norm(const std::vector<Tensor>& params) {
   for (size_t i = 0; i < keys.size(); ++i) {
     Tensor s = ops::scalar_tensor(sums[i], {DType::kF64});
     for (ProcessGroup* g : keys[i])
-      if (g->size() > 1) g->all_reduce(s).wait();
+      if (g->size() > 1) g->wait(g->all_reduce(s), OpType::kAllReduce);
     total += s.item<double>();
   }
   return std::sqrt(total);

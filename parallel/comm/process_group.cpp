@@ -116,12 +116,29 @@ CommStats ProcessGroup::stats() const {
   for (size_t i = 0; i < 16; ++i) {
     s.by_op[i].calls = counts_[i].calls.load(std::memory_order_relaxed);
     s.by_op[i].bytes = counts_[i].bytes.load(std::memory_order_relaxed);
+    s.by_op[i].wait_ns = counts_[i].wait_ns.load(std::memory_order_relaxed);
   }
   return s;
 }
 
 void ProcessGroup::reset_stats() {
-  for (AtomicCount& c : counts_) c.calls = 0, c.bytes = 0;
+  for (AtomicCount& c : counts_) c.calls = 0, c.bytes = 0, c.wait_ns = 0;
+}
+
+void ProcessGroup::wait(const Work& work, OpType op) {
+  const auto start = std::chrono::steady_clock::now();
+  auto add = [&] {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::steady_clock::now() - start);
+    counts_[size_t(op)].wait_ns.fetch_add(uint64_t(ns.count()), std::memory_order_relaxed);
+  };
+  try {
+    work.wait();
+  } catch (...) {
+    add();
+    throw;
+  }
+  add();
 }
 
 // --- The collectives ---------------------------------------------------------------

@@ -52,11 +52,13 @@ struct GroupOptions {
 // a user would name: all_reduce, broadcast, reduce, send, recv: the buffer;
 // all_gather: the gathered output; reduce_scatter, all_to_all: the input.
 // What travels on the wire follows from it by the algorithm's factor (a ring
-// all_reduce sends 2(n-1)/n of it per rank; docs/bench.md's busbw).
+// all_reduce sends 2(n-1)/n of it per rank; docs/bench.md's busbw). wait_ns:
+// the time callers spent blocked in wait(work, op) on that op type.
 struct CommStats {
   struct Count {
     uint64_t calls = 0;
     uint64_t bytes = 0;
+    uint64_t wait_ns = 0;
   };
   Count by_op[16];  // indexed by OpType's value
   const Count& operator[](OpType op) const { return by_op[size_t(op)]; }
@@ -150,6 +152,10 @@ class ProcessGroup {
   // when no other thread issues operations meanwhile).
   CommStats stats() const;
   void reset_stats();
+  // Waits for `work` (an `op` of this group) and adds the time blocked to
+  // stats(): how code that communicates synchronously inside a step (the
+  // differentiable collectives, tensor parallelism) shows where its time goes.
+  void wait(const Work& work, OpType op);
 
   // Finishes the queued operations and closes the connections. Idempotent;
   // the destructor calls it. Later calls fail.
@@ -193,7 +199,7 @@ class ProcessGroup {
   std::atomic<uint64_t> next_subgroup_{0};  // new_group / split calls
   std::atomic<bool> aborted_{false};
   struct AtomicCount {
-    std::atomic<uint64_t> calls{0}, bytes{0};
+    std::atomic<uint64_t> calls{0}, bytes{0}, wait_ns{0};
   };
   AtomicCount counts_[16];
 };

@@ -33,7 +33,7 @@ struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy>
 
     // 1. The row maxima over the whole vocabulary, for a stable exp.
     Tensor row_max = ops::amax(x, {1});  // (N)
-    g->all_reduce(row_max, ReduceOp::kMax).wait();
+    g->wait(g->all_reduce(row_max, ReduceOp::kMax), OpType::kAllReduce);
     Tensor e = ops::sub(x, ops::unsqueeze(row_max, 1));  // (N, V/tp): the one buffer of this size
     ops::unary_(UnaryOp::kExp, e);
 
@@ -45,7 +45,7 @@ struct VocabParallelCrossEntropy : autograd::Function<VocabParallelCrossEntropy>
         ops::mul(ops::reshape(ops::gather(x, 1, ops::unsqueeze(local_target, 1)), {N}),
                  ops::to(mine, DType::kF32));
     Tensor sums = ops::stack({ops::sum(e, {1}), target_logit}, 0);  // (2, N)
-    g->all_reduce(sums).wait();
+    g->wait(g->all_reduce(sums), OpType::kAllReduce);
     const Tensor sum_exp = ops::select(sums, 0, 0), z = ops::select(sums, 0, 1);
 
     // 3. loss_row = log(sum exp(x - max)) + max - x_target, averaged over valid rows.

@@ -70,7 +70,7 @@ void sum_grad_over(const Tensor& param, GroupPtr g) {
   if (!param.defined()) return;
   register_hook(param, [g](const Tensor& grad) {
     Tensor total = ops::clone(grad);
-    g->all_reduce(total).wait();
+    g->wait(g->all_reduce(total), OpType::kAllReduce);
     return total;
   });
 }

@@ -1,0 +1,269 @@
+// 09_device_mesh: two strategies at once on a grid of ranks (chapter 16.6).
+// The chapter's 8 ranks as 2 replicas x 4 partitions: a dist::DeviceMesh
+// reshapes the world's ranks into a {dp, tp} grid and gives each rank one
+// group per axis, its row ("tp": the ranks that split one copy of the model)
+// and its column ("dp": the ranks that hold the same slice of different
+// copies). Each strategy takes the group of its axis, never the world:
+//   - every rank prints its coordinate and the world ranks of its two groups;
+//   - the Megatron MLP (column-parallel then row-parallel Linear) split over
+//     each tp group, every replica on its own input at the same time,
+//     checked against the unsplit MLP;
+//   - training: 08's tensor-parallel transformer over mesh["tp"], wrapped in
+//     05's DistributedDataParallel over the dp group, with a
+//     DistributedSampler over the dp coordinate: each replica reads its own
+//     shard and the ranks of one tp group read the same sequences.
+// Not here: more axes (pipeline, FSDP), flatten() of several axes into one.
+//
+//   spmdrun --standalone --nproc-per-node 8 09_device_mesh --dp 2 --tp 4 --data
+//   ../shared/data/tinyshakespeare.txt
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "autograd/autograd.h"
+#include "autograd/data/text_dataset.h"
+#include "autograd/nn/layers.h"
+#include "autograd/nn/transformer.h"
+#include "autograd/optim/adamw.h"
+#include "autograd/optim/lr_schedule.h"
+#include "parallel/comm/init.h"
+#include "parallel/ddp.h"
+#include "parallel/device_mesh.h"
+#include "parallel/placement.h"
+#include "parallel/sampler.h"
+#include "parallel/tensor_parallel/loss.h"
+#include "parallel/tensor_parallel/plan.h"
+#include "tensor/ops.h"
+#include "tensor/threads.h"
+
+using namespace spmd;
+namespace tp = dist::tp;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;  // f32, a different summation order
+
+struct Flags {
+  std::string data, config = "tiny";
+  int64_t dp = 2, tp = 4, steps = 600, batch = 8, warmup = 50, log_every = 50;
+  double lr = 2e-3, grad_clip = 1.0;
+  uint64_t seed = 1337;
+  int threads = 1;
+  bool sequence_parallel = false;
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"Train over a dp x tp mesh: DDP over dp, tensor parallel over tp (under spmdrun)."};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
+  app.add_option("--dp", f.dp, "replicas (dp x tp = the world size)")->check(CLI::PositiveNumber);
+  app.add_option("--tp", f.tp, "ranks that split each replica")->check(CLI::PositiveNumber);
+  app.add_option("--data", f.data, "text file to train on")->required();
+  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
+  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--batch", f.batch, "sequences per replica per step")->check(CLI::PositiveNumber);
+  app.add_option("--lr", f.lr, "peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)");
+  app.add_flag("--sequence-parallel", f.sequence_parallel, "norms and residuals on T/tp tokens");
+  app.add_option("--seed", f.seed, "seed of the weights and of the sampler");
+  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  return f;
+}
+
+// The world ranks of a group's members: "[1, 5]".
+std::string members(const dist::ProcessGroup& group) {
+  std::string s = "[";
+  for (int r = 0; r < group.size(); ++r) s += str_cat(r ? ", " : "", group.global_rank(r));
+  return s + "]";
+}
+
+// Rank 0 draws the grid: row d is the tp line through the d-th rank of its dp line.
+void print_grid(const dist::DeviceMesh& mesh) {
+  std::printf("the world as a grid:\n     ");
+  for (int64_t t = 0; t < mesh.size("tp"); ++t) std::printf(" tp=%lld", (long long)t);
+  for (const int start : dist::mesh_line_ranks(mesh.shape(), 0, {0})) {
+    std::printf("\n dp=%lld", (long long)dist::mesh_coordinate(mesh.shape(), start)[0]);
+    for (const int r : dist::mesh_line_ranks(mesh.shape(), start, {1})) std::printf("%5d", r);
+  }
+  std::printf("\n");
+}
+
+double max_difference(const Tensor& a, const Tensor& b) {
+  return ops::amax(ops::abs(ops::sub(a, b))).item<double>();
+}
+
+// Megatron's MLP, w2(gelu(w1(x))), on the input x (4, 8), with the input gradient.
+struct Mlp {
+  Generator gen{5};  // the same weights on every rank
+  nn::Linear w1{8, 32, true, &gen}, w2{32, 8, true, &gen};
+  std::pair<Tensor, Tensor> run(const Tensor& x0) {
+    Tensor x = ops::clone(x0);
+    x.requires_grad_();
+    const Tensor y = w2(gelu(w1(x)));
+    backward(sum(y));
+    return {detach(y), x.grad()};
+  }
+};
+
+// Each tp group splits the MLP (w1 column-wise, w2 row-wise: one all_reduce
+// forward, one backward), while each dp replica feeds it a different x.
+void check_mlp(const dist::DeviceMesh& mesh) {
+  Generator data(100 + uint64_t(mesh.coordinate("dp")));
+  const Tensor x = ops::randn({4, 8}, {}, &data);  // (B, C), replica d's own
+  Mlp whole, split;
+  const auto [y, dx] = whole.run(x);
+  tp::ColwiseParallel().apply(split.w1, "w1", mesh["tp"]);  // (B, 32/tp) per rank, no gather
+  tp::RowwiseParallel().apply(split.w2, "w2", mesh["tp"]);  // partial sums, all_reduced
+  const auto [ys, dxs] = split.run(x);
+  const double y_diff = max_difference(ys, y), dx_diff = max_difference(dxs, dx);
+  std::printf("%s: MLP split over %s, max difference output %.2g input grad %.2g\n",
+              mesh.describe().c_str(), members(mesh.group("tp")).c_str(), y_diff, dx_diff);
+  SPMD_CHECK(y_diff <= kTolerance && dx_diff <= kTolerance,
+             "the tensor-parallel MLP differs from the unsplit one");
+}
+
+// This replica's batches: windows of T + 1 tokens dealt by a DistributedSampler
+// over the dp axis. The sampler sees only the dp coordinate, so every rank of
+// a tp group draws the same windows.
+class ReplicaBatches {
+ public:
+  ReplicaBatches(const data::TextDataset& ds, int64_t B, int64_t T, const dist::DeviceMesh& mesh,
+                 uint64_t seed)
+      : ds_(ds),
+        B_(B),
+        T_(T),
+        sampler_((ds.size(data::Split::kTrain) - 1) / T, int(mesh.size("dp")),
+                 int(mesh.coordinate("dp")), /*shuffle=*/true, seed, /*drop_last=*/true) {
+    SPMD_CHECK(sampler_.num_samples() >= B, "the training text has only ", sampler_.num_samples(),
+               " windows per replica, fewer than a batch of ", B);
+  }
+  data::Batch next() {
+    if (pos_ + B_ > int64_t(indices_.size())) {  // a new epoch: a new shuffle
+      sampler_.set_epoch(epoch_++);
+      indices_ = sampler_.indices();
+      pos_ = 0;
+    }
+    std::vector<int64_t> starts;
+    for (int64_t b = 0; b < B_; ++b) starts.push_back(indices_[size_t(pos_++)] * T_);
+    return ds_.batch_at(data::Split::kTrain, starts, T_);
+  }
+
+ private:
+  const data::TextDataset& ds_;
+  int64_t B_, T_;
+  dist::DistributedSampler sampler_;
+  std::vector<int64_t> indices_;
+  int64_t pos_ = 0;
+  uint64_t epoch_ = 0;
+};
+
+// Whether every rank of `group` holds the same x: its maximum over the group is its minimum.
+bool same_on_group(const Tensor& x, dist::ProcessGroup& group) {
+  Tensor hi = ops::clone(x), lo = ops::clone(x);
+  group.all_reduce(hi, dist::ReduceOp::kMax).wait();
+  group.all_reduce(lo, dist::ReduceOp::kMin).wait();
+  return ops::amax(ops::abs(ops::sub(hi, lo))).item<int64_t>() == 0;
+}
+
+// The data contract of the mesh: one batch per tp group (its ranks compute one
+// model together), a different one per replica (else dp averages copies).
+void check_batches(const data::Batch& b, const dist::DeviceMesh& mesh) {
+  const bool tp_same = same_on_group(b.x, mesh.group("tp"));
+  const bool dp_same = mesh.size("dp") > 1 && same_on_group(b.x, mesh.group("dp"));
+  SPMD_CHECK(tp_same && !dp_same, "the batches break the mesh: ",
+             tp_same ? "the replicas read the same batch" : "the ranks of a tp group differ");
+  if (mesh.coordinate() == std::vector<int64_t>{0, 0})
+    std::printf("step 0: each tp group read one batch, the %lld replicas different ones\n",
+                (long long)mesh.size("dp"));
+}
+
+void train(const dist::DeviceMesh& mesh, const Flags& f) {
+  dist::ProcessGroup &tp_group = mesh.group("tp"), &dp_group = mesh.group("dp");
+  const bool lead = mesh.coordinate() == std::vector<int64_t>{0, 0};
+  const data::TextDataset ds = data::TextDataset::from_file(f.data);
+  auto model = std::make_shared<nn::Transformer>(nn::TransformerConfig::preset(f.config), f.seed);
+  tp::parallelize_transformer(*model, mesh["tp"], f.sequence_parallel);  // first split ...
+  dist::DistributedDataParallel ddp(model, mesh.group_ptr("dp"));        // ... then replicate
+  const int64_t B = f.batch, T = model->config.max_seq_len;
+  if (lead)
+    std::printf("dp %lld x tp %lld, config %s%s: %lld tokens per step\n", (long long)f.dp,
+                (long long)f.tp, f.config.c_str(),
+                f.sequence_parallel ? " + sequence parallel" : "", (long long)(f.dp * B * T));
+
+  const std::vector<Tensor> params = ddp.parameters();  // this rank's slices
+  optim::AdamW opt(params, {.lr = f.lr, .weight_decay = 0.1});
+  const optim::WarmupCosine schedule(f.lr, std::min(f.warmup, f.steps), f.steps, f.lr / 10);
+  ReplicaBatches batches(ds, B, T, mesh, f.seed);
+  uint64_t tp_bytes = 0, dp_bytes = 0;
+  auto window_start = std::chrono::steady_clock::now();
+  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+    const data::Batch b = batches.next();  // this replica's shard
+    if (step == 0) check_batches(b, mesh);
+    tp_group.reset_stats();
+    dp_group.reset_stats();
+    const Tensor loss = tp::vocab_parallel_cross_entropy(ddp(b.x), b.y, tp_group);  // (B, T, V/tp)
+    opt.zero_grad();
+    backward(loss);  // tp: activations inside each layer; dp: gradients averaged
+    tp_bytes = tp_group.stats().total_bytes();
+    dp_bytes = dp_group.stats().total_bytes();
+    if (f.grad_clip > 0) dist::clip_grad_norm_(params, f.grad_clip);
+    opt.set_lr(schedule(step));
+    opt.step();
+
+    ++window_steps;
+    if (step % f.log_every == 0 || step == f.steps - 1) {
+      Tensor mean_loss = ops::clone(detach(loss));
+      dp_group.all_reduce(mean_loss, dist::ReduceOp::kAvg).wait();  // over the replicas, to log
+      const auto now = std::chrono::steady_clock::now();
+      const double seconds = std::chrono::duration<double>(now - window_start).count();
+      if (lead)
+        std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, mean_loss.item<double>(),
+                    double(window_steps * f.dp * B * T) / seconds);
+      std::fflush(stdout);
+      window_start = now;
+      window_steps = 0;
+    }
+  }
+  int64_t shard_bytes = 0;
+  for (const Tensor& p : params) shard_bytes += int64_t(p.nbytes());
+  const uint64_t formula =
+      tp::transformer_tp_comm_per_step(model->config, B, T, f.sequence_parallel).total_bytes();
+  if (lead)
+    std::printf(
+        "per step: tp moved %llu bytes (%s %llu), dp %llu (gradients: this "
+        "rank's %lld parameter bytes)\n",
+        (unsigned long long)tp_bytes,
+        tp_bytes == formula ? "as the formula says:" : "but the formula says",
+        (unsigned long long)formula, (unsigned long long)dp_bytes, (long long)shard_bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  try {
+    auto world = dist::init_process_group();  // env://, the TCP backend
+    set_num_threads(flags.threads);
+    {
+      const dist::DeviceMesh mesh(world, {flags.dp, flags.tp}, {"dp", "tp"});  // dp x tp = world
+      if (world->rank() == 0) print_grid(mesh);
+      std::printf("%s: dp group %s, tp group %s\n", mesh.describe().c_str(),
+                  members(mesh.group("dp")).c_str(), members(mesh.group("tp")).c_str());
+      check_mlp(mesh);
+      train(mesh, flags);
+    }
+    dist::destroy_process_group(world);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "09_device_mesh: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
