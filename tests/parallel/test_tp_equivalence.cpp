@@ -4,7 +4,8 @@
 // parameter (gathered with full_tensor) of one process, to 1e-5 relative in
 // f32, for the GPT-2 shape (fused qkv, learned positions, tied head, biases)
 // and the Llama shape (RMSNorm, SwiGLU, RoPE, grouped-query attention,
-// untied head), under tp = 2 and 4, with sequence parallelism (and dropout,
+// untied head), with the gradients clipped to a global norm every step (the
+// norm summed over shards), under tp = 2 and 4, with sequence parallelism (and dropout,
 // whose masks must match the unsplit model's), and on a dp x tp = 2 x 2 mesh
 // with DDP over dp, whose reference trains on both replicas' batches at once.
 #include <catch2/catch.hpp>
@@ -12,6 +13,7 @@
 #include "autograd/autograd.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "autograd/optim/clip_grad.h"
 #include "ddp_test_util.h"
 #include "harness.h"
 #include "parallel/ddp.h"
@@ -59,15 +61,19 @@ Batch batch(int step, int64_t rows, const nn::TransformerConfig& c, Device devic
 // to lr * g / (|g| + eps): with eps 1e-6 those stay far below the tolerance.
 optim::AdamWOptions adamw() { return {.lr = 3e-3, .eps = 1e-6, .weight_decay = 0.1}; }
 
+// Gradients are clipped to a global norm this small, so every step clips:
+// the sharded norm (dist::clip_grad_norm_) must be the unsplit one.
+constexpr double kMaxNorm = 0.5;
+
 struct Run {
-  std::vector<double> losses;
+  std::vector<double> losses, grad_norms;
   std::shared_ptr<nn::Transformer> model;
 };
 
 // One process, the batches of every dp replica at once.
 Run train_reference(const nn::TransformerConfig& c, int dp, Device device) {
   manual_seed(kSeed);  // dropout draws from the default generator
-  Run run{{}, std::make_shared<nn::Transformer>(c, kSeed)};
+  Run run{{}, {}, std::make_shared<nn::Transformer>(c, kSeed)};
   run.model->to(device);
   optim::AdamW opt(run.model->parameters(), adamw());
   for (int step = 0; step < kSteps; ++step) {
@@ -76,6 +82,7 @@ Run train_reference(const nn::TransformerConfig& c, int dp, Device device) {
     run.losses.push_back(loss.item<double>());
     opt.zero_grad();
     backward(loss);
+    run.grad_norms.push_back(optim::clip_grad_norm_(run.model->parameters(), kMaxNorm));
     opt.step();
   }
   return run;
@@ -86,7 +93,7 @@ Run train_parallel(ProcessGroup& world, const nn::TransformerConfig& c, int dp, 
                    Device device) {
   DeviceMesh mesh(borrow(world), {dp, world.size() / dp}, {"dp", "tp"});
   manual_seed(kSeed);
-  Run run{{}, std::make_shared<nn::Transformer>(c, kSeed)};
+  Run run{{}, {}, std::make_shared<nn::Transformer>(c, kSeed)};
   run.model->to(device);
   tp::parallelize_transformer(*run.model, mesh["tp"], sp);
   std::shared_ptr<DistributedDataParallel> ddp;
@@ -105,6 +112,7 @@ Run train_parallel(ProcessGroup& world, const nn::TransformerConfig& c, int dp, 
     run.losses.push_back(mean.item<double>());
     opt.zero_grad();
     backward(loss);
+    run.grad_norms.push_back(dist::clip_grad_norm_(run.model->parameters(), kMaxNorm));
     opt.step();
   }
   return run;
@@ -114,6 +122,9 @@ void check_same(const Run& got, const Run& want, const std::string& what) {
   for (int s = 0; s < kSteps; ++s) {
     const double rel = std::abs(got.losses[s] - want.losses[s]) / std::abs(want.losses[s]);
     expect(rel <= 1e-5, what, ": step ", s, " loss ", got.losses[s], " vs ", want.losses[s]);
+    const double norm_rel = std::abs(got.grad_norms[s] - want.grad_norms[s]) / want.grad_norms[s];
+    expect(norm_rel <= 1e-5 && want.grad_norms[s] > kMaxNorm, what, ": step ", s, " gradient norm ",
+           got.grad_norms[s], " vs ", want.grad_norms[s]);
   }
   const auto a = got.model->named_parameters(), b = want.model->named_parameters();
   expect(a.size() == b.size(), what, ": parameter counts differ");
