@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -193,8 +194,34 @@ __device__ __forceinline__ A warp_reduce(A v, F combine) {
   return v;
 }
 
+// The combinations block_reduce takes, each with its identity (the value
+// that changes nothing: what a lane without a warp's partial contributes).
+struct Sum {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a + b;
+  }
+  template <class A>
+  __device__ __forceinline__ static A identity() {
+    return A(0);
+  }
+};
+struct Max {
+  template <class A>
+  __device__ __forceinline__ A operator()(A a, A b) const {
+    return a > b ? a : b;
+  }
+  template <class A>
+  __device__ __forceinline__ static A identity() {
+    return A(-INFINITY);
+  }
+};
+
 // Reduces v over the threads of a 1-D block (blockDim.x a multiple of 32, at
-// most 1024); every thread gets the result. `shared` holds 32 values.
+// most 1024); every thread gets the result. `shared` holds 32 values. Two
+// stages: each warp reduces its 32 values, then one warp's lanes reduce the
+// warps' partials; lanes past the number of warps hold the identity (a
+// repeated partial would be counted again by a sum).
 template <class A, class F>
 __device__ __forceinline__ A block_reduce(A v, F combine, A* shared) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -203,22 +230,9 @@ __device__ __forceinline__ A block_reduce(A v, F combine, A* shared) {
   __syncthreads();  // `shared` may still be read by a previous call
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = shared[lane < nwarps ? lane : 0];
+  v = lane < nwarps ? shared[lane] : F::template identity<A>();
   return warp_reduce(v, combine);
 }
-
-struct Sum {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return a + b;
-  }
-};
-struct Max {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return a > b ? a : b;
-  }
-};
 
 // Calls f(Tag<T>{}) with T the storage type of a floating dtype; throws
 // naming `op` for any other.

@@ -35,15 +35,16 @@ __device__ __forceinline__ float unit_float(uint32_t r) {
   return __fmul_rn(float(r >> 8), 5.9604644775390625e-08f);
 }
 
-// A value in [low, high) from the draw's top 24 bits (double too).
+// A value in [low, high) from the draw's top 24 bits (double too): low +
+// span u as one fused multiply-add, as tensor/cpu/random.cpp computes it.
 template <class T>
 __device__ __forceinline__ T uniform_value(uint32_t r, double low, double high) {
   if constexpr (std::is_same_v<T, double>) {
     const double u = double(r >> 8) * 5.9604644775390625e-08;
-    return __dadd_rn(low, __dmul_rn(high - low, u));
+    return __fma_rn(high - low, u, low);
   } else {
     const float lo = float(low), span = float(high - low);
-    return convert<T>(__fadd_rn(lo, __fmul_rn(span, unit_float(r))));
+    return convert<T>(__fmaf_rn(span, unit_float(r), lo));
   }
 }
 
@@ -102,7 +103,7 @@ __global__ void uniform_int_kernel(T* out, int64_t n, int64_t low, uint64_t rang
 template <class T>
 __global__ void normal_kernel(T* out, int64_t n, float mean, float std, uint64_t seed,
                               uint64_t offset) {
-  auto shift = [&](float z) { return convert<T>(__fadd_rn(mean, __fmul_rn(std, z))); };
+  auto shift = [&](float z) { return convert<T>(__fmaf_rn(std, z, mean)); };  // as the CPU
   fill_by_blocks(out, n, seed, offset, [&](uint4 r, T* v) {
     const float2 z01 = box_muller(r.x, r.y), z23 = box_muller(r.z, r.w);
     v[0] = shift(z01.x);

@@ -1,30 +1,44 @@
 #!/usr/bin/env bash
-# The GPU check: one command for a lent GPU machine (no network, nvcc and
-# CMake present, none of Debian's -dev packages). It builds what the GPU
-# checks need for sm_90 against the header copies in .deps/ (make them on
-# the build machine with scripts/make-deps.sh and carry .deps), then:
-#   1. runs every [gpu]/[nccl] test: the op table, allocator and streams,
-#      attention, the CUDA training step, the 1-rank NCCL group, the TCP
-#      backend with CUDA tensors, and each parallel strategy's equivalence
-#      on CUDA (two ranks sharing the GPU over TCP: tensor parallelism);
-#   2. the kernel benchmark: bandwidth against a device-to-device copy, GEMM
-#      against raw cuBLAS, fused against composed attention;
-#   3. the GPT-2 124M training step (B 8, T 1024, bf16 autocast) of spmd and
-#      of PyTorch eager on the same GPU (bench/peers/torch_train.py);
-# and prints one short table. Logs go to $OUT (the device tool's output
-# folder) or build-gpu/out. Budget: < 8 minutes on an H200 (16 cores).
-# Without a GPU it configures, builds and runs the test binaries (whose GPU
-# cases skip themselves) and says which steps it skipped: a dry run.
-#
-#   scripts/gpu-check.sh              build, test, benchmark
-#   scripts/gpu-check.sh --no-bench   build and test only
+# The GPU check: one prepared script for a lent GPU machine (no network,
+# nvcc and CMake present, none of Debian's -dev packages), in two calls that
+# each fit the machine's 600 s per command:
+#   scripts/gpu-check.sh build        configure and build for sm_90 against the
+#                                     header copies in .deps/ (make them on the
+#                                     build machine with scripts/make-deps.sh and
+#                                     carry .deps; build-gpu/ stays for the next call)
+#   scripts/gpu-check.sh run          1. every [gpu]/[nccl] test: the op table,
+#                                     allocator and streams, attention, the CUDA
+#                                     training step, the 1-rank NCCL group, the TCP
+#                                     backend with CUDA tensors, and each parallel
+#                                     strategy's equivalence on CUDA (two ranks
+#                                     sharing the GPU over TCP: tensor parallelism);
+#                                     2. the kernel benchmark (bandwidth against a
+#                                     device copy, GEMM against raw cuBLAS, fused
+#                                     against composed attention); 3. the GPT-2 124M
+#                                     training step (B 8, T 1024, bf16 autocast) of
+#                                     spmd and of PyTorch eager on the same GPU
+#   scripts/gpu-check.sh              both, one after the other
+# `--no-bench` (with run, or alone) skips 2 and 3. Each row of the table is
+# printed as it finishes. A test's outcome is its exit code: 0 passed, 77
+# skipped its GPU cases (tests/skip.h), anything else failed. Logs go to $OUT
+# (the device tool's output folder) or build-gpu/out.
+# Without a GPU it builds and runs the test binaries, whose GPU cases skip,
+# and ends with "no GPU: N cases skipped" and exit status 77: a dry run, never
+# a pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
 out=${OUT:-build-gpu/out}
 mkdir -p "$out"
 bench=1
-[ "${1:-}" = "--no-bench" ] && bench=0
+phase=all
+for arg in "$@"; do
+  case "$arg" in
+    build | run) phase=$arg ;;
+    --no-bench) bench=0 ;;
+    *) echo "gpu-check: unknown argument $arg (build, run, --no-bench)" >&2; exit 2 ;;
+  esac
+done
 GPT2_STEPS=${GPT2_STEPS:-30}
 
 say() { echo "== gpu-check [$((SECONDS - start))s] $*"; }
@@ -59,50 +73,45 @@ targets=("${tests[@]}")
 [ $bench = 1 ] && targets+=(spmd-bench-gpu-kernels spmd-bench-train)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-say "configure (sm_90, SPMD_DEPS_DIR=.deps)"
-cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DSPMD_CUDA=ON \
-  -DSPMD_CUDA_ARCHS=90 -DSPMD_DEPS_DIR="$PWD/.deps" "${nccl_args[@]}" >"$out/configure.log" 2>&1 \
-  || { tail -30 "$out/configure.log"; die "configure failed"; }
-say "build ${targets[*]}"
-cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 \
-  || { grep -E "error|Error" "$out/build.log" | head -30; die "build failed"; }
-say "built"
+if [ "$phase" != run ]; then
+  say "configure (sm_90, SPMD_DEPS_DIR=.deps)"
+  cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DSPMD_CUDA=ON \
+    -DSPMD_CUDA_ARCHS=90 -DSPMD_DEPS_DIR="$PWD/.deps" "${nccl_args[@]}" >"$out/configure.log" 2>&1 \
+    || { tail -30 "$out/configure.log"; die "configure failed"; }
+  say "build ${targets[*]}"
+  cmake --build build-gpu -j"$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 \
+    || { grep -E "error|Error" "$out/build.log" | head -30; die "build failed"; }
+  say "built"
+fi
+[ "$phase" = build ] && exit 0
 find_bin() { find build-gpu -name "$1" -type f -perm -u+x | head -1; }
 
 # --- 1. Tests: only their [gpu] and [nccl] cases (CI runs the rest) ------------------
 declare -A result
+skipped=0
 for t in "${tests[@]}"; do
-  say "test $t"
-  if timeout 240 "$(find_bin "$t")" "[gpu],[nccl]" --durations yes >"$out/$t.log" 2>&1; then
-    result[$t]="passed"
-    if grep -q "skipp" "$out/$t.log"; then  # a case said "skipping"/"skipped"
-      result[$t]="passed (GPU cases skipped: no GPU)"
+  bin=$(find_bin "$t")
+  [ -n "$bin" ] || { result[$t]="FAILED (not built: run scripts/gpu-check.sh build)"; continue; }
+  timeout 240 "$bin" "[gpu],[nccl]" --durations yes >"$out/$t.log" 2>&1
+  rc=$?
+  case $rc in
+    0) result[$t]="passed" ;;
+    77)
+      n=$(sed -n 's/^no GPU: \([0-9]*\) test case.*/\1/p' "$out/$t.log" | tail -1)
+      skipped=$((skipped + ${n:-0}))
+      result[$t]="skipped: no GPU (${n:-?} cases)"
       [ $gpu = 1 ] && result[$t]="SKIPPED its GPU cases although nvidia-smi sees a GPU"
-    fi
-  else
-    result[$t]="FAILED (see $t.log)"
-    grep -E "FAILED|failed|REQUIRE|CHECK|with expansion|differ|threw" "$out/$t.log" | head -40
-  fi
-  grep -E "^(test cases|All tests passed)" "$out/$t.log" | tail -1
+      ;;
+    *)
+      result[$t]="FAILED (exit $rc, see $t.log)"
+      grep -E "FAILED|failed|REQUIRE|CHECK|with expansion|differ|threw" "$out/$t.log" | head -40
+      ;;
+  esac
+  printf '%-22s %-50s %s\n' "$t" "${result[$t]}" \
+    "$(grep -E "^(test cases|All tests passed)" "$out/$t.log" | tail -1)"
 done
 
-# --- 2 and 3. Benchmarks ---------------------------------------------------------------
-gpt2_args=(--device cuda --config gpt2 --batch 8 --steps "$GPT2_STEPS" --warmup 5)
-if [ $bench = 1 ] && [ $gpu = 1 ]; then
-  say "kernel benchmark"
-  timeout 240 "$(find_bin spmd-bench-gpu-kernels)" --json "$out/gpu_bench.jsonl" \
-    >"$out/bench_kernels.txt" 2>&1 || result[bench_kernels]="FAILED (see bench_kernels.txt)"
-  say "GPT-2 124M training step: spmd"
-  timeout 180 "$(find_bin spmd-bench-train)" "${gpt2_args[@]}" >"$out/bench_gpt2_spmd.txt" 2>&1 \
-    || result[bench_gpt2]="spmd FAILED (see bench_gpt2_spmd.txt)"
-  say "GPT-2 124M training step: PyTorch eager"
-  timeout 240 python3 bench/peers/torch_train.py "${gpt2_args[@]}" \
-    >"$out/bench_gpt2_torch.txt" 2>&1 || result[bench_gpt2]="torch FAILED (see bench_gpt2_torch.txt)"
-elif [ $bench = 1 ]; then
-  say "skipped: the kernel benchmark and the GPT-2 benchmark need a GPU"
-fi
-
-# --- The table ------------------------------------------------------------------------
+# --- Table rows -------------------------------------------------------------------------
 field() { grep -E "^$1 " "$2" 2>/dev/null | tail -1 | tr ' ' '\n' | awk -F= -v k="$3" '$1 == k {print $2}'; }
 gpt2_row() {  # name, prefix, file
   local f=("$2" "$3")
@@ -112,6 +121,33 @@ gpt2_row() {  # name, prefix, file
     "$(field "${f[@]}" tflops)" "$(field "${f[@]}" mfu)" "$(field "${f[@]}" peak_mem_mb)" \
     "$(field "${f[@]}" loss_first)" "$(field "${f[@]}" loss_last)"
 }
+gpt2_header() {
+  echo "GPT-2 124M training step, B 8, T 1024, bf16 autocast, AdamW; median of $GPT2_STEPS steps."
+  echo "MFU: (6 N + 12 L C T) FLOPs per token x tokens/s / 989 TFLOP/s (H200 dense bf16)."
+  printf '| %-32s | %8s | %7s | %16s | %7s | %5s | %8s | %s |\n' side tokens/s "step ms" \
+    "fwd/bwd/opt ms" TFLOP/s MFU "peak MiB" "loss first -> last"
+}
+
+# --- 2 and 3. Benchmarks ---------------------------------------------------------------
+gpt2_args=(--device cuda --config gpt2 --batch 8 --steps "$GPT2_STEPS" --warmup 5)
+if [ $bench = 1 ] && [ $gpu = 1 ]; then
+  say "kernel benchmark"
+  timeout 240 "$(find_bin spmd-bench-gpu-kernels)" --json "$out/gpu_bench.jsonl" \
+    >"$out/bench_kernels.txt" 2>&1 || result[bench_kernels]="FAILED (see bench_kernels.txt)"
+  cat "$out/bench_kernels.txt"
+  say "GPT-2 124M training step: spmd"
+  timeout 180 "$(find_bin spmd-bench-train)" "${gpt2_args[@]}" >"$out/bench_gpt2_spmd.txt" 2>&1 \
+    || result[bench_gpt2]="spmd FAILED (see bench_gpt2_spmd.txt)"
+  gpt2_header
+  gpt2_row "spmd" spmd "$out/bench_gpt2_spmd.txt"
+  say "GPT-2 124M training step: PyTorch eager"
+  timeout 240 python3 bench/peers/torch_train.py "${gpt2_args[@]}" \
+    >"$out/bench_gpt2_torch.txt" 2>&1 || result[bench_gpt2]="torch FAILED (see bench_gpt2_torch.txt)"
+  gpt2_row "torch eager (sdpa, fused AdamW)" torch "$out/bench_gpt2_torch.txt"
+elif [ $bench = 1 ]; then
+  say "skipped: the kernel benchmark and the GPT-2 benchmark need a GPU"
+fi
+
 echo
 echo "== gpu-check summary ($((SECONDS - start))s; logs in $out)"
 [ -f "$out/gpu.txt" ] && cat "$out/gpu.txt"
@@ -122,11 +158,8 @@ if [ -f "$out/bench_kernels.txt" ]; then
 fi
 if [ -f "$out/bench_gpt2_spmd.txt" ] || [ -f "$out/bench_gpt2_torch.txt" ]; then
   echo
-  echo "GPT-2 124M training step, B 8, T 1024, bf16 autocast, AdamW; median of $GPT2_STEPS steps."
-  echo "MFU: (6 N + 12 L C T) FLOPs per token x tokens/s / 989 TFLOP/s (H200 dense bf16)."
   grep -h "^#" "$out/bench_gpt2_torch.txt" 2>/dev/null
-  printf '| %-32s | %8s | %7s | %16s | %7s | %5s | %8s | %s |\n' side tokens/s "step ms" \
-    "fwd/bwd/opt ms" TFLOP/s MFU "peak MiB" "loss first -> last"
+  gpt2_header
   gpt2_row "spmd" spmd "$out/bench_gpt2_spmd.txt"
   gpt2_row "torch eager (sdpa, fused AdamW)" torch "$out/bench_gpt2_torch.txt"
   s=$(field spmd "$out/bench_gpt2_spmd.txt" tokens_per_s)
@@ -135,6 +168,11 @@ if [ -f "$out/bench_gpt2_spmd.txt" ] || [ -f "$out/bench_gpt2_torch.txt" ]; then
     'BEGIN {printf "spmd / torch eager: %.2fx tokens/s (target >= 1.00)\n", s / p}'
 fi
 for key in "${!result[@]}"; do
-  case "${result[$key]}" in passed*) ;; *) echo "gpu-check: $key: ${result[$key]}"; fail=1 ;; esac
+  case "${result[$key]}" in passed* | skipped:*) ;; *) echo "gpu-check: $key: ${result[$key]}"; fail=1 ;; esac
 done
-exit "${fail:-0}"
+[ -n "${fail:-}" ] && exit 1
+if [ $gpu = 0 ]; then
+  echo "no GPU: $skipped cases skipped"
+  exit 77
+fi
+exit 0

@@ -1,3 +1,40 @@
-// Catch2's main, compiled once for every test binary.
-#define CATCH_CONFIG_MAIN
+// Catch2's main, compiled once for every test binary. It counts the test
+// cases that skipped for lack of a GPU (tests/skip.h) and exits 77 when some
+// did and none failed: ctest's SKIP_RETURN_CODE, so such a run shows as
+// skipped rather than passed.
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "tests/skip.h"
+
+namespace {
+
+constexpr int kSkippedExitCode = 77;
+int g_skipped = 0;            // test cases that skipped without a GPU
+bool g_case_skipped = false;  // the running case already counted
+
+struct CaseListener : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testCaseStarting(Catch::TestCaseInfo const&) override { g_case_skipped = false; }
+};
+
+}  // namespace
+
+CATCH_REGISTER_LISTENER(CaseListener)
+
+void spmd::testing::mark_skipped_without_gpu() {
+  if (g_case_skipped) return;
+  g_case_skipped = true;
+  ++g_skipped;
+}
+
+int main(int argc, char** argv) {
+  const int failed = Catch::Session().run(argc, argv);
+  if (failed != 0) return failed;
+  if (g_skipped > 0) {
+    std::printf("no GPU: %d test case%s skipped\n", g_skipped, g_skipped == 1 ? "" : "s");
+    return kSkippedExitCode;
+  }
+  return 0;
+}

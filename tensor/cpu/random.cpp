@@ -62,11 +62,14 @@ void CpuBackend::random_uniform(const Tensor& out, double low, double high, uint
         return T(lo + int64_t((uint64_t(r[k]) * range) >> 32));
       });
     } else {
+      // lo + width u as one fused multiply-add, here and in the CUDA kernel
+      // (kernels/random.cu): written as an fma on both sides, the value
+      // cannot depend on whether a compiler contracts a * b + c.
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
       const C lo = C(low), width = C(high - low);
       fill_blocks(o, out.numel(), seed, offset, [&](const std::array<uint32_t, 4>& r, int k) {
-        const C u = C(float(r[k] >> 8) * kTwoPow24Inv);
-        return T(lo + width * u);
+        const C u = C(float(r[k] >> 8) * kTwoPow24Inv);  // exact: 24 bits times 2^-24
+        return T(std::fma(width, u, lo));
       });
     }
   });
@@ -85,7 +88,7 @@ void CpuBackend::random_normal(const Tensor& out, double mean, double std, uint6
                   const float rad = std::sqrt(-2.0f * std::log(u1));
                   const float z =
                       (k & 1) ? rad * std::sin(kTwoPi * u2) : rad * std::cos(kTwoPi * u2);
-                  return T(m + s * z);
+                  return T(std::fma(s, z, m));  // as the CUDA kernel: m + s z, one rounding
                 });
   });
 }

@@ -15,6 +15,7 @@
 #include "autograd/optim/adamw.h"
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
+#include "tests/skip.h"
 
 using namespace spmd;
 using nn::Transformer;
@@ -256,10 +257,7 @@ TEST_CASE("autocast: f32 weight gradients unrounded, cached copies, checkpoint r
 }
 
 TEST_CASE("[gpu] a training step on CUDA matches the CPU; autocast bf16 stays close", "[gpu][nn]") {
-  if (!cuda::is_available()) {
-    WARN("no CUDA GPU (or spmd built without CUDA): skipping this test");
-    return;
-  }
+  if (!cuda::is_available()) SPMD_SKIP_WITHOUT_GPU("no GPU: skipping");
   const TransformerConfig config = TransformerConfig::preset("tiny");
   Transformer cpu_model(config, 12), gpu_model(config, 12);
   gpu_model.to(Device::cuda(0));

@@ -9,13 +9,12 @@ times it, so the model the benchmark compares with is the one the test
 validated. On a GPU, sdpa=True computes the same attention with PyTorch's
 fused kernel (F.scaled_dot_product_attention), as a PyTorch user would.
 
-Also a minimal safetensors reader (numpy only), for files spmd writes.
+Also a minimal safetensors reader (numpy, imported when called), for files spmd writes.
 """
 import json
 import math
 import struct
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -89,12 +88,12 @@ PRESETS = {  # name: (vocab, T, layers, heads, d_model), as TransformerConfig::p
     "gpt2": (50304, 1024, 12, 12, 768),  # GPT-2 124M
 }
 
-_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
-           "U8": np.uint8, "BOOL": np.bool_}
-
-
 def load_safetensors(path):
-    """{name: numpy array} from a safetensors file."""
+    """{name: numpy array} from a safetensors file. numpy is imported here, not
+    above: the GPU benchmark imports this module where only torch is sure."""
+    import numpy as np
+    dtypes = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
+              "U8": np.uint8, "BOOL": np.bool_}
     with open(path, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
@@ -105,5 +104,5 @@ def load_safetensors(path):
             continue
         begin, end = info["data_offsets"]
         buf = data[8 + n + begin:8 + n + end]
-        out[name] = np.frombuffer(buf, dtype=_DTYPES[info["dtype"]]).reshape(info["shape"]).copy()
+        out[name] = np.frombuffer(buf, dtype=dtypes[info["dtype"]]).reshape(info["shape"]).copy()
     return out

@@ -15,6 +15,7 @@
 #include "runtime/hash_store.h"
 #include "tensor/cuda_api.h"
 #include "tensor/factory.h"
+#include "tests/skip.h"
 #include "values.h"
 
 using namespace spmd;
@@ -34,10 +35,7 @@ std::vector<float> to_host(const Tensor& t) { return ops::to_vector<float>(t); }
 }  // namespace
 
 TEST_CASE("a 1-rank NCCL group runs every collective on one GPU", "[nccl][gpu]") {
-  if (!have_gpu()) {
-    WARN("no GPU: skipped");
-    return;
-  }
+  if (!have_gpu()) SPMD_SKIP_WITHOUT_GPU("no GPU: skipping");
   auto outcome = run_processes(
       1,
       [](int, const std::string&) {
@@ -83,10 +81,7 @@ TEST_CASE("a 1-rank NCCL group runs every collective on one GPU", "[nccl][gpu]")
 }
 
 TEST_CASE("three ranks share one GPU through the TCP backend", "[gpu]") {
-  if (!have_gpu()) {
-    WARN("no GPU: skipped");
-    return;
-  }
+  if (!have_gpu()) SPMD_SKIP_WITHOUT_GPU("no GPU: skipping");
   REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
     const int p = g.size(), r = g.rank();
     std::vector<float> mine(1000);

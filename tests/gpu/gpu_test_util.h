@@ -10,15 +10,14 @@
 
 #include "tensor/backend.h"
 #include "tensor/cuda_api.h"
+#include "tests/skip.h"
 
 // Every [gpu] test starts with this: without a GPU (or in a build without
-// CUDA) it warns and returns, so the test passes as skipped.
-#define SPMD_REQUIRE_GPU()                                                  \
-  do {                                                                      \
-    if (!::spmd::cuda::is_available()) {                                    \
-      WARN("no CUDA GPU (or spmd built without CUDA): skipping this test"); \
-      return;                                                               \
-    }                                                                       \
+// CUDA) it skips the case (tests/skip.h: ctest then reports it as skipped).
+#define SPMD_REQUIRE_GPU()                                                         \
+  do {                                                                             \
+    if (!::spmd::cuda::is_available())                                             \
+      SPMD_SKIP_WITHOUT_GPU("no CUDA GPU (or spmd built without CUDA): skipping"); \
   } while (0)
 
 namespace spmd::test {

@@ -22,6 +22,7 @@
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
 #include "tensor/ops.h"
+#include "tests/skip.h"
 
 using namespace spmd;
 using namespace spmd::dist;
@@ -179,10 +180,7 @@ TEST_CASE("dp x tp = 2 x 2 (DDP over dp) trains as one process on both batches",
 // On a GPU: two ranks share it over the TCP backend (NCCL refuses two ranks
 // on one device), the reference runs on the same GPU.
 TEST_CASE("tp = 2 on one GPU trains as one process on it", "[tp][gpu][equivalence]") {
-  if (!have_gpu()) {
-    WARN("no GPU: skipped");
-    return;
-  }
+  if (!have_gpu()) SPMD_SKIP_WITHOUT_GPU("no GPU: skipping");
   run_case(2, 1, gpt2_config(0), false, "GPT-2 tp=2 on cuda", Device::cuda(0));
   run_case(2, 1, llama_config(), true, "Llama tp=2 + SP on cuda", Device::cuda(0));
 }

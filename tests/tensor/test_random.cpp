@@ -22,12 +22,21 @@ TEST_CASE("philox4x32-10 matches Random123's known-answer vectors", "[random]") 
 TEST_CASE("rand and randn follow the documented counter mapping exactly", "[random]") {
   Generator gen(1234);
   gen.set_offset(7);
-  const std::vector<float> u = ops::to_vector<float>(ops::uniform({10}, -1, 3, {}, &gen));
-  CHECK(gen.offset() == 7 + 3);  // ceil(10 / 4) counters used
+  // A width whose products are inexact, so that a fused and an unfused
+  // lo + width u differ for some draws: the mapping is the fused one (the
+  // CUDA kernel's too), whatever the compiler does with a * b + c.
+  const float lo = -1.0f, width = float(2.3 - -1.0);
+  const std::vector<float> u = ops::to_vector<float>(ops::uniform({1000}, -1, 2.3, {}, &gen));
+  CHECK(gen.offset() == 7 + 250);  // 1000 / 4 counters used
+  int unfused_differs = 0;
   for (size_t i = 0; i < u.size(); ++i) {
     const uint32_t r = philox4x32(1234, 7 + i / 4)[i % 4];
-    CHECK(u[i] == -1.0f + 4.0f * (float(r >> 8) * 0x1p-24f));
+    const float unit = float(r >> 8) * 0x1p-24f;
+    CHECK(u[i] == std::fma(width, unit, lo));
+    volatile float product = width * unit;  // stored: rounded before the add
+    unfused_differs += u[i] != lo + product;
   }
+  CHECK(unfused_differs > 0);  // the check above could tell the two apart
   gen.set_offset(0);
   const std::vector<float> z = ops::to_vector<float>(ops::normal({6}, 1, 2, {}, &gen));
   for (size_t i = 0; i < z.size(); ++i) {
