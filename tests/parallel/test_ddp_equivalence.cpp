@@ -14,6 +14,7 @@
 #include "ddp_test_util.h"
 #include "harness.h"
 #include "parallel/ddp.h"
+#include "tests/skip.h"
 
 using namespace spmd;
 using namespace spmd::dist;
@@ -33,20 +34,23 @@ nn::TransformerConfig small_config() {
 struct Batch {
   Tensor x, y;  // (N b, T)
 };
-Batch global_batch(int step, int64_t rows, const nn::TransformerConfig& c) {
+Batch global_batch(int step, int64_t rows, const nn::TransformerConfig& c,
+                   Device device = Device::cpu()) {
   Generator gen(1000 + uint64_t(step));
-  return {ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen),
-          ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen)};
+  return {
+      ops::to(ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen), device),
+      ops::to(ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen), device)};
 }
 
 optim::SGDOptions sgd() { return {.lr = 0.2, .momentum = 0.9}; }
 
 // One process, batch N * b.
-std::shared_ptr<nn::Transformer> train_reference(int world) {
+std::shared_ptr<nn::Transformer> train_reference(int world, Device device = Device::cpu()) {
   auto model = std::make_shared<nn::Transformer>(small_config(), kSeed);
+  model->to(device);
   optim::SGD opt(model->parameters(), sgd());
   for (int step = 0; step < kSteps; ++step) {
-    const Batch b = global_batch(step, world * kPerRank, model->config);
+    const Batch b = global_batch(step, world * kPerRank, model->config, device);
     const Tensor loss = cross_entropy((*model)(b.x), b.y);
     opt.zero_grad();
     backward(loss);
@@ -58,15 +62,16 @@ std::shared_ptr<nn::Transformer> train_reference(int world) {
 // N ranks, batch b each (rows rank*b .. rank*b + b of the global batch), in
 // `micro` micro-batches whose gradients accumulate under no_sync().
 std::shared_ptr<nn::Transformer> train_ddp(ProcessGroup& world, const DdpOptions& options,
-                                           int micro) {
+                                           int micro, Device device = Device::cpu()) {
   const int rank = world.rank();
   // Rank 0 starts as the reference does; the others from other seeds.
   auto model = std::make_shared<nn::Transformer>(small_config(), rank == 0 ? kSeed : 100 + rank);
+  model->to(device);
   auto ddp = std::make_shared<DistributedDataParallel>(model, borrow(world), options);
   optim::SGD opt(ddp->parameters(), sgd());
   const int64_t rows = kPerRank / micro;
   for (int step = 0; step < kSteps; ++step) {
-    const Batch b = global_batch(step, world.size() * kPerRank, model->config);
+    const Batch b = global_batch(step, world.size() * kPerRank, model->config, device);
     opt.zero_grad();
     for (int j = 0; j < micro; ++j) {
       const int64_t start = rank * kPerRank + j * rows;
@@ -129,6 +134,18 @@ TEST_CASE("DDP on 2 ranks equals one process with twice the batch", "[ddp][equiv
 }
 TEST_CASE("DDP on 4 ranks equals one process with 4x the batch", "[ddp][equivalence]") {
   run_equivalence(4);
+}
+
+// On a GPU: two ranks share it over the TCP backend (the CUDA tensors
+// staged through host buffers; NCCL refuses two ranks on one device), the
+// reference runs on the same GPU.
+TEST_CASE("DDP on 2 ranks sharing one GPU equals one process on it", "[ddp][gpu][equivalence]") {
+  if (!have_gpu()) SPMD_SKIP_WITHOUT_GPU("no GPU: skipping");
+  run_world(2, [](ProcessGroup& world) {
+    const auto reference = train_reference(world.size(), Device::cuda(0));
+    const auto model = train_ddp(world, {.bucket_cap_mb = 1.0 / 1024}, 2, Device::cuda(0));
+    check_same_parameters(*model, *reference, str_cat("DDP on cuda (rank ", world.rank(), ")"));
+  });
 }
 
 TEST_CASE("small caps split the model into uneven buckets, last parameters first", "[ddp]") {
