@@ -13,7 +13,8 @@
 // A hook of your own (top-k sparsification, PowerSGD, error feedback) has
 // the same shape: start the communication, return its Work, and have the
 // averaged gradients in bucket.buffer by the time that Work completes
-// (Work::on_complete runs a copy-back on the completing thread).
+// (Work::on_complete runs a copy-back on the completing thread; on a GPU,
+// queue it on the stream the hook was called on, as bf16_compress_hook does).
 #pragma once
 
 #include <functional>

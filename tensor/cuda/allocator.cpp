@@ -22,8 +22,8 @@ struct CachingAllocator::Block {
   void* ptr;
   size_t size;  // the size class
   int device;
-  cudaStream_t stream;             // the stream it was allocated for
-  std::vector<cudaStream_t> uses;  // other streams it was used on (record_stream)
+  cudaStream_t stream;       // the stream it was allocated for
+  std::vector<Stream> uses;  // other streams it was used on (record_stream), held alive
 };
 
 namespace {
@@ -161,45 +161,51 @@ DataPtr CachingAllocator::allocate(size_t nbytes, int device, cudaStream_t strea
 }
 
 void CachingAllocator::free(Block* block) noexcept {
+  // Declared before the lock, so released after it: dropping the last copy
+  // of a stream synchronizes and destroys it, which must not stall the
+  // allocator for every other thread.
+  std::vector<Stream> uses;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   DevicePool& pool = s.pools[block->device];
   pool.stats.allocated -= block->size;
   s.live.erase(block->ptr);
-  if (block->uses.empty()) {
+  uses.swap(block->uses);
+  if (uses.empty()) {
     pool.free[{block->stream, block->size}].push_back(block);
     return;
   }
   // Park it until every other stream that used it has passed this point.
+  // Each of them is alive here: `uses` holds a copy of it.
   Parked parked{block, {}};
   int previous = -1;
   (void)cudaGetDevice(&previous);
   (void)cudaSetDevice(block->device);
-  for (cudaStream_t use : block->uses) {
+  for (const Stream& use : uses) {
+    const auto handle = static_cast<cudaStream_t>(use.handle());
     cudaEvent_t e = nullptr;
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess &&
-        cudaEventRecord(e, use) == cudaSuccess) {
+        cudaEventRecord(e, handle) == cudaSuccess) {
       parked.events.push_back(e);
     } else {  // cannot order it: wait for the stream instead
       (void)cudaGetLastError();
       if (e) (void)cudaEventDestroy(e);
-      (void)cudaStreamSynchronize(use);
+      (void)cudaStreamSynchronize(handle);
     }
   }
   if (previous >= 0) (void)cudaSetDevice(previous);
-  block->uses.clear();
   pool.parked.push_back(std::move(parked));
 }
 
-void CachingAllocator::record_stream(const void* ptr, cudaStream_t stream) {
+void CachingAllocator::record_stream(const void* ptr, const Stream& stream) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.live.find(ptr);
   SPMD_CHECK(it != s.live.end(),
              "record_stream: the tensor's memory was not allocated by spmd's CUDA allocator");
   Block* b = it->second;
-  if (stream == b->stream) return;
-  for (cudaStream_t u : b->uses)
+  if (stream.handle() == b->stream) return;
+  for (const Stream& u : b->uses)
     if (u == stream) return;
   b->uses.push_back(stream);
 }

@@ -9,6 +9,8 @@
 // new owner's kernels cannot start before the old owner's have finished. A
 // block used on other streams (record_stream) is parked with an event per
 // such stream at free time and joins its free list once all have completed.
+// The block holds a copy of each such Stream until then, so the stream is
+// alive when the event is recorded on it (a Stream's last copy destroys it).
 // When cudaMalloc fails, the device's cached blocks are released and the
 // allocation retried once; if it fails again, an OutOfMemoryError says how
 // much was asked, allocated and reserved.
@@ -20,6 +22,7 @@
 
 #include <cstddef>
 
+#include "tensor/cuda_api.h"
 #include "tensor/storage.h"
 
 namespace spmd::cuda::detail {
@@ -40,8 +43,9 @@ class CachingAllocator {
   // A block of at least nbytes on `device`, owned by `stream`; nbytes == 0
   // gives a null pointer.
   DataPtr allocate(size_t nbytes, int device, cudaStream_t stream);
-  // Marks the block that starts at `ptr` as used by work on `stream`.
-  void record_stream(const void* ptr, cudaStream_t stream);
+  // Marks the block that starts at `ptr` as used by work on `stream`, and
+  // keeps `stream` alive until the block is freed.
+  void record_stream(const void* ptr, const Stream& stream);
 
   MemoryStats stats(int device);
   void reset_peak(int device);

@@ -225,8 +225,7 @@ void record_stream(const Tensor& t, const Stream& stream) {
   SPMD_CHECK(t.defined() && t.is_cuda(), "record_stream: expected a CUDA tensor");
   SPMD_CHECK(t.device().index == stream.device_index(), "record_stream: a tensor on ", t.device(),
              " and a stream of cuda:", stream.device_index());
-  detail::CachingAllocator::instance().record_stream(t.storage()->data(),
-                                                     static_cast<cudaStream_t>(stream.handle()));
+  detail::CachingAllocator::instance().record_stream(t.storage()->data(), stream);
 }
 
 }  // namespace spmd::cuda

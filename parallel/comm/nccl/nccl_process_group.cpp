@@ -1,7 +1,7 @@
 // The NCCL backend (see the header): communicator set-up through the store,
 // and collectives on a communication stream ordered after the caller's. The
-// watchdog that turns a hang or an asynchronous NCCL error into a loud,
-// bounded failure is in nccl_watchdog.cpp.
+// watchdog, which completes the Works and turns a hang or an asynchronous
+// NCCL error into a loud, bounded failure, is in nccl_watchdog.cpp.
 #include "parallel/comm/nccl/nccl_process_group.h"
 
 #include <cuda_runtime_api.h>
@@ -139,13 +139,12 @@ void NcclProcessGroup::shutdown() {
     }
     stopping_ = true;
   }
-  cv_.notify_all();
+  state_->doorbell->ring();
   if (watchdog_.joinable()) watchdog_.join();
+  std::lock_guard lock(mu_);
   cudaSetDevice(device_);
-  if (state_->comm) {
-    if (failure_.empty()) ncclCommDestroy(state_->comm);
-    state_->comm = nullptr;
-  }
+  if (state_->comm) ncclCommDestroy(state_->comm);  // null after an abort
+  state_->comm = nullptr;
   if (state_->stream) cudaStreamDestroy(state_->stream);
   if (state_->barrier_buf) cudaFree(state_->barrier_buf);
   state_->stream = nullptr;
@@ -171,7 +170,8 @@ Work NcclProcessGroup::launch_batch(std::vector<CommOp> ops) {
 }
 
 // The ops go on the communication stream after what the caller's stream has
-// queued so far; a host function behind them completes the Work.
+// queued so far; a host function behind them tells the watchdog, which
+// completes the Work.
 Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& description) {
   for (const CommOp& op : ops) {
     for (const Tensor* t : {&op.tensor, &op.input}) {
@@ -186,34 +186,37 @@ Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& desc
   pending->seq = ops.front().seq;
   pending->start = Clock::now();
   pending->deadline = pending->start + timeout();
-  {
-    std::lock_guard lock(mu_);
-    if (!failure_.empty()) {
-      pending->work.complete(std::make_exception_ptr(CommError(
-          str_cat(description, ": the group was aborted by an earlier failure: ", failure_))));
-      return pending->work;
-    }
-    SPMD_CHECK(!stopping_, description, ": the group has been shut down");
-    follow_caller_stream();
-    issue_all(ops, description);
-    for (const CommOp& op : ops) {  // their memory stays allocated until the GPU is done
-      for (const Tensor* t : {&op.tensor, &op.input}) {
-        if (t->defined()) pending->tensors.push_back(*t);
-      }
-    }
-    // pending_ owns the record until the host function has run.
-    check_cuda(cudaLaunchHostFunc(
-                   state_->stream,
-                   [](void* p) {
-                     auto* record = static_cast<Pending*>(p);
-                     record->work.complete();
-                     record->finished = true;
-                   },
-                   pending.get()),
-               "cudaLaunchHostFunc");
-    pending_.push_back(pending);
+  pending->doorbell = state_->doorbell;
+  std::lock_guard lock(mu_);
+  if (!failure_.empty()) {  // aborted: the communicator is gone, nothing is issued
+    pending->work.complete(std::make_exception_ptr(CommError(
+        str_cat(description, ": the group was aborted by an earlier failure: ", failure_))));
+    return pending->work;
   }
-  cv_.notify_all();
+  SPMD_CHECK(!stopping_, description, ": the group has been shut down");
+  follow_caller_stream();
+  issue_all(ops, description);
+  for (const CommOp& op : ops) {  // their memory stays allocated until the GPU is done
+    for (const Tensor* t : {&op.tensor, &op.input}) {
+      if (t->defined()) pending->tensors.push_back(*t);
+    }
+  }
+  // pending_ owns the record until the host function has run. The host
+  // function runs on CUDA's callback thread, where no CUDA call is allowed:
+  // it only marks the record and rings the doorbell (it takes no lock that
+  // is held around a CUDA or NCCL call).
+  check_cuda(cudaLaunchHostFunc(
+                 state_->stream,
+                 [](void* p) {
+                   auto* record = static_cast<Pending*>(p);
+                   // Copied first: once `finished` is set the watchdog may free the record.
+                   const std::shared_ptr<Doorbell> doorbell = record->doorbell;
+                   record->finished = true;
+                   doorbell->ring();
+                 },
+                 pending.get()),
+             "cudaLaunchHostFunc");
+  pending_.push_back(pending);
   return pending->work;
 }
 
@@ -229,7 +232,7 @@ void NcclProcessGroup::follow_caller_stream() {
 }
 
 // Issues the ops, as one NCCL group when there are several, and waits until
-// NCCL has queued them.
+// NCCL has queued them. REQUIRES: mu_ held and the group not aborted.
 void NcclProcessGroup::issue_all(const std::vector<CommOp>& ops, const std::string& description) {
   const bool grouped = ops.size() > 1;
   if (grouped) ncclGroupStart();

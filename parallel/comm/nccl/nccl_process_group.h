@@ -13,15 +13,26 @@
 //     out too early;
 //   - ncclGroupStart/ncclGroupEnd around the sends and receives of all_to_all
 //     and of batch_isend_irecv;
-//   - completion reported by a host function queued on the stream behind the
-//     collective (no polling), and a watchdog thread that checks every pending
-//     collective against its deadline and the communicator's asynchronous
-//     error: on either, it aborts the communicator (ncclCommAbort), which
-//     unblocks the GPU, and fails every pending and later collective with an
-//     error naming the op, its sequence number and the group.
+//   - a watchdog thread that completes the Works: a host function queued on
+//     the stream behind each collective only marks it finished and wakes the
+//     watchdog (a host function may not call CUDA, and a Work's callbacks
+//     may: the bf16 DDP hook copies its result back), which then completes
+//     the Works in issue order, running their callbacks on its own thread;
+//   - the same thread checks every pending collective against its deadline
+//     and the communicator's asynchronous error: on either, it aborts the
+//     communicator (ncclCommAbort), which unblocks the GPU, and fails every
+//     pending and later collective with an error naming the op, its sequence
+//     number and the group.
 //
 // Work::wait() blocks the calling thread until the collective has run on
-// the GPU (then later work on any stream sees the result).
+// the GPU (then later work on any stream sees the result) and its callbacks
+// have run. Callbacks run on the watchdog thread, so they must not wait on
+// another Work of the same group.
+//
+// Thread-safety: any thread may issue collectives. mu_ is held around every
+// use of the communicator (issuing, polling its error, aborting,
+// destroying), so no NCCL call races with the abort, and none follows it:
+// enqueue checks failure_ under mu_ before issuing.
 #pragma once
 
 #include <condition_variable>
@@ -63,13 +74,14 @@ class NcclProcessGroup final : public ProcessGroup {
   void issue_all(const std::vector<CommOp>& ops, const std::string& description);
   int issue(const CommOp& op);  // an ncclResult_t (nccl.h stays out of this header)
   void watchdog_loop();
+  void complete_finished();
   void abort_all(const std::string& why, bool timed_out);
   std::string never_arrived(uint64_t seq);
 
   int device_;
   std::unique_ptr<State> state_;
-  std::mutex mu_;  // guards pending_, stopping_, failure_
-  std::condition_variable cv_;
+  std::mutex mu_;  // guards pending_, stopping_, failure_ and every use of state_->comm
+  std::condition_variable cv_;  // notified as records leave pending_ (shutdown() waits)
   std::deque<std::shared_ptr<Pending>> pending_;
   bool stopping_ = false;
   std::string failure_;  // why the communicator was aborted; later ops fail with it
