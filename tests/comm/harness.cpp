@@ -24,7 +24,7 @@ std::string g_report_path;  // set in each child of run_processes()
 }  // namespace
 
 void run_world(int world_size, const std::function<void(ProcessGroup& world)>& fn,
-               std::chrono::milliseconds timeout) {
+               std::chrono::milliseconds timeout, CommBackend backend) {
   SpawnOptions options;
   options.timeout = timeout * 3;
   options.grace = std::chrono::seconds(1);
@@ -34,6 +34,7 @@ void run_world(int world_size, const std::function<void(ProcessGroup& world)>& f
         InitOptions init;
         init.init_method = "env://";
         init.timeout = timeout;
+        init.backend = backend;
         std::shared_ptr<ProcessGroup> world = init_process_group(init);
         fn(*world);
         destroy_process_group(world);

@@ -14,11 +14,13 @@
 namespace spmd::dist::testing {
 
 // Runs fn(world) on `world_size` processes started by spawn(); each joins
-// with init_process_group(env://, backend tcp) and leaves with
-// destroy_process_group. A rank fails by throwing (see expect()); spawn()
-// then stops the others and this throws, naming the rank and its message.
+// with init_process_group(env://, `backend`: TCP unless a GPU test asks for
+// NCCL) and leaves with destroy_process_group. A rank fails by throwing (see
+// expect()); spawn() then stops the others and this throws, naming the rank
+// and its message.
 void run_world(int world_size, const std::function<void(ProcessGroup& world)>& fn,
-               std::chrono::milliseconds timeout = std::chrono::seconds(20));
+               std::chrono::milliseconds timeout = std::chrono::seconds(20),
+               CommBackend backend = CommBackend::kTcp);
 
 // What run_processes() saw of one rank.
 struct RankOutcome {

@@ -148,6 +148,20 @@ TEST_CASE("DDP on 2 ranks sharing one GPU equals one process on it", "[ddp][gpu]
   });
 }
 
+// A 1-rank NCCL group on the GPU: the reducer's all_reduces go through
+// NCCL's stream, event ordering and watchdog completion.
+TEST_CASE("DDP on a 1-rank NCCL group equals one process on the GPU", "[ddp][gpu][nccl]") {
+  if (!have_gpu()) SPMD_SKIP_WITHOUT_GPU("no GPU: skipping");
+  run_world(
+      1,
+      [](ProcessGroup& world) {
+        const auto reference = train_reference(1, Device::cuda(0));
+        const auto model = train_ddp(world, {.bucket_cap_mb = 1.0 / 1024}, 2, Device::cuda(0));
+        check_same_parameters(*model, *reference, "DDP over NCCL on cuda");
+      },
+      std::chrono::seconds(60), CommBackend::kNccl);
+}
+
 TEST_CASE("small caps split the model into uneven buckets, last parameters first", "[ddp]") {
   run_world(1, [](ProcessGroup& world) {
     auto model = std::make_shared<nn::Transformer>(small_config(), kSeed);
