@@ -1,10 +1,11 @@
 // Differentiable collectives: the raw moves along a dim first (gather_along,
 // reduce_scatter_along, chunk_of, exchange_along), then one autograd
 // Function per pair of the table in functional.h, each backward the other's
-// forward.
+// forward; send and recv last.
 #include "parallel/functional.h"
 
 #include "autograd/function.h"
+#include "autograd/variable.h"
 #include "tensor/ops.h"
 
 namespace spmd::dist {
@@ -160,7 +161,46 @@ struct AllToAll : autograd::Function<AllToAll> {
   }
 };
 
+// The backward of a send is a receive of the gradient.
+struct Send : autograd::Function<Send> {
+  static constexpr const char* kName = "send";
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x, int dst, int tag, ProcessGroup* g) {
+    g->wait(g->send(ops::contiguous(x), dst, tag), OpType::kSend);
+    ctx.set("shape", x.shape());
+    ctx.set("dtype", x.dtype());
+    ctx.set("device", x.device());
+    ctx.set("dst", dst);
+    ctx.set("tag", tag);
+    ctx.set("group", g);
+    return ops::zeros({1}, {x.dtype(), x.device()});  // the token
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList&) {
+    ProcessGroup& g = *ctx.get<ProcessGroup*>("group");
+    Tensor grad =
+        ops::empty(ctx.get<Shape>("shape"), {ctx.get<DType>("dtype"), ctx.get<Device>("device")});
+    g.wait(g.recv(grad, ctx.get<int>("dst"), ctx.get<int>("tag")), OpType::kRecv);
+    return {grad};
+  }
+};
+
 }  // namespace
+
+Tensor send(const Tensor& x, int dst, ProcessGroup& group, int tag) {
+  SPMD_CHECK(x.defined(), "send: the tensor is undefined");
+  return Send::apply(x, dst, tag, &group);
+}
+
+Tensor recv(const Shape& shape, DType dtype, Device device, int src, ProcessGroup& group, int tag) {
+  Tensor x = ops::empty(shape, {dtype, device});
+  group.wait(group.recv(x, src, tag), OpType::kRecv);
+  x.requires_grad_();
+  // The backward of a receive is a send of the gradient, back to src.
+  register_hook(x, [&group, src, tag](const Tensor& grad) {
+    group.wait(group.send(ops::contiguous(grad), src, tag), OpType::kSend);
+    return Tensor();  // keep the gradient as it is
+  });
+  return x;
+}
 
 Tensor copy_to_group(const Tensor& x, ProcessGroup& group) { return CopyToGroup::apply(x, &group); }
 

@@ -14,6 +14,8 @@
 //   scatter_to_group   keep chunk   all_gather               split
 //   gather_from_group  all_gather   keep own chunk           gather
 //   all_to_all         all_to_all   all_to_all, dims swapped (Ulysses, experts)
+//   send               send         recv of the gradient     model parallel
+//   recv               recv         send of the gradient
 //
 // Two meanings of "replicated" decide between a pair and its look-alike: a
 // tensor whose gradient arrives *partial* (each rank holds a part of the sum,
@@ -62,5 +64,16 @@ Tensor gather_from_group(const Tensor& x, int dim, ProcessGroup& group);
 // concat_dim the function is its own inverse).
 // REQUIRES: x.size(split_dim) % group.size() == 0.
 Tensor all_to_all(const Tensor& x, int split_dim, int concat_dim, ProcessGroup& group);
+
+// Point-to-point across a cut of the model (model and pipeline parallelism):
+// the activation goes forward, its gradient comes back. send() returns a
+// one-element token that depends on x; backward(token) receives x's gradient
+// from `dst` and carries it on into x's graph. recv() returns a fresh leaf
+// of `shape` that requires grad, whose gradient, once backward has computed
+// it, is sent back to `src`. Each pair must use the same tag on both sides;
+// the sender's backward(token) waits until the receiver's backward has sent.
+Tensor send(const Tensor& x, int dst, ProcessGroup& group, int tag = 0);
+Tensor recv(const Shape& shape, DType dtype, Device device, int src, ProcessGroup& group,
+            int tag = 0);
 
 }  // namespace spmd::dist

@@ -173,3 +173,27 @@ TEST_CASE("the group counts calls and payload bytes per op", "[functional]") {
     expect(s.total_bytes() == 384, "total");
   });
 }
+
+TEST_CASE("a model cut in two over send/recv gets the gradients of the whole",
+          "[functional][p2p]") {
+  // y = tanh(x W1^T) W2^T, loss = sum(y * w): rank 0 holds W1, rank 1 W2.
+  run_world(2, [](ProcessGroup& g) {
+    const Tensor x = values({3, 4}, 1), w = values({3, 2}, 2);
+    Tensor w1 = values({5, 4}, 3), w2 = values({2, 5}, 4);
+    w1.requires_grad_();
+    w2.requires_grad_();
+    backward(sum(mul(linear(tanh(linear(x, w1)), w2), w)));  // the whole, on every rank
+    const Tensor dw1 = ops::clone(w1.grad()), dw2 = ops::clone(w2.grad());
+    w1.set_grad({});
+    w2.set_grad({});
+    if (g.rank() == 0) {
+      const Tensor token = send(tanh(linear(x, w1)), 1, g);  // the activation forward
+      backward(token);                                       // its gradient back
+      expect(ops::allclose(w1.grad(), dw1, 1e-12, 1e-12), "dW1 across the cut");
+    } else {
+      const Tensor h = recv({3, 5}, DType::kF64, Device::cpu(), 0, g);
+      backward(sum(mul(linear(h, w2), w)));  // sends dh back to rank 0
+      expect(ops::allclose(w2.grad(), dw2, 1e-12, 1e-12), "dW2");
+    }
+  });
+}
