@@ -1,0 +1,84 @@
+// The pipeline executor: one step is this rank's actions in schedule order;
+// forward() and backward() below are an action each, transfers included.
+#include "parallel/pipeline/executor.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/autograd.h"
+#include "autograd/nn_functional.h"
+#include "autograd/tensor_ops.h"
+#include "tensor/ops.h"
+
+namespace spmd::dist::pp {
+
+PipelineExecutor::PipelineExecutor(TransformerStage& stage, ProcessGroup& group, ScheduleKind kind,
+                                   int num_microbatches)
+    : stage_(stage), group_(group), num_microbatches_(num_microbatches) {
+  SPMD_CHECK(stage.num_stages() == group.size() && stage.index() == group.rank(),
+             "PipelineExecutor: stage ", stage.index(), " of ", stage.num_stages(), " on rank ",
+             group.rank(), " of a pp group of ", group.size(),
+             "; rank r must own stage r of as many stages as ranks");
+  SPMD_CHECK(num_microbatches >= 1, "PipelineExecutor: ", num_microbatches,
+             " microbatches; at least 1 is needed");
+  schedule_ = make_schedule(kind, group.size(), num_microbatches);
+}
+
+double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
+  SPMD_CHECK(ids.ndim() == 2 && targets.shape() == ids.shape(), "PipelineExecutor: expected ",
+             "ids and targets (B, T), got ", ids.shape(), " and ", targets.shape());
+  const int64_t B = ids.size(0), T = ids.size(1);
+  SPMD_CHECK(B % num_microbatches_ == 0, "PipelineExecutor: a batch of ", B,
+             " sequences does not divide into ", num_microbatches_, " microbatches");
+  activation_shape_ = Shape{B / num_microbatches_, T, stage_.model().config.d_model};
+  in_flight_.assign(size_t(num_microbatches_), {});
+  loss_sum_ = 0;
+  for (const Action& a : schedule_[size_t(group_.rank())]) {
+    if (a.type == Action::Type::kForward) {
+      forward(a.microbatch, ids, targets);
+    } else {
+      backward(a.microbatch);
+    }
+  }
+  for (const Work& w : sends_) group_.wait(w, OpType::kSend);
+  sends_.clear();
+  return stage_.is_last() ? loss_sum_ : std::numeric_limits<double>::quiet_NaN();
+}
+
+void PipelineExecutor::forward(int mb, const Tensor& ids, const Tensor& targets) {
+  const int64_t b = activation_shape_[0];
+  InFlight& f = in_flight_[size_t(mb)];
+  if (stage_.is_first()) {
+    f.input = ops::narrow(ids, 0, mb * b, b);
+  } else {  // the previous stage's output: a leaf whose gradient goes back to it
+    f.input = ops::empty(activation_shape_, {DType::kF32, ids.device()});
+    group_.wait(group_.recv(f.input, group_.rank() - 1, mb), OpType::kRecv);
+    f.input.requires_grad_();
+  }
+  const Tensor out = stage_.forward(f.input);
+  if (stage_.is_last()) {
+    f.output = mul(cross_entropy(out, ops::narrow(targets, 0, mb * b, b)), 1.0 / num_microbatches_);
+    loss_sum_ += f.output.item<double>();
+  } else {
+    f.output = out;
+    sends_.push_back(group_.send(ops::contiguous(detach(out)), group_.rank() + 1, mb));
+  }
+}
+
+void PipelineExecutor::backward(int mb) {
+  InFlight& f = in_flight_[size_t(mb)];
+  SPMD_CHECK(f.output.defined(), "PipelineExecutor: backward of microbatch ", mb, " on stage ",
+             stage_.index(), " before its forward");
+  if (stage_.is_last()) {
+    spmd::backward(f.output);
+  } else {  // the gradient of the output, from the next stage
+    Tensor grad = ops::empty(f.output.shape(), {f.output.dtype(), f.output.device()});
+    group_.wait(group_.recv(grad, group_.rank() + 1, mb), OpType::kRecv);
+    spmd::backward(f.output, grad);
+  }
+  if (!stage_.is_first())
+    sends_.push_back(group_.send(ops::contiguous(f.input.grad()), group_.rank() - 1, mb));
+  f = InFlight{};  // the microbatch's activations are freed here
+}
+
+}  // namespace spmd::dist::pp

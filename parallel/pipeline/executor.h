@@ -1,0 +1,64 @@
+// The pipeline executor: runs one rank's list of a schedule (schedule.h)
+// for one training step, with its stage's forward and backward and the
+// point-to-point transfers between neighbouring stages (16.5.1).
+//
+// Every rank of the pp group calls step() with the same batch; the batch is
+// cut into microbatches of B/m sequences. A forward of microbatch i receives
+// its input from the previous stage (the first stage cuts the ids), runs the
+// stage, and sends the output to the next stage without waiting (the last
+// stage computes the loss instead, divided by m so that the step's loss is
+// the mean over microbatches); a backward receives the output's gradient
+// from the next stage (the last starts from its loss), runs autograd back to
+// the stage's input and sends that gradient to the previous stage. The
+// stage's parameter gradients accumulate over the microbatches, so after
+// step() they are the whole batch's, as one process would have them; the
+// optimizer step is the caller's.
+//
+// Messages between two stages flow one way each (activations forward,
+// gradients back) in the same microbatch order on both sides, so they match
+// by order, as NCCL requires; the microbatch is also the tag.
+#pragma once
+
+#include <vector>
+
+#include "parallel/comm/process_group.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage.h"
+
+namespace spmd::dist::pp {
+
+class PipelineExecutor {
+ public:
+  // REQUIRES: group rank r owns stage r (stage.index() == group.rank(),
+  // stage.num_stages() == group.size()). Throws InvalidArgument otherwise,
+  // or for num_microbatches < 1.
+  PipelineExecutor(TransformerStage& stage, ProcessGroup& group, ScheduleKind kind,
+                   int num_microbatches);
+
+  // One step's forwards and backwards over ids and targets (B, T), the same
+  // on every rank. Returns the mean loss over the microbatches on the last
+  // stage, NaN on the others. Throws InvalidArgument, before any
+  // communication, when B does not divide into the microbatches.
+  double step(const Tensor& ids, const Tensor& targets);
+
+  const Schedule& schedule() const { return schedule_; }
+
+ private:
+  struct InFlight {
+    Tensor input;   // what the stage received (a leaf that requires grad), or the ids
+    Tensor output;  // the stage's output; on the last stage the microbatch's loss
+  };
+  void forward(int mb, const Tensor& ids, const Tensor& targets);
+  void backward(int mb);
+
+  TransformerStage& stage_;
+  ProcessGroup& group_;
+  int num_microbatches_;
+  Schedule schedule_;
+  std::vector<InFlight> in_flight_;
+  std::vector<Work> sends_;
+  Shape activation_shape_;  // (b, T, C) between stages
+  double loss_sum_ = 0;
+};
+
+}  // namespace spmd::dist::pp
