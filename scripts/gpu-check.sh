@@ -11,7 +11,8 @@
 #                                     training step, the 1-rank NCCL group, the TCP
 #                                     backend with CUDA tensors, and each parallel
 #                                     strategy's equivalence on CUDA (two ranks
-#                                     sharing the GPU over TCP: DDP, tensor parallelism);
+#                                     sharing the GPU over TCP: DDP, tensor and
+#                                     pipeline parallelism);
 #                                     2. the kernel benchmark (bandwidth against a
 #                                     device copy, GEMM against raw cuBLAS, fused
 #                                     against composed attention); 3. the GPT-2 124M
@@ -69,7 +70,7 @@ fi
 
 # --- Build: only the targets below ---------------------------------------------------
 tests=(test_gpu_ops test_gpu_runtime test_attention test_autograd_nn test_comm_nccl test_ddp_equivalence
-       test_tp_equivalence)
+       test_tp_equivalence test_pp_equivalence)
 targets=("${tests[@]}")
 [ $bench = 1 ] && targets+=(spmd-bench-gpu-kernels spmd-bench-train)
 generator=()

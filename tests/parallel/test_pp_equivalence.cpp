@@ -17,6 +17,7 @@
 #include "parallel/device_mesh.h"
 #include "parallel/pipeline/executor.h"
 #include "tensor/ops.h"
+#include "tests/skip.h"
 
 using namespace spmd;
 using namespace spmd::dist;
@@ -37,11 +38,12 @@ nn::TransformerConfig config() {  // 4 blocks, so 2 and 4 stages both cut betwee
 struct Batch {
   Tensor x, y;
 };
-Batch batch(int step, int64_t rows) {
+Batch batch(int step, int64_t rows, Device device) {
   Generator gen(3000 + uint64_t(step));
   const auto c = config();
-  return {ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen),
-          ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen)};
+  return {
+      ops::to(ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen), device),
+      ops::to(ops::randint(0, c.vocab_size, {rows, c.max_seq_len}, {DType::kI64}, &gen), device)};
 }
 
 optim::AdamWOptions adamw() { return {.lr = 3e-3, .weight_decay = 0.1}; }
@@ -51,11 +53,12 @@ struct Run {
   std::shared_ptr<nn::Transformer> model;
 };
 
-Run train_reference(int dp) {
+Run train_reference(int dp, Device device) {
   Run run{{}, std::make_shared<nn::Transformer>(config(), kSeed)};
+  run.model->to(device);
   optim::AdamW opt(run.model->parameters(), adamw());
   for (int step = 0; step < kSteps; ++step) {
-    const Batch b = batch(step, dp * kRowsPerReplica);
+    const Batch b = batch(step, dp * kRowsPerReplica, device);
     const Tensor loss = cross_entropy((*run.model)(b.x), b.y);
     run.losses.push_back(loss.item<double>());
     opt.zero_grad();
@@ -66,19 +69,21 @@ Run train_reference(int dp) {
 }
 
 // pp x dp ranks (pp innermost): each replica's stages on its pp line.
-void check_pipeline(ProcessGroup& world, int dp, pp::ScheduleKind kind, int microbatches) {
+void check_pipeline(ProcessGroup& world, int dp, pp::ScheduleKind kind, int microbatches,
+                    Device device = Device::cpu()) {
   const int pp_size = world.size() / dp;
   DeviceMesh mesh(borrow(world), {dp, pp_size}, {"dp", "pp"});
   const std::string what = str_cat(pp::schedule_name(kind), " on ", pp_size, " stages x dp ", dp,
                                    ", ", microbatches, " microbatches (rank ", world.rank(), ")");
-  const Run want = train_reference(dp);
+  const Run want = train_reference(dp, device);
   auto model = std::make_shared<nn::Transformer>(config(), kSeed);
+  model->to(device);
   pp::TransformerStage stage = pp::split_model(model, int(mesh.coordinate("pp")), pp_size);
   pp::PipelineExecutor executor(stage, mesh.group("pp"), kind, microbatches);
   optim::AdamW opt(stage.parameters(), adamw());
   const int64_t first_row = mesh.coordinate("dp") * kRowsPerReplica;
   for (int step = 0; step < kSteps; ++step) {
-    const Batch b = batch(step, dp * kRowsPerReplica);
+    const Batch b = batch(step, dp * kRowsPerReplica, device);
     opt.zero_grad();
     double loss = executor.step(ops::narrow(b.x, 0, first_row, kRowsPerReplica),
                                 ops::narrow(b.y, 0, first_row, kRowsPerReplica));
@@ -173,4 +178,14 @@ TEST_CASE("GPipe and 1F1B on 4 stages train as one process", "[pp][equivalence]"
 
 TEST_CASE("pp x dp = 2 x 2 trains as one process on both batches", "[pp][dp][equivalence]") {
   run_world(4, [](ProcessGroup& world) { check_pipeline(world, 2, pp::ScheduleKind::k1F1B, 2); });
+}
+
+// On a GPU: two stages share it over the TCP backend (NCCL refuses two ranks
+// on one device), the reference runs on the same GPU.
+TEST_CASE("1F1B on 2 stages sharing one GPU trains as one process on it",
+          "[pp][gpu][equivalence]") {
+  if (!have_gpu()) SPMD_SKIP_WITHOUT_GPU("no GPU: skipping");
+  run_world(2, [](ProcessGroup& world) {
+    check_pipeline(world, 1, pp::ScheduleKind::k1F1B, 2, Device::cuda(0));
+  });
 }
