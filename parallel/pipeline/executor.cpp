@@ -8,6 +8,7 @@
 #include "autograd/autograd.h"
 #include "autograd/nn_functional.h"
 #include "autograd/tensor_ops.h"
+#include "runtime/trace.h"
 #include "tensor/ops.h"
 
 namespace spmd::dist::pp {
@@ -33,6 +34,8 @@ double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
   activation_shape_ = Shape{B / num_microbatches_, T, stage_.model().config.d_model};
   in_flight_.assign(size_t(num_microbatches_), {});
   loss_sum_ = 0;
+  timeline_.clear();
+  step_start_us_ = trace_now_us();
   for (const Action& a : schedule_[size_t(group_.rank())]) {
     if (a.type == Action::Type::kForward) {
       forward(a.microbatch, ids, targets);
@@ -42,6 +45,7 @@ double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
   }
   for (const Work& w : sends_) group_.wait(w, OpType::kSend);
   sends_.clear();
+  step_us_ = trace_now_us() - step_start_us_;
   return stage_.is_last() ? loss_sum_ : std::numeric_limits<double>::quiet_NaN();
 }
 
@@ -55,30 +59,47 @@ void PipelineExecutor::forward(int mb, const Tensor& ids, const Tensor& targets)
     group_.wait(group_.recv(f.input, group_.rank() - 1, mb), OpType::kRecv);
     f.input.requires_grad_();
   }
+  const int64_t start = trace_now_us();
   const Tensor out = stage_.forward(f.input);
   if (stage_.is_last()) {
     f.output = mul(cross_entropy(out, ops::narrow(targets, 0, mb * b, b)), 1.0 / num_microbatches_);
     loss_sum_ += f.output.item<double>();
   } else {
     f.output = out;
-    sends_.push_back(group_.send(ops::contiguous(detach(out)), group_.rank() + 1, mb));
   }
+  record({Action::Type::kForward, stage_.index(), mb}, start);
+  if (!stage_.is_last())
+    sends_.push_back(group_.send(ops::contiguous(detach(out)), group_.rank() + 1, mb));
 }
 
 void PipelineExecutor::backward(int mb) {
   InFlight& f = in_flight_[size_t(mb)];
   SPMD_CHECK(f.output.defined(), "PipelineExecutor: backward of microbatch ", mb, " on stage ",
              stage_.index(), " before its forward");
-  if (stage_.is_last()) {
-    spmd::backward(f.output);
-  } else {  // the gradient of the output, from the next stage
-    Tensor grad = ops::empty(f.output.shape(), {f.output.dtype(), f.output.device()});
+  Tensor grad;  // of the output: from the next stage, or none (the loss) on the last
+  if (!stage_.is_last()) {
+    grad = ops::empty(f.output.shape(), {f.output.dtype(), f.output.device()});
     group_.wait(group_.recv(grad, group_.rank() + 1, mb), OpType::kRecv);
-    spmd::backward(f.output, grad);
   }
+  const int64_t start = trace_now_us();
+  spmd::backward(f.output, grad);
+  record({Action::Type::kBackward, stage_.index(), mb}, start);
   if (!stage_.is_first())
     sends_.push_back(group_.send(ops::contiguous(f.input.grad()), group_.rank() - 1, mb));
   f = InFlight{};  // the microbatch's activations are freed here
+}
+
+void PipelineExecutor::record(const Action& action, int64_t start_us) {
+  const int64_t end = trace_now_us();
+  timeline_.push_back({action, start_us - step_start_us_, end - step_start_us_});
+  if (trace_enabled()) trace_record(action.str(), "pipeline", start_us, end - start_us);
+}
+
+double PipelineExecutor::measured_bubble() const {
+  if (step_us_ <= 0) return 0;
+  int64_t busy = 0;
+  for (const Timed& t : timeline_) busy += t.end_us - t.start_us;
+  return 1.0 - double(busy) / double(step_us_);
 }
 
 }  // namespace spmd::dist::pp

@@ -43,6 +43,19 @@ class PipelineExecutor {
 
   const Schedule& schedule() const { return schedule_; }
 
+  // The last step's timeline on this rank: each action's compute (from
+  // after its receive to before its send) in microseconds since the step
+  // began, and the step's length. The measured bubble is the share of the
+  // step not spent computing. With SPMD_TRACE set, each action is also a
+  // span of the Chrome trace (runtime/trace.h).
+  struct Timed {
+    Action action;
+    int64_t start_us = 0, end_us = 0;
+  };
+  const std::vector<Timed>& timeline() const { return timeline_; }
+  int64_t step_us() const { return step_us_; }
+  double measured_bubble() const;
+
  private:
   struct InFlight {
     Tensor input;   // what the stage received (a leaf that requires grad), or the ids
@@ -50,6 +63,7 @@ class PipelineExecutor {
   };
   void forward(int mb, const Tensor& ids, const Tensor& targets);
   void backward(int mb);
+  void record(const Action& action, int64_t start_us);
 
   TransformerStage& stage_;
   ProcessGroup& group_;
@@ -58,6 +72,8 @@ class PipelineExecutor {
   std::vector<InFlight> in_flight_;
   std::vector<Work> sends_;
   Shape activation_shape_;  // (b, T, C) between stages
+  std::vector<Timed> timeline_;
+  int64_t step_start_us_ = 0, step_us_ = 0;
   double loss_sum_ = 0;
 };
 

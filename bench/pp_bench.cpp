@@ -1,0 +1,165 @@
+// spmd-bench-pp: pipeline-parallel training of the small GPT-2-shaped
+// transformer (untied head, 6 blocks) on CPU ranks, for several schedules
+// and microbatch counts, with the measured bubble beside the predicted one.
+// Run it under spmdrun, or alone for the one-process reference:
+//
+//   spmdrun --standalone --nproc-per-node 2 spmd-bench-pp --schedules gpipe,1f1b --microbatches
+//   1,2,4,8,16 spmd-bench-pp --single
+//
+// Each (schedule, m) trains --steps steps of a global batch of --batch
+// sequences after --warmup untimed ones; a step is the pipeline's forwards
+// and backwards and the AdamW step. Rank 0 prints one line per run:
+//   spmd-pp schedule=1f1b m=8 stages=2 tokens_per_s=... step_ms=... bubble=... predicted=...
+//   in_flight=... peak_rss_mb=...
+// bubble: the share of a step a rank spent not computing (waiting on its
+// neighbours, or idle at the start and end), the median step's, averaged
+// over ranks; predicted: (p - 1) / (m + p - 1); in_flight: the most
+// microbatches a rank holds at once (the schedule's simulation), which
+// activation memory follows. --single prints `spmd-pp schedule=single ...`.
+// bench/pp_bench.py runs them side by side.
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "autograd/autograd.h"
+#include "autograd/nn/transformer.h"
+#include "autograd/optim/adamw.h"
+#include "parallel/comm/init.h"
+#include "parallel/pipeline/executor.h"
+#include "runtime/trace.h"
+#include "tensor/ops.h"
+#include "tensor/threads.h"
+
+using namespace spmd;
+namespace pp = dist::pp;
+
+namespace {
+
+struct Flags {
+  std::string schedules = "gpipe,1f1b", microbatches = "1,2,4,8,16";
+  bool single = false;
+  int threads = 1, steps = 3, warmup = 1;
+  int64_t batch = 16;
+};
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return double(usage.ru_maxrss) / 1024.0;
+}
+
+nn::TransformerConfig bench_config() {
+  nn::TransformerConfig c = nn::TransformerConfig::preset("small");
+  c.tie_embeddings = false;  // a pipeline cannot split a tied head (parallel/pipeline/stage.h)
+  return c;
+}
+
+std::vector<Tensor> batches(const nn::TransformerConfig& c, int64_t B, int n) {
+  Generator gen(1);
+  std::vector<Tensor> out;
+  for (int i = 0; i < 2 * n; ++i)
+    out.push_back(ops::randint(0, c.vocab_size, {B, c.max_seq_len}, {DType::kI64}, &gen));
+  return out;  // ids and targets, alternating
+}
+
+void run_single(const Flags& f) {
+  const auto c = bench_config();
+  auto model = std::make_shared<nn::Transformer>(c, 0);
+  optim::AdamW opt(model->parameters(), {.lr = 3e-4, .weight_decay = 0.1});
+  const auto data = batches(c, f.batch, f.warmup + f.steps);
+  std::vector<double> step_s;
+  for (int i = 0; i < f.warmup + f.steps; ++i) {
+    const int64_t start = trace_now_us();
+    const Tensor loss = cross_entropy((*model)(data[2 * i]), data[2 * i + 1]);
+    opt.zero_grad();
+    backward(loss);
+    opt.step();
+    if (i >= f.warmup) step_s.push_back(double(trace_now_us() - start) / 1e6);
+  }
+  const double step = median(step_s);
+  std::printf(
+      "spmd-pp schedule=single m=1 stages=1 tokens_per_s=%.0f step_ms=%.1f bubble=0 "
+      "predicted=0 in_flight=1 peak_rss_mb=%.1f\n",
+      double(f.batch * c.max_seq_len) / step, step * 1e3, peak_rss_mb());
+}
+
+void run_pipeline(dist::ProcessGroup& world, const std::string& name, int m, const Flags& f) {
+  const auto c = bench_config();
+  auto model = std::make_shared<nn::Transformer>(c, 0);
+  pp::TransformerStage stage = pp::split_model(model, world.rank(), world.size());
+  const pp::ScheduleKind kind = pp::parse_schedule(name);
+  pp::PipelineExecutor executor(stage, world, kind, m);
+  optim::AdamW opt(stage.parameters(), {.lr = 3e-4, .weight_decay = 0.1});
+  const auto data = batches(c, f.batch, f.warmup + f.steps);
+  std::vector<double> step_s, bubbles;
+  for (int i = 0; i < f.warmup + f.steps; ++i) {
+    world.barrier().wait();  // start the ranks' steps together
+    const int64_t start = trace_now_us();
+    opt.zero_grad();
+    executor.step(data[2 * i], data[2 * i + 1]);
+    opt.step();
+    if (i < f.warmup) continue;
+    step_s.push_back(double(trace_now_us() - start) / 1e6);
+    bubbles.push_back(executor.measured_bubble());
+  }
+  // The median step's bubble, averaged over the ranks.
+  Tensor bubble = ops::full({1}, median(bubbles), {DType::kF64});
+  world.all_reduce(bubble, dist::ReduceOp::kAvg).wait();
+  const auto sim = pp::simulate(executor.schedule(), world.size(), m);
+  const double step = median(step_s);
+  if (world.rank() == 0)
+    std::printf(
+        "spmd-pp schedule=%s m=%d stages=%d tokens_per_s=%.0f step_ms=%.1f bubble=%.3f "
+        "predicted=%.3f in_flight=%d peak_rss_mb=%.1f\n",
+        name.c_str(), m, world.size(), double(f.batch * c.max_seq_len) / step, step * 1e3,
+        bubble.item<double>(), pp::predicted_bubble(world.size(), m),
+        *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end()), peak_rss_mb());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"Pipeline-parallel training of the small transformer (CPU); see pp_bench.py."};
+  app.add_flag("--single", f.single, "one process, no pipeline: the reference");
+  app.add_option("--schedules", f.schedules, "comma-separated: gpipe, 1f1b");
+  app.add_option("--microbatches", f.microbatches, "comma-separated microbatch counts");
+  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--steps", f.steps, "timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", f.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", f.batch, "sequences per step")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    set_num_threads(f.threads);
+    if (f.single) {
+      run_single(f);
+      return 0;
+    }
+    auto world = dist::init_process_group();  // env://, the TCP backend
+    for (const std::string& name : split(f.schedules))
+      for (const std::string& m : split(f.microbatches))
+        run_pipeline(*world, name, std::stoi(m), f);
+    dist::destroy_process_group(world);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spmd-bench-pp: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""Runs spmd-bench-pp beside one process and prints one table.
+
+The small transformer (untied head, 6 blocks, T 256) with a global batch of
+--batch sequences: one process (--single), then the pipeline on --world
+ranks for each schedule and microbatch count, --threads threads per rank.
+The single run and the pipeline run alternate for --rounds rounds, so that
+a noisy machine slows both alike; each figure is the median over rounds,
+and the speed ratio the median of the rounds' pairwise ratios against the
+single run of the same round. Printed per row: tokens/s, the measured
+bubble beside (p-1)/(m+p-1), the most microbatches a rank holds (which
+activation memory follows) and the peak RSS of rank 0 (its largest so far:
+the runs share one process per rank).
+
+  bench/pp_bench.py [--build build] [--world 2] [--threads 1] [--rounds 2] [--steps 3]
+                    [--batch 16] [--schedules gpipe,1f1b] [--microbatches 1,2,4,8,16]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse(line):
+    return {k: v for k, v in (kv.split("=", 1) for kv in line.split()[1:])}
+
+
+def run(cmd, env):
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    if out.returncode != 0:
+        sys.exit(f"pp_bench: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
+    lines = [l.split("]: ", 1)[-1] for l in out.stdout.strip().splitlines()]  # drop [rankN]:
+    return [parse(l) for l in lines if l.startswith("spmd-pp ")]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--schedules", default="gpipe,1f1b")
+    ap.add_argument("--microbatches", default="1,2,4,8,16")
+    args = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    bench = os.path.join(args.build, "bench", "spmd-bench-pp")
+    common = ["--threads", str(args.threads), "--steps", str(args.steps), "--batch", str(args.batch)]
+    single = [bench, "--single"] + common
+    pipeline = [os.path.join(args.build, "launcher", "spmdrun"), "--standalone",
+                "--nproc-per-node", str(args.world), bench, "--schedules", args.schedules,
+                "--microbatches", args.microbatches] + common
+    singles, rows = [], {}
+    for r in range(args.rounds):
+        singles.append(run(single, env)[0])
+        for res in run(pipeline, env):
+            rows.setdefault((res["schedule"], int(res["m"])), []).append(res)
+        print(f"round {r}: done", file=sys.stderr)
+
+    def med(results, key):
+        return statistics.median(float(x[key]) for x in results)
+
+    print(f"\nsmall transformer (untied head), global batch {args.batch}, {args.world} stages x "
+          f"{args.threads} thread(s), one process x {args.threads}; median of {args.rounds} "
+          f"interleaved rounds\n")
+    print("| run | m | tok/s | step ms | bubble measured | predicted | microbatches in flight | "
+          "peak RSS MB (rank 0) | tok/s vs one process |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| one process | — | {med(singles, 'tokens_per_s'):,.0f} | {med(singles, 'step_ms'):.0f} | "
+          f"— | — | 1 | {med(singles, 'peak_rss_mb'):.0f} | 1.00 |")
+    for (name, m), results in rows.items():
+        ratio = statistics.median(float(x["tokens_per_s"]) / float(s["tokens_per_s"])
+                                  for x, s in zip(results, singles))
+        print(f"| {name} | {m} | {med(results, 'tokens_per_s'):,.0f} | {med(results, 'step_ms'):.0f} | "
+              f"{med(results, 'bubble'):.3f} | {results[0]['predicted']} | {results[0]['in_flight']} | "
+              f"{med(results, 'peak_rss_mb'):.0f} | {ratio:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
