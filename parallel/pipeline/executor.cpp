@@ -32,6 +32,7 @@ double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
   SPMD_CHECK(B % num_microbatches_ == 0, "PipelineExecutor: a batch of ", B,
              " sequences does not divide into ", num_microbatches_, " microbatches");
   activation_shape_ = Shape{B / num_microbatches_, T, stage_.model().config.d_model};
+  check_neighbours(ids.device());
   in_flight_.assign(size_t(num_microbatches_), {});
   loss_sum_ = 0;
   timeline_.clear();
@@ -87,6 +88,43 @@ void PipelineExecutor::backward(int mb) {
   if (!stage_.is_first())
     sends_.push_back(group_.send(ops::contiguous(f.input.grad()), group_.rank() - 1, mb));
   f = InFlight{};  // the microbatch's activations are freed here
+}
+
+// Each stage but the last tells the next the (dtype, b, T, C) of the
+// activations it will send; each but the first compares them with what it
+// expects. Both sides of a disagreement throw the same message.
+void PipelineExecutor::check_neighbours(const Device& device) {
+  auto describe = [](const Tensor& d) {
+    const std::vector<int64_t> v = ops::to_vector<int64_t>(d);
+    return str_cat(dtype_name(DType(v[0])), " (", v[1], ", ", v[2], ", ", v[3], ")");
+  };
+  const Tensor mine =
+      ops::to(ops::from_vector(std::vector<int64_t>{int64_t(DType::kF32), activation_shape_[0],
+                                                    activation_shape_[1], activation_shape_[2]},
+                               {4}),
+              device);
+  const int r = group_.rank();
+  std::vector<P2POp> ops_;
+  Tensor from_prev = ops::empty({4}, {DType::kI64, device});
+  Tensor from_next = ops::empty({4}, {DType::kI64, device});
+  if (!stage_.is_last()) {
+    ops_.push_back({OpType::kSend, mine, r + 1, -1});
+    ops_.push_back({OpType::kRecv, from_next, r + 1, -1});
+  }
+  if (!stage_.is_first()) {
+    ops_.push_back({OpType::kSend, mine, r - 1, -1});
+    ops_.push_back({OpType::kRecv, from_prev, r - 1, -1});
+  }
+  group_.wait(group_.batch_isend_irecv(ops_), OpType::kRecv);
+  auto check = [&](const Tensor& theirs, int sender, int receiver) {
+    SPMD_CHECK(ops::to_vector<int64_t>(theirs) == ops::to_vector<int64_t>(mine), "pipeline: stage ",
+               sender, " sends activations ", describe(sender == r ? mine : theirs),
+               " for each microbatch, but stage ", receiver, " expects ",
+               describe(receiver == r ? mine : theirs),
+               " (do both ranks build the same model and pass the same batch?)");
+  };
+  if (!stage_.is_first()) check(from_prev, r - 1, r);
+  if (!stage_.is_last()) check(from_next, r, r + 1);
 }
 
 void PipelineExecutor::record(const Action& action, int64_t start_us) {

@@ -38,7 +38,12 @@ class PipelineExecutor {
   // One step's forwards and backwards over ids and targets (B, T), the same
   // on every rank. Returns the mean loss over the microbatches on the last
   // stage, NaN on the others. Throws InvalidArgument, before any
-  // communication, when B does not divide into the microbatches.
+  // communication, when B does not divide into the microbatches. Before
+  // the first action neighbouring stages compare what one will send with
+  // what the other expects (4 integers each way), and both throw
+  // InvalidArgument naming the two stages, the shapes and dtypes if they
+  // differ (ranks given different models or batches): never a hang or a
+  // wrong result.
   double step(const Tensor& ids, const Tensor& targets);
 
   const Schedule& schedule() const { return schedule_; }
@@ -64,6 +69,7 @@ class PipelineExecutor {
   void forward(int mb, const Tensor& ids, const Tensor& targets);
   void backward(int mb);
   void record(const Action& action, int64_t start_us);
+  void check_neighbours(const Device& device);
 
   TransformerStage& stage_;
   ProcessGroup& group_;

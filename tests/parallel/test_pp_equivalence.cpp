@@ -162,6 +162,28 @@ TEST_CASE("bad cuts and batches are refused before anything runs", "[pp][errors]
   });
 }
 
+TEST_CASE("neighbours that disagree on the activations say so, naming both stages",
+          "[pp][errors]") {
+  run_world(2, [](ProcessGroup& world) {
+    // Rank 1 built a wider model than rank 0: its stage expects (b, T, 48).
+    auto c = config();
+    if (world.rank() == 1) c.d_model = 48, c.n_heads = 4, c.n_kv_heads = 2;
+    auto model = std::make_shared<nn::Transformer>(c, 1);
+    pp::TransformerStage stage = pp::split_model(model, world.rank(), 2);
+    pp::PipelineExecutor executor(stage, world, pp::ScheduleKind::kGPipe, 2);
+    const Tensor ids = ops::zeros({4, 8}, {DType::kI64});
+    std::string message;
+    try {
+      executor.step(ids, ids);
+    } catch (const InvalidArgument& e) {
+      message = e.what();
+    }
+    expect(message.find("stage 0 sends activations f32 (2, 8, 32) for each microbatch, but stage "
+                        "1 expects f32 (2, 8, 48)") != std::string::npos,
+           "rank ", world.rank(), ": ", message);
+  });
+}
+
 TEST_CASE("GPipe and 1F1B on 2 stages train as one process", "[pp][equivalence]") {
   run_world(2, [](ProcessGroup& world) {
     for (auto kind : {pp::ScheduleKind::kGPipe, pp::ScheduleKind::k1F1B})
