@@ -1,0 +1,181 @@
+// 07_pipeline: 06_model_parallel's cut model, with the batch cut too (chapter
+// 16.5.1). Each of p ranks holds one stage (pp::split_model: the embeddings
+// and the first blocks, then blocks, then the last blocks, the norm and the
+// head), and every step's batch is cut into M microbatches, so that stage 0
+// computes microbatch 2 while stage 1 computes microbatch 1. A schedule says
+// in which order each rank runs its forwards and backwards:
+//   gpipe: every forward, then every backward (M microbatches in flight);
+//   1f1b:  one forward and one backward in turn once the pipe is full (at
+//          most p - r in flight on rank r): the same bubble, less memory.
+// pp::PipelineExecutor runs this rank's list with the transfers between
+// neighbours; the gradients accumulate over the microbatches, and the
+// optimizer step, the LR schedule and the clipping by the norm over all the
+// stages are 06's. Rank 0 first prints the schedule as a table, with the
+// bubble and the peak microbatches in flight that pp::simulate finds; the
+// last stage, which has the loss, logs training and at the end each rank's
+// measured bubble beside the formula's (p - 1) / (M + p - 1).
+// Not here: interleaved (virtual) stages, pipelines combined with data or
+// tensor parallelism.
+//
+//   spmdrun --standalone --nproc-per-node 2 07_pipeline --data
+//   ../shared/data/tinyshakespeare.txt --schedule 1f1b --microbatches 8
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "autograd/data/text_dataset.h"
+#include "autograd/nn/transformer.h"
+#include "autograd/optim/adamw.h"
+#include "autograd/optim/clip_grad.h"
+#include "autograd/optim/lr_schedule.h"
+#include "parallel/comm/init.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage.h"
+#include "tensor/ops.h"
+#include "tensor/threads.h"
+
+using namespace spmd;
+namespace pp = dist::pp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Flags {
+  std::string data, config = "tiny", schedule = "1f1b";
+  int64_t steps = 600, batch = 8, warmup = 50, log_every = 50;
+  int microbatches = 4;
+  double lr = 2e-3, grad_clip = 1.0;
+  uint64_t seed = 1337;
+  int threads = 1;
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"Train the transformer as a pipeline, one stage per rank (run it under spmdrun)."};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
+  app.add_option("--data", f.data, "text file to train on")->required();
+  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
+  app.add_option("--schedule", f.schedule, "gpipe or 1f1b");
+  app.add_option("--microbatches", f.microbatches, "microbatches per step (they divide --batch)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", f.lr, "peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)");
+  app.add_option("--seed", f.seed, "seed of the weights and of the batches");
+  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  return f;
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Rank 0, before training: which blocks each stage holds, the schedule's
+// picture, and what running it in unit time finds.
+void print_plan(const pp::PipelineExecutor& executor, int64_t num_layers, const Flags& f, int p) {
+  const int64_t L = num_layers;
+  const int m = f.microbatches;
+  const std::vector<int64_t> starts = pp::split_layers(L, p);  // first block of stages 1..p-1
+  std::printf("config %s, untied head, %d stages over %lld blocks:", f.config.c_str(), p,
+              (long long)L);
+  for (int s = 0; s < p; ++s) {
+    const int64_t first = s == 0 ? 0 : starts[s - 1], end = s == p - 1 ? L : starts[s];
+    std::printf(" %d: layers %lld-%lld%s", s, (long long)first, (long long)(end - 1),
+                s == p - 1 ? "\n" : ",");
+  }
+  std::printf("%s, the batch of %lld sequences in %d microbatches\n%s", f.schedule.c_str(),
+              (long long)f.batch, m, pp::to_table(executor.schedule(), p, m).c_str());
+  const pp::SimulationResult sim = pp::simulate(executor.schedule(), p, m);
+  std::printf("simulated: %d time steps, bubble %.3f (the formula's %.3f), peak in flight",
+              sim.steps, sim.bubble, pp::predicted_bubble(p, m));
+  for (int n : sim.peak_in_flight) std::printf(" %d", n);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+// The last stage prints every rank's mean measured bubble, gathered so that
+// the lines come out in rank order.
+void print_bubbles(dist::ProcessGroup& world, double bubble, const Flags& f) {
+  const int p = world.size();
+  const Tensor all = ops::empty({p}, {DType::kF64});
+  world.all_gather(all, ops::scalar_tensor(bubble, {DType::kF64})).wait();
+  if (world.rank() != p - 1) return;
+  for (int r = 0; r < p; ++r)
+    std::printf("rank %d (stage %d): bubble measured %.3f, predicted %.3f (%s, %d microbatches)\n",
+                r, r, all.data<double>()[r], pp::predicted_bubble(p, f.microbatches),
+                f.schedule.c_str(), f.microbatches);
+}
+
+void train(dist::ProcessGroup& world, const Flags& f) {
+  set_num_threads(f.threads);
+  const int p = world.size(), rank = world.rank();
+  const data::TextDataset ds = data::TextDataset::from_file(f.data);
+  nn::TransformerConfig config = nn::TransformerConfig::preset(f.config);
+  config.tie_embeddings = false;  // the head would span the first and the last stage
+  // The whole model on every rank, the same weights; each keeps its stage.
+  auto model = std::make_shared<nn::Transformer>(config, f.seed);
+  pp::TransformerStage stage = pp::split_model(model, rank, p);  // refuses p > blocks
+  pp::PipelineExecutor executor(stage, world, pp::parse_schedule(f.schedule), f.microbatches);
+  if (rank == 0) print_plan(executor, config.n_layers, f, p);
+
+  const std::vector<Tensor> params = stage.parameters();
+  optim::AdamW opt(params, {.lr = f.lr, .weight_decay = 0.1});
+  const optim::WarmupCosine schedule(f.lr, std::min(f.warmup, f.steps), f.steps, f.lr / 10);
+  const auto sum_over_stages = [&world](double sq) {  // every stage's squared gradients
+    Tensor s = ops::scalar_tensor(sq, {DType::kF64});
+    world.wait(world.all_reduce(s), dist::OpType::kAllReduce);
+    return s.item<double>();
+  };
+  Generator batches(f.seed + 1);  // the same seed on every rank: the same batches
+  const int64_t B = f.batch, T = config.max_seq_len;
+  double bubble_sum = 0;  // over the steps after the first (which connects and allocates)
+  world.barrier().wait();
+  auto window_start = Clock::now();
+  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+    const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
+    opt.zero_grad();
+    const double loss = executor.step(b.x, b.y);  // NaN but on the last stage
+    if (f.grad_clip > 0) optim::clip_grad_norm_(params, f.grad_clip, sum_over_stages);
+    opt.set_lr(schedule(step));
+    opt.step();
+    if (step > 0 || f.steps == 1) bubble_sum += executor.measured_bubble();
+
+    ++window_steps;
+    if (stage.is_last() && (step % f.log_every == 0 || step == f.steps - 1)) {
+      std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss,
+                  double(window_steps * B * T) / seconds_since(window_start));
+      std::fflush(stdout);
+      window_start = Clock::now();
+      window_steps = 0;
+    }
+  }
+  print_bubbles(world, bubble_sum / double(std::max<int64_t>(1, f.steps - 1)), f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  try {
+    auto world = dist::init_process_group();  // env://, the TCP backend
+    train(*world, flags);
+    dist::destroy_process_group(world);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "07_pipeline: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
