@@ -21,8 +21,6 @@
 // from the first bucket's launch to the last one's completion, and the part
 // of that span before backward's last node, idle gaps included.
 // bench/ddp_bench.py runs it beside PyTorch DDP (bench/peers/torch_ddp.py).
-#include <sys/resource.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -32,6 +30,7 @@
 #include "autograd/autograd.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "bench/step_stats.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp.h"
 #include "tensor/ops.h"
@@ -41,6 +40,9 @@ using namespace spmd;
 
 namespace {
 
+using bench::median;
+using bench::peak_rss_mb;
+
 struct Flags {
   std::string config = "small";
   int threads = 1;
@@ -49,17 +51,6 @@ struct Flags {
   int64_t batch = 8;
   double bucket_cap_mb = 25;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double peak_rss_mb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return double(usage.ru_maxrss) / 1024.0;
-}
 
 void run(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
   set_num_threads(f.threads);

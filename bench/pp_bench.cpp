@@ -17,8 +17,6 @@
 // microbatches a rank holds at once (the schedule's simulation), which
 // activation memory follows. --single prints `spmd-pp schedule=single ...`.
 // bench/pp_bench.py runs them side by side.
-#include <sys/resource.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -28,6 +26,7 @@
 #include "autograd/autograd.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "bench/step_stats.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/executor.h"
 #include "runtime/trace.h"
@@ -38,6 +37,9 @@ using namespace spmd;
 namespace pp = dist::pp;
 
 namespace {
+
+using bench::median;
+using bench::peak_rss_mb;
 
 struct Flags {
   std::string schedules = "gpipe,1f1b", microbatches = "1,2,4,8,16";
@@ -51,17 +53,6 @@ std::vector<std::string> split(const std::string& list) {
   std::stringstream in(list);
   for (std::string item; std::getline(in, item, ',');) out.push_back(item);
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double peak_rss_mb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return double(usage.ru_maxrss) / 1024.0;
 }
 
 nn::TransformerConfig bench_config() {

@@ -21,8 +21,6 @@
 // the step is compute. tp_bytes: the payload bytes the tp group carried in
 // one step, formula_bytes what tp::transformer_tp_comm_per_step says.
 // bench/tp_bench.py runs the modes side by side.
-#include <sys/resource.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -33,6 +31,7 @@
 #include "autograd/autograd.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "bench/step_stats.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp.h"
 #include "parallel/device_mesh.h"
@@ -47,23 +46,15 @@ namespace tp = dist::tp;
 
 namespace {
 
+using bench::median;
+using bench::peak_rss_mb;
+
 struct Flags {
   std::string mode = "tp", config = "small";
   bool sp = false;
   int threads = 1, steps = 6, warmup = 2;
   int64_t batch = 8;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double peak_rss_mb() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return double(usage.ru_maxrss) / 1024.0;
-}
 
 uint64_t param_bytes(const nn::Module& m) {
   uint64_t n = 0;
