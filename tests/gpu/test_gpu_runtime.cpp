@@ -132,4 +132,23 @@ TEST_CASE("record_stream keeps a block from reuse until the other stream is done
   CHECK(w.storage()->data() == first);  // back in the free list once the side stream passed
 }
 
+TEST_CASE("a stream dropped before the tensor it used is freed stays valid until then", "[gpu]") {
+  SPMD_REQUIRE_GPU();
+  Tensor a = from_doubles(uniform_values(2048 * 2048, -1, 1, 10), {2048, 2048}, DType::kF32, kGpu);
+  Tensor c = empty(kGpu, {2048, 2048}, DType::kF32);
+  Tensor t = empty(kGpu, {777}, DType::kF32);  // allocated on the default stream
+  void* first = t.storage()->data();
+  {
+    cuda::Stream side = cuda::Stream::create();
+    cuda::StreamGuard guard(side);
+    keep_busy(a, c);
+    backend_for(kGpu).fill(t, 5);
+    cuda::record_stream(t, side);
+  }              // the caller's last handle of the side stream is gone; the block keeps the stream
+  t = Tensor();  // freed now: the allocator records its event on the side stream
+  cuda::synchronize(0);
+  Tensor w = empty(kGpu, {777}, DType::kF32);
+  CHECK(w.storage()->data() == first);  // reused once the (kept) stream passed its event
+}
+
 }  // namespace spmd::test
