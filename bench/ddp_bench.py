@@ -16,24 +16,18 @@ last one's completion), and the speed ratio spmd/torch.
 """
 import argparse
 import os
-import subprocess
 import sys
+
+from bench_lines import parse, run_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def parse(line):
-    return {k: v for k, v in (kv.split("=", 1) for kv in line.split()[1:])}
-
-
 def run(cmd, env):
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if out.returncode != 0:
-        sys.exit(f"ddp_bench: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
-    lines = [l.split("]: ", 1)[-1] for l in out.stdout.strip().splitlines()]  # drop [rankN]:
+    lines = run_lines(cmd, env, "ddp_bench", timeout=1800)
     result = [l for l in lines if l.startswith(("spmd-ddp ", "torch-ddp "))]
     if not result:
-        sys.exit(f"ddp_bench: no result line from {' '.join(cmd)}:\n{out.stdout}{out.stderr}")
+        sys.exit(f"ddp_bench: no result line from {' '.join(cmd)}")
     return [l for l in lines if l.startswith("#")], parse(result[-1])
 
 

@@ -18,22 +18,15 @@ the runs share one process per rank).
 import argparse
 import os
 import statistics
-import subprocess
 import sys
+
+from bench_lines import parse, run_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def parse(line):
-    return {k: v for k, v in (kv.split("=", 1) for kv in line.split()[1:])}
-
-
 def run(cmd, env):
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    if out.returncode != 0:
-        sys.exit(f"pp_bench: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
-    lines = [l.split("]: ", 1)[-1] for l in out.stdout.strip().splitlines()]  # drop [rankN]:
-    return [parse(l) for l in lines if l.startswith("spmd-pp ")]
+    return [parse(l) for l in run_lines(cmd, env, "pp_bench") if l.startswith("spmd-pp ")]
 
 
 def main():

@@ -17,24 +17,17 @@ group moved per step against the plan's formula (they must be equal).
 import argparse
 import os
 import statistics
-import subprocess
 import sys
+
+from bench_lines import parse, run_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def parse(line):
-    return {k: v for k, v in (kv.split("=", 1) for kv in line.split()[1:])}
-
-
 def run(cmd, env):
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if out.returncode != 0:
-        sys.exit(f"tp_bench: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
-    lines = [l.split("]: ", 1)[-1] for l in out.stdout.strip().splitlines()]  # drop [rankN]:
-    result = [l for l in lines if l.startswith("spmd-tp ")]
+    result = [l for l in run_lines(cmd, env, "tp_bench", timeout=1800) if l.startswith("spmd-tp ")]
     if not result:
-        sys.exit(f"tp_bench: no result line from {' '.join(cmd)}:\n{out.stdout}{out.stderr}")
+        sys.exit(f"tp_bench: no result line from {' '.join(cmd)}")
     return parse(result[-1])
 
 

@@ -1,6 +1,6 @@
 // The vocabulary of kernels/: element types, strided operands, streams and
 // scratch memory, as plain structs that a host compiler reads without any CUDA
-// header. tensor/cuda/ turns Tensors into these (tensor/cuda/tensor_arg.h) and
+// header. tensor/cuda/ turns Tensors into these (tensor/cuda/context.h) and
 // calls the launch functions declared beside this file; kernels/ knows nothing
 // of Tensor, Storage or the allocator.
 //

@@ -9,7 +9,8 @@ using namespace spmd;
 using namespace spmd::test;
 
 TEST_CASE("philox4x32-10 matches Random123's known-answer vectors", "[random]") {
-  // Random123 tests/kat_vectors, "philox4x32 10": counter words, key words, result.
+  // Random123's known-answer file (its kat_vectors), "philox4x32 10": counter words, key words,
+  // result.
   CHECK(philox4x32(0, 0, 0) ==
         std::array<uint32_t, 4>{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8});
   CHECK(philox4x32(~0ull, ~0ull, ~0ull) ==

@@ -1,0 +1,19 @@
+"""What the training benchmarks' drivers (ddp_bench.py, tp_bench.py,
+pp_bench.py) share: running one side's command and reading its
+`name key=value ...` result lines."""
+import subprocess
+import sys
+
+
+def parse(line):
+    """{key: value} of a result line `name key=value key=value ...`."""
+    return {k: v for k, v in (kv.split("=", 1) for kv in line.split()[1:])}
+
+
+def run_lines(cmd, env, tool, timeout=3600):
+    """The command's output lines, without spmdrun's `[rankN]: ` prefix; exits
+    naming `tool` and the command, with its output, when it fails."""
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if out.returncode != 0:
+        sys.exit(f"{tool}: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
+    return [l.split("]: ", 1)[-1] for l in out.stdout.strip().splitlines()]
