@@ -35,16 +35,22 @@ Tensor gather_along(const Tensor& x, int dim, ProcessGroup& g) {
   for (int64_t s : x.shape()) dims.push_back(s);
   Tensor stacked = ops::empty(Shape(dims), {x.dtype(), x.device()});  // (n, ...x)
   g.wait(g.all_gather(stacked, ops::contiguous(x)), OpType::kAllGather);
-  std::vector<Tensor> parts;
+  if (dim == 0) {  // (n, s0, ...) is already (n s0, ...) in memory
+    dims.erase(dims.begin());
+    dims[0] *= g.size();
+    return ops::view(stacked, Shape(dims));
+  }
+  std::vector<Tensor> parts;  // another dim: one copy puts the pieces side by side
   for (int r = 0; r < g.size(); ++r) parts.push_back(ops::select(stacked, 0, r));
-  return ops::cat(parts, dim);  // along dim 0 the same as flattening (n, s0) into n*s0
+  return ops::cat(parts, dim);
 }
 
 // The sum over ranks of x, this rank's chunk along dim.
 Tensor reduce_scatter_along(const Tensor& x, int dim, ProcessGroup& g) {
   if (g.size() == 1) return ops::clone(x);
-  // The chunks along dim, one after another in memory: (n, chunk...).
-  const Tensor chunks = ops::stack(ops::chunk(x, g.size(), dim), 0);
+  // The chunks along dim, one after another in memory: (n, chunk...). Along
+  // dim 0 a contiguous x already is; along another dim it takes a copy.
+  const Tensor chunks = dim == 0 ? ops::contiguous(x) : ops::stack(ops::chunk(x, g.size(), dim), 0);
   std::vector<int64_t> d(x.shape().begin(), x.shape().end());
   d[dim] /= g.size();
   Tensor out = ops::empty(Shape(d), {x.dtype(), x.device()});
