@@ -6,7 +6,8 @@
 //   SPMD_LOG_INFO("connected to ", host, ":", port);
 //
 // The message is only built when the level is enabled. Not here: log files,
-// rotation, structured output (the launcher and the trainer own those).
+// rotation, structured output (spmdrun's --log-dir keeps each worker's output
+// in a file).
 #pragma once
 
 #include <string>

@@ -12,7 +12,7 @@ build_packages=(
   catch2                   # unit tests (v2, header only)
   libcli11-dev             # every binary's flags
   libfmt-dev               # formatting
-  libtomlplusplus-dev      # trainer configs
+  libtomlplusplus-dev      # TOML parsing (the spmd::toml target)
   nlohmann-json3-dev       # JSON lines for metrics and bench results
 )
 test_packages=(

@@ -1,8 +1,8 @@
 // Scaled dot-product attention as a raw op (no autograd): PyTorch's
 // F.scaled_dot_product_attention for the causal and the unmasked case, with
 // grouped-query attention, forward and backward. autograd/ wraps the pair in
-// a differentiable function; the context-parallel ring attention merges the
-// per-block results through the saved log-sum-exp.
+// a differentiable function. The saved log-sum-exp is what lets results
+// computed block by block (as ring attention's are) be merged exactly.
 #pragma once
 
 #include "tensor/tensor.h"

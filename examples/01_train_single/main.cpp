@@ -1,6 +1,6 @@
 // 01_train_single: train a GPT-2-shaped character model on a text file, in
 // one process, with no parallelism: the baseline every later example (DDP,
-// pipeline, tensor parallel, FSDP...) is compared against.
+// pipeline, tensor parallel...) is compared against.
 //
 // The loop is the one every trainer runs:
 //   sample a batch -> forward -> loss -> backward -> clip -> AdamW step

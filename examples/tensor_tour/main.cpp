@@ -1,8 +1,9 @@
 // A tour of spmd's tensor core, the layer everything else stands on: tensors
 // and views, broadcasting, reductions, matrix products on OpenBLAS, seeded
 // random numbers, and the fused ops of a transformer. It ends by training a
-// softmax classifier with hand-written gradients (there is no autograd yet:
-// that is the next layer) and saving it as safetensors.
+// softmax classifier with hand-written gradients (this program links the
+// tensor layer alone; autograd/ is the layer above) and saving it as
+// safetensors.
 //
 //   build/examples/tensor_tour [--steps 200] [--out /tmp/tour.safetensors]
 #include <CLI/CLI.hpp>

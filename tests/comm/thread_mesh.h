@@ -2,7 +2,8 @@
 // them), each with a Mesh of real loopback TCP connections to the others, so
 // the algorithms can be checked quickly for many sizes and world sizes
 // without a store or extra processes. The process-level tests (real ranks,
-// the store, failures) are in test_process_group.cpp and test_failures.cpp.
+// the store, failures) are test_collectives.cpp, test_p2p_and_groups.cpp and
+// test_failures.cpp.
 #pragma once
 
 #include <exception>

@@ -54,8 +54,8 @@ double tolerance(DType dtype);
 std::string differences(const std::vector<double>& got, const std::vector<double>& ref,
                         double rtol);
 
-// ||got - ref||_2 / ||ref||_2: the error of a whole result (METHOD.md's
-// measure for products whose elementwise error grows with their length).
+// ||got - ref||_2 / ||ref||_2: the error of a whole result (the measure for
+// products, whose elementwise error grows with their length).
 double relative_error(const std::vector<double>& got, const std::vector<double>& ref);
 
 }  // namespace spmd::test
