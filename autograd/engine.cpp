@@ -198,6 +198,8 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
   }
 }
 
+bool backward_running() { return final_callbacks != nullptr; }
+
 void queue_callback(std::function<void()> callback) {
   SPMD_CHECK(final_callbacks != nullptr,
              "queue_callback: no backward is running on this thread; call it from a hook "

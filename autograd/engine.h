@@ -38,4 +38,8 @@ void run_backward(const TensorList& roots, const TensorList& grads, bool retain_
 // REQUIRES: called during backward (from a hook), on the backward's thread.
 void queue_callback(std::function<void()> callback);
 
+// True while a backward pass runs on this thread: a module's forward called
+// now is a recomputation (activation checkpointing), not a new step.
+bool backward_running();
+
 }  // namespace spmd::autograd

@@ -2,6 +2,7 @@
 // that need communication (full_tensor, the global gradient norm).
 #include "parallel/placement.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -27,8 +28,15 @@ std::string Placement::str() const {
   return "?";
 }
 
+Chunk chunk_bounds(int64_t size, int64_t count, int64_t index) {
+  const int64_t chunk = (size + count - 1) / count;
+  const int64_t offset = std::min(index * chunk, size);
+  return {offset, std::min(chunk, size - offset)};
+}
+
 Shape local_shape(const Shape& global_shape, const std::vector<Placement>& placements,
-                  const std::vector<int64_t>& mesh_shape, const std::string& what) {
+                  const std::vector<int64_t>& mesh_shape, const std::vector<int64_t>& coordinate,
+                  const std::string& what) {
   std::vector<int64_t> dims(global_shape.begin(), global_shape.end());
   for (size_t a = 0; a < placements.size(); ++a) {
     const Placement& p = placements[a];
@@ -37,9 +45,7 @@ Shape local_shape(const Shape& global_shape, const std::vector<Placement>& place
                " names a dim outside shape ", global_shape);
     const int64_t n = mesh_shape[a];
     if (p.segments.empty()) {
-      SPMD_CHECK(dims[p.dim] % n == 0, what, ": dim ", p.dim, " of ", global_shape, " (",
-                 dims[p.dim], ") does not divide into ", n, " shards");
-      dims[p.dim] /= n;
+      dims[p.dim] = chunk_bounds(dims[p.dim], n, coordinate[a]).length;
       continue;
     }
     int64_t total = 0;
@@ -56,21 +62,37 @@ Shape local_shape(const Shape& global_shape, const std::vector<Placement>& place
 }
 
 void set_placements(const Tensor& local, const DeviceMesh& mesh, std::vector<Placement> placements,
-                    const Shape& global_shape) {
+                    const Shape& global_shape, std::shared_ptr<const LayoutMeta> parent) {
   SPMD_CHECK(int(placements.size()) == mesh.ndim(), "set_placements: ", placements.size(),
              " placements for a mesh of ", mesh.ndim(), " axes");
-  const Shape expected = local_shape(global_shape, placements, mesh.shape(), "set_placements");
+  if (parent != nullptr) {
+    const Shape parent_local = local_shape(parent->global_shape, parent->placements,
+                                           parent->mesh.shape(), parent->mesh.coordinate(),
+                                           "set_placements (parent)");
+    SPMD_CHECK(parent_local == global_shape, "set_placements: a piece of a piece must be cut from ",
+               "the parent's local shape ", parent_local, ", not ", global_shape);
+  }
+  const Shape expected =
+      local_shape(global_shape, placements, mesh.shape(), mesh.coordinate(), "set_placements");
   SPMD_CHECK(local.shape() == expected, "set_placements: the local tensor has shape ",
              local.shape(), " but ", global_shape, " placed so gives ", expected);
-  auto meta = std::make_shared<LayoutMeta>(LayoutMeta{mesh, std::move(placements), global_shape});
+  auto meta = std::make_shared<LayoutMeta>(
+      LayoutMeta{mesh, std::move(placements), global_shape, std::move(parent)});
   const_cast<Tensor&>(local).set_layout_meta(std::move(meta));
 }
 
 const LayoutMeta* placements_of(const Tensor& t) { return t.layout_meta().get(); }
 
-// Each Shard cuts every block made so far along its dim; segments first
-// cut the dim into its segments (only where the block still spans the dim).
-std::vector<Block> local_blocks(const LayoutMeta& layout, const std::vector<int64_t>& coordinate) {
+const Shape& whole_shape(const LayoutMeta& layout) {
+  return layout.parent ? whole_shape(*layout.parent) : layout.global_shape;
+}
+
+namespace {
+
+// The blocks of one level: each Shard cuts every block made so far along
+// its dim; segments first cut the dim into its segments (only where the
+// block still spans the dim). Offsets are in this level's global_shape.
+std::vector<Block> own_blocks(const LayoutMeta& layout, const std::vector<int64_t>& coordinate) {
   const int nd = layout.global_shape.ndim();
   std::vector<Block> blocks{{Shape(std::vector<int64_t>(nd, 0)), Shape(std::vector<int64_t>(nd, 0)),
                              layout.global_shape}};
@@ -85,17 +107,16 @@ std::vector<Block> local_blocks(const LayoutMeta& layout, const std::vector<int6
           p.segments.empty() ? std::vector<int64_t>{b.size[d]} : p.segments;
       int64_t global_start = b.global_offset[d], local_start = b.local_offset[d];
       for (int64_t len : parts) {
-        Block piece = b;
+        const Chunk mine = chunk_bounds(len, n, c);
         std::vector<int64_t> go(b.global_offset.begin(), b.global_offset.end());
         std::vector<int64_t> lo(b.local_offset.begin(), b.local_offset.end());
         std::vector<int64_t> sz(b.size.begin(), b.size.end());
-        go[d] = global_start + c * (len / n);
+        go[d] = global_start + mine.offset;
         lo[d] = local_start;
-        sz[d] = len / n;
-        piece.global_offset = Shape(go), piece.local_offset = Shape(lo), piece.size = Shape(sz);
-        next.push_back(piece);
+        sz[d] = mine.length;
+        if (mine.length > 0) next.push_back({Shape(go), Shape(lo), Shape(sz)});
         global_start += len;
-        local_start += len / n;
+        local_start += mine.length;
       }
     }
     blocks = std::move(next);
@@ -103,15 +124,61 @@ std::vector<Block> local_blocks(const LayoutMeta& layout, const std::vector<int6
   return blocks;
 }
 
+}  // namespace
+
+// A piece of a piece: each own block (in the parent piece's coordinates) is
+// intersected with each of the parent's blocks, and moved to the parent's
+// global offsets.
+std::vector<Block> local_blocks(const LayoutMeta& layout, const std::vector<int64_t>& coordinate) {
+  std::vector<Block> blocks = own_blocks(layout, coordinate);
+  if (layout.parent == nullptr) return blocks;
+  const LayoutMeta& parent = *layout.parent;
+  const std::vector<Block> outer = local_blocks(parent, parent.mesh.coordinate());
+  const int nd = layout.global_shape.ndim();
+  std::vector<Block> out;
+  for (const Block& mine : blocks) {
+    for (const Block& pb : outer) {
+      std::vector<int64_t> go(nd), lo(nd), sz(nd);
+      bool empty = false;
+      for (int d = 0; d < nd; ++d) {
+        // Both boxes in the parent piece's coordinates: mine.global_*, pb.local_*.
+        const int64_t lo_d = std::max(mine.global_offset[d], pb.local_offset[d]);
+        const int64_t hi_d = std::min(mine.global_offset[d] + mine.size[d],
+                                      pb.local_offset[d] + pb.size[d]);
+        if (hi_d <= lo_d) {
+          empty = true;
+          break;
+        }
+        go[d] = pb.global_offset[d] + (lo_d - pb.local_offset[d]);
+        lo[d] = mine.local_offset[d] + (lo_d - mine.global_offset[d]);
+        sz[d] = hi_d - lo_d;
+      }
+      if (!empty) out.push_back({Shape(go), Shape(lo), Shape(sz)});
+    }
+  }
+  return out;
+}
+
 // --- full_tensor -----------------------------------------------------------------------------
 
 namespace {
 
 // Gathered along a Shard's dim over its axis: undoes the segment cut too.
-Tensor unshard(const Tensor& piece, const Placement& p, ProcessGroup& g) {
-  const Tensor gathered = gather_from_group(piece, p.dim, g);  // [r0's piece | r1's | ...]
-  if (p.segments.empty()) return gathered;
+// Uneven chunks are padded to the full chunk for the gather; the valid rows
+// then lie at the start (only the last ranks are short).
+Tensor unshard(const Tensor& piece, const Placement& p, int64_t size, ProcessGroup& g) {
   const int64_t n = g.size();
+  if (p.segments.empty()) {
+    const int64_t chunk = (size + n - 1) / n;
+    Tensor x = piece;
+    if (piece.size(p.dim) < chunk) {
+      std::vector<int64_t> pad(piece.shape().begin(), piece.shape().end());
+      pad[p.dim] = chunk - piece.size(p.dim);
+      x = ops::cat({piece, ops::zeros(Shape(pad), {piece.dtype(), piece.device()})}, p.dim);
+    }
+    return ops::narrow(gather_from_group(x, p.dim, g), p.dim, 0, size);
+  }
+  const Tensor gathered = gather_from_group(piece, p.dim, g);  // [r0's piece | r1's | ...]
   std::vector<Tensor> out;
   int64_t seg_start = 0;  // of a segment inside one rank's piece
   for (int64_t len : p.segments) {
@@ -122,24 +189,33 @@ Tensor unshard(const Tensor& piece, const Placement& p, ProcessGroup& g) {
   return ops::cat(out, p.dim);
 }
 
+// Innermost axis first: its cut was applied last; then the parent's.
+Tensor gather_whole(Tensor x, const LayoutMeta& layout) {
+  for (int a = int(layout.placements.size()) - 1; a >= 0; --a) {
+    const Placement& p = layout.placements[a];
+    ProcessGroup& g = layout.mesh.group(layout.mesh.axis_names()[a]);
+    if (p.is_shard()) {
+      // The size this axis's cut started from: the global size, less what
+      // outer axes already cut away.
+      const Shape before = local_shape(
+          layout.global_shape,
+          std::vector<Placement>(layout.placements.begin(), layout.placements.begin() + a),
+          layout.mesh.shape(), layout.mesh.coordinate(), "full_tensor");
+      x = ops::contiguous(unshard(x, p, before[p.dim], g));
+    } else if (p.kind == Placement::Kind::kPartial) {
+      x = reduce_from_group(x, g);
+    }
+  }
+  return layout.parent ? gather_whole(x, *layout.parent) : x;
+}
+
 }  // namespace
 
 Tensor full_tensor(const Tensor& t) {
   const LayoutMeta* layout = placements_of(t);
   if (layout == nullptr) return t;
   NoGradGuard no_grad;
-  Tensor x = ops::contiguous(t);
-  // Innermost axis first: its cut was applied last.
-  for (int a = int(layout->placements.size()) - 1; a >= 0; --a) {
-    const Placement& p = layout->placements[a];
-    ProcessGroup& g = layout->mesh.group(layout->mesh.axis_names()[a]);
-    if (p.is_shard()) {
-      x = unshard(x, p, g);
-    } else if (p.kind == Placement::Kind::kPartial) {
-      x = reduce_from_group(x, g);
-    }
-  }
-  return x;
+  return gather_whole(ops::contiguous(t), *layout);
 }
 
 // --- The global gradient norm ------------------------------------------------------------
@@ -150,8 +226,8 @@ double grad_norm(const std::vector<Tensor>& params) {
   std::vector<std::vector<ProcessGroup*>> keys;
   std::vector<double> sums;
   for (const Tensor& p : params) {
-    std::vector<ProcessGroup*> key;
-    if (const LayoutMeta* layout = placements_of(p)) {
+    std::vector<ProcessGroup*> key;  // every axis along the chain that cuts p
+    for (const LayoutMeta* layout = placements_of(p); layout; layout = layout->parent.get()) {
       for (size_t a = 0; a < layout->placements.size(); ++a) {
         if (layout->placements[a].is_shard())
           key.push_back(&layout->mesh.group(layout->mesh.axis_names()[a]));

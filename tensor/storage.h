@@ -3,6 +3,13 @@
 // caller's for memory spmd did not allocate). Views share a Storage through
 // shared_ptr; the version counter is bumped by every in-place write, so
 // autograd can tell when a tensor it saved for backward was overwritten.
+//
+// A Storage's bytes can be released and later replaced by another block of
+// the same size (release_data / adopt_data), keeping the Storage, its views
+// and its version: FSDP frees a gathered parameter between its forward and
+// its backward while autograd still holds views of it for backward, and puts
+// the re-gathered bytes back before backward reads them (PyTorch resizes the
+// storage to 0 and back).
 #pragma once
 
 #include <atomic>
@@ -25,6 +32,19 @@ class Storage {
   Storage& operator=(const Storage&) = delete;
 
   void* data() const { return data_.get(); }
+  bool is_released() const { return released_; }
+  // Hands the bytes to the caller (who may free them); the storage holds none
+  // until adopt_data(). REQUIRES: not released.
+  DataPtr release_data() {
+    released_ = true;
+    return std::move(data_);
+  }
+  // Takes `data` as this storage's bytes. REQUIRES: a block of nbytes() on
+  // device(), and the storage released.
+  void adopt_data(DataPtr data) {
+    data_ = std::move(data);
+    released_ = false;
+  }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
@@ -35,6 +55,7 @@ class Storage {
   DataPtr data_;
   size_t nbytes_;
   Device device_;
+  bool released_ = false;
   std::atomic<uint64_t> version_{0};
 };
 

@@ -59,6 +59,9 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::raw_data() const {
+  SPMD_CHECK(!storage()->is_released(),
+             "this tensor's bytes were released (an FSDP parameter read while its unit is "
+             "sharded: call the module, or unshard() it, first)");
   return static_cast<char*>(storage()->data()) + offset() * int64_t(element_size(dtype()));
 }
 

@@ -52,8 +52,11 @@ void shard(Tensor& slot, int dim, const std::vector<int64_t>& segments, const De
            const std::string& what) {
   const Placement p = Placement::shard(dim, segments);
   const Shape global = slot.shape();
-  local_shape(global, {p}, mesh.shape(), what);  // throws when a size does not divide
-  const LayoutMeta layout{mesh, {p}, global};
+  // Tensor parallelism cuts evenly (its ranks must do equal work).
+  SPMD_CHECK(!segments.empty() || global[dim] % mesh.shape()[0] == 0, what, ": dim ", dim, " of ",
+             global, " (", global[dim], ") does not divide into ", mesh.shape()[0], " shards");
+  local_shape(global, {p}, mesh.shape(), mesh.coordinate(), what);  // checks the segments
+  const LayoutMeta layout{mesh, {p}, global, nullptr};
   std::vector<Tensor> pieces;
   for (const Block& b : local_blocks(layout, mesh.coordinate()))
     pieces.push_back(ops::narrow(slot, dim, b.global_offset[dim], b.size[dim]));

@@ -87,6 +87,11 @@ class HostAllocator {
     return stats_;
   }
 
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_allocated = stats_.allocated;
+  }
+
  private:
   static void* system_allocate(size_t size) {
     if (size < 2 * kHugePage) return std::aligned_alloc(kAlignment, size);
@@ -123,5 +128,7 @@ DataPtr allocate_host(size_t nbytes) {
 void empty_host_cache() { allocator().empty_cache(); }
 
 HostMemoryStats host_memory_stats() { return allocator().stats(); }
+
+void reset_host_peak_memory() { allocator().reset_peak(); }
 
 }  // namespace spmd::cpu

@@ -25,7 +25,7 @@ namespace spmd::cpu {
 struct HostMemoryStats {
   size_t allocated = 0;       // bytes in live blocks handed out by allocate()
   size_t cached = 0;          // bytes held in the cache, free for reuse
-  size_t peak_allocated = 0;  // the most `allocated` has been
+  size_t peak_allocated = 0;  // the most `allocated` has been (since reset_host_peak_memory)
 };
 
 // A block of at least nbytes (never a null pointer, even for 0 bytes).
@@ -34,5 +34,8 @@ DataPtr allocate_host(size_t nbytes);
 // Returns every cached block to the system.
 void empty_host_cache();
 HostMemoryStats host_memory_stats();
+// Starts the peak over from what is allocated now (as
+// torch.cuda.reset_peak_memory_stats), to measure one phase of a program.
+void reset_host_peak_memory();
 
 }  // namespace spmd::cpu

@@ -118,17 +118,21 @@ TEST_CASE("vocab-parallel cross-entropy equals the full one, without (N, V) on a
 TEST_CASE("placements give each rank its block of the global tensor", "[tp][placement]") {
   // A fused (3 x 4, 2) qkv-like weight of segments 4, 2, 2 over 2 ranks: rank 1
   // holds rows 2-3 of q, 5 of k, 7 of v.
-  CHECK(local_shape({8, 2}, {Placement::shard(0, {4, 2, 2})}, {2}, "t") == Shape{4, 2});
-  CHECK(local_shape({6, 4}, {Placement::shard(1)}, {2}, "t") == Shape{6, 2});
-  CHECK(local_shape({6, 4}, {Placement::replicate()}, {2}, "t") == Shape{6, 4});
-  CHECK_THROWS_WITH(local_shape({6, 5}, {Placement::shard(1)}, {2}, "w"),
-                    Catch::Contains("(5) does not divide into 2 shards"));
-  CHECK_THROWS_WITH(local_shape({8, 2}, {Placement::shard(0, {4, 3, 1})}, {2}, "w"),
+  CHECK(local_shape({8, 2}, {Placement::shard(0, {4, 2, 2})}, {2}, {1}, "t") == Shape{4, 2});
+  CHECK(local_shape({6, 4}, {Placement::shard(1)}, {2}, {0}, "t") == Shape{6, 2});
+  CHECK(local_shape({6, 4}, {Placement::replicate()}, {2}, {1}, "t") == Shape{6, 4});
+  // Uneven, as torch.chunk: 5 rows over 4 ranks are 2, 2, 1, 0.
+  const int64_t want_rows[4] = {2, 2, 1, 0};
+  for (int64_t c = 0; c < 4; ++c) {
+    CHECK(local_shape({5, 3}, {Placement::shard(0)}, {4}, {c}, "t") == Shape{want_rows[c], 3});
+    CHECK(chunk_bounds(5, 4, c).offset == std::min<int64_t>(2 * c, 5));
+  }
+  CHECK_THROWS_WITH(local_shape({8, 2}, {Placement::shard(0, {4, 3, 1})}, {2}, {0}, "w"),
                     Catch::Contains("segment 3"));
   // On a real 2-rank mesh: rank r's blocks.
   run_world(2, [](ProcessGroup& world) {
     DeviceMesh mesh(borrow(world), {2}, {"tp"});
-    const LayoutMeta layout{mesh, {Placement::shard(0, {4, 2, 2})}, Shape{8, 2}};
+    const LayoutMeta layout{mesh, {Placement::shard(0, {4, 2, 2})}, Shape{8, 2}, nullptr};
     const auto blocks = local_blocks(layout, mesh.coordinate());
     const int r = world.rank();
     const int64_t want_global[3] = {2 * r, 4 + r, 6 + r}, want_local[3] = {0, 2, 3};
