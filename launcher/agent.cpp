@@ -119,12 +119,12 @@ std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int resta
     set("ROLE_RANK", s.rank);
     set("ROLE_WORLD_SIZE", a.world_size);
     set("ROLE_NAME", "default");
-    set("MASTER_ADDR", master_addr_);
-    set("MASTER_PORT", master_port_);
+    set("MASTER_ADDR", a.master_addr);  // for the program's own use: spmdrun binds nothing there
+    set("MASTER_PORT", a.master_port);
     set("TORCHELASTIC_RESTART_COUNT", restart);
     set("TORCHELASTIC_MAX_RESTARTS", options_.max_restarts);
     set("TORCHELASTIC_RUN_ID", options_.run_id);
-    set("SPMD_AGENT_STORE", 1);
+    set("SPMD_AGENT_STORE", agent_store_);  // where spmd workers meet
     s.stdout_route = route(lr, s.rank, restart, kStdoutBit);
     s.stderr_route = route(lr, s.rank, restart, kStderrBit);
     setups.push_back(std::move(s));
@@ -150,8 +150,9 @@ OutputRoute Agent::route(int local_rank, int rank, int restart, int stream_bit) 
 
 int Agent::run() {
   NodeRendezvous rdzv(options_, [this] { signals_.throw_if_interrupted(); });
-  master_addr_ = rdzv.master_addr();
-  master_port_ = rdzv.master_port();
+  const std::string& host = rdzv.store_host();  // an IPv6 host in brackets: "[::1]:port"
+  agent_store_ = host.find(':') == std::string::npos ? str_cat(host, ":", rdzv.store_port())
+                                                     : str_cat("[", host, "]:", rdzv.store_port());
   for (int round = 0;; ++round) {
     NodeAssignment a = rdzv.join(round);
     SPMD_LOG_INFO("node ", a.group_rank, " of ", a.group_world_size, ": ranks ", a.rank_offset,

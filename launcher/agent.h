@@ -48,9 +48,8 @@ class Agent {
   WorkerCommand command_;
   std::vector<std::string> base_env_;  // the launcher's environment minus what spmdrun sets
   std::string log_root_;               // <log dir>/<run id>, when logs are written
-  std::string master_addr_;
-  int master_port_ = 0;
-  std::string remote_failure_;  // what another node reported
+  std::string agent_store_;            // "host:port" of the store, the workers' SPMD_AGENT_STORE
+  std::string remote_failure_;         // what another node reported
 };
 
 }  // namespace spmd::launcher

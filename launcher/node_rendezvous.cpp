@@ -37,22 +37,22 @@ NodeRendezvous::NodeRendezvous(const LaunchOptions& options, std::function<void(
   net::Socket listener = claim_endpoint(&bound_all);
   connect(std::move(listener), bound_all);
   store_ = std::make_shared<PrefixStore>("spmdrun/" + options.run_id, tcp_);
-  SPMD_LOG_INFO("store at ", master_addr_, ":", master_port_, hosting() ? " (hosted here)" : "");
+  SPMD_LOG_INFO("store at ", store_host_, ":", store_port_, hosting() ? " (hosted here)" : "");
 }
 
 net::Socket NodeRendezvous::claim_endpoint(bool* bound_all) {
   if (options_.standalone) {  // bound now: no other process can take the port
     net::Socket listener = net::listen_tcp("127.0.0.1", 0);
-    master_addr_ = "127.0.0.1";
-    master_port_ = net::local_port(listener.fd());
+    store_host_ = "127.0.0.1";
+    store_port_ = net::local_port(listener.fd());
     return listener;
   }
   net::HostPort hp =
       options_.rdzv_endpoint.empty()
           ? net::HostPort{options_.master_addr, static_cast<uint16_t>(options_.master_port)}
           : net::parse_host_port(options_.rdzv_endpoint, 29500, "--rdzv-endpoint");
-  master_addr_ = hp.host;
-  master_port_ = hp.port;
+  store_host_ = hp.host;
+  store_port_ = hp.port;
   node_rank_ = options_.node_rank >= 0 ? options_.node_rank : (options_.nnodes == 1 ? 0 : -1);
   if (node_rank_ == 0) {
     try {
@@ -75,8 +75,8 @@ net::Socket NodeRendezvous::claim_endpoint(bool* bound_all) {
 void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
   bool hosting = listener.valid();
   TCPStoreOptions o;
-  o.host = hosting && bound_all ? "127.0.0.1" : master_addr_;
-  o.port = static_cast<uint16_t>(master_port_);
+  o.host = hosting && bound_all ? "127.0.0.1" : store_host_;
+  o.port = static_cast<uint16_t>(store_port_);
   o.is_server = hosting;
   o.listen_fd = listener.release();
   o.timeout = kSlice;  // short attempts, so that signals are seen between them
@@ -88,7 +88,7 @@ void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
     } catch (const TimeoutError& e) {
       check_interrupt_();
       if (Clock::now() >= deadline)
-        SPMD_THROW(TimeoutError, "cannot reach the store at ", master_addr_, ":", master_port_,
+        SPMD_THROW(TimeoutError, "cannot reach the store at ", store_host_, ":", store_port_,
                    " within ", options_.rdzv_timeout_s, " s (", e.what(),
                    "); is node 0's launcher running, and are the address and port right?");
     }
@@ -104,6 +104,8 @@ NodeAssignment NodeRendezvous::join(int round) {
   std::string rk = str_cat("round", round, "/");
   int node = take_node_rank(rk);
   store_->set(str_cat(rk, "node/", node), str_cat(options_.nproc_per_node, " ", host_name()));
+  // Set before node 0 joins the barrier, so every node finds it once it opens.
+  if (node == 0) store_->set(rk + "master", choose_worker_master());
   wait_for_nodes(rk, node);
   NodeAssignment a;
   a.group_rank = node;
@@ -116,6 +118,11 @@ NodeAssignment NodeRendezvous::join(int round) {
     if (n == node) a.local_world_size = nproc;
     a.world_size += nproc;
   }
+  std::string master = store_->get_string(rk + "master");  // "<port>" or "<port> <addr>"
+  size_t space = master.find(' ');
+  a.master_port = std::stoi(master);
+  // No address: node 0 hosts the store, and each node names it as it reaches the store.
+  a.master_addr = space == std::string::npos ? store_host_ : master.substr(space + 1);
   return a;
 }
 
@@ -155,12 +162,24 @@ void NodeRendezvous::wait_for_nodes(const std::string& rk, int node) {
         missing += str_cat(missing.empty() ? "" : ", ", n);
       }
     }
-    SPMD_THROW(TimeoutError, "rendezvous of run '", options_.run_id, "' at ", master_addr_, ":",
-               master_port_, ": only ", joined, " of ", options_.nnodes, " nodes joined within ",
+    SPMD_THROW(TimeoutError, "rendezvous of run '", options_.run_id, "' at ", store_host_, ":",
+               store_port_, ": only ", joined, " of ", options_.nnodes, " nodes joined within ",
                options_.rdzv_timeout_s, " s; missing node rank(s) ", missing, " (node ", node,
                " is here; every launcher needs --nnodes ", options_.nnodes,
                " and the same endpoint)");
   }
+}
+
+std::string NodeRendezvous::choose_worker_master() {
+  // A port the kernel finds free, released at once: the program binds it, not
+  // spmdrun (torchrun's agent chooses MASTER_PORT the same way).
+  std::string port = std::to_string(net::local_port(net::listen_tcp("", 0).fd()));
+  if (hosting()) return port;
+  // Node 0 is not the store's host: its address is this end of a connection
+  // to the store, which the other nodes reach too.
+  net::Socket probe = net::connect_tcp(store_host_, static_cast<uint16_t>(store_port_),
+                                       seconds(options_.rdzv_timeout_s));
+  return str_cat(port, " ", net::local_ip(probe.fd()));
 }
 
 void NodeRendezvous::report_failure(int round, const std::string& what) {

@@ -4,13 +4,18 @@
 // and joins a *round*: it takes a node rank, writes how many workers it runs,
 // waits until all --nnodes launchers have joined, and reads everyone's counts
 // to place its workers' global ranks. Round r+1 is the rendezvous after the
-// r-th restart. The same store then carries the news of a failure between
-// the nodes, and the workers use it too (SPMD_AGENT_STORE), under keys of
-// their own.
+// r-th restart. Node 0 also chooses, each round, the workers' MASTER_ADDR
+// and MASTER_PORT: its own address and a port that nothing holds, which the
+// program may bind (PyTorch's rank 0 hosts its store there, as under
+// torchrun). The same store then carries the news of a failure between the
+// nodes, and spmd workers use it too (SPMD_AGENT_STORE), under keys of their
+// own.
 //
 // Keys (under "spmdrun/<run id>/"):
 //   round<r>/arrivals, round<r>/claim/<n>  node ranks (dynamic or static)
 //   round<r>/node/<n> = "<nproc> <host>"    what node n runs
+//   round<r>/master = "<port>[ <addr>]"     the workers' MASTER_PORT, and their
+//                                           MASTER_ADDR if node 0 is not the store's host
 //   round<r>/join/...                       the join barrier
 //   round<r>/failed = "<what>"              the first failure of the round
 //   round<r>/done/<n>                       node n's workers all succeeded
@@ -38,6 +43,11 @@ struct NodeAssignment {
   int rank_offset = 0;       // the global rank of local rank 0
   int local_world_size = 1;  // workers on this node
   int world_size = 1;        // workers in the job
+  // The workers' MASTER_ADDR and MASTER_PORT: node 0's address as this node
+  // reaches it, and a port on it that was free when node 0 chose it (the same
+  // on every node).
+  std::string master_addr;
+  int master_port = 0;
 };
 
 class NodeRendezvous {
@@ -64,25 +74,28 @@ class NodeRendezvous {
   void mark_done(int round, int group_rank);
   bool all_done(int round);
 
-  // The store's address as workers should reach it.
-  const std::string& master_addr() const { return master_addr_; }
-  int master_port() const { return master_port_; }
+  // The store's address as workers should reach it (their SPMD_AGENT_STORE).
+  const std::string& store_host() const { return store_host_; }
+  int store_port() const { return store_port_; }
   bool hosting() const;
 
  private:
   // Binds the endpoint when this launcher is to host the store (sets
-  // master_addr_/master_port_ either way); an invalid socket otherwise.
+  // store_host_/store_port_ either way); an invalid socket otherwise.
   net::Socket claim_endpoint(bool* bound_all);
   // Starts the server on `listener` when valid, then connects, retrying in
   // short slices until --rdzv-timeout.
   void connect(net::Socket listener, bool bound_all);
   int take_node_rank(const std::string& round_key);
   void wait_for_nodes(const std::string& round_key, int node_rank);
+  // Node 0's choice of the workers' MASTER_PORT, and of MASTER_ADDR when it
+  // does not host the store: "<port>" or "<port> <addr>".
+  std::string choose_worker_master();
 
   const LaunchOptions& options_;
   std::function<void()> check_interrupt_;
-  std::string master_addr_;
-  int master_port_ = 0;
+  std::string store_host_;
+  int store_port_ = 0;
   int node_rank_ = -1;  // fixed by --node-rank; -1: taken by arrival order
   std::shared_ptr<TCPStore> tcp_;
   std::shared_ptr<Store> store_;  // tcp_ under the run's prefix

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "runtime/error.h"
+#include "runtime/socket.h"
 
 namespace spmd {
 namespace {
@@ -63,7 +64,12 @@ LaunchEnv from_torchrun(const Vars& v) {
   env.restart_count = v.optional_int("TORCHELASTIC_RESTART_COUNT", 0);
   env.max_restarts = v.optional_int("TORCHELASTIC_MAX_RESTARTS", 0);
   env.run_id = v.text("TORCHELASTIC_RUN_ID").value_or("");
-  env.agent_store = v.text("SPMD_AGENT_STORE").value_or("0") == "1";
+  if (std::optional<std::string> store = v.text("SPMD_AGENT_STORE")) {
+    net::HostPort hp =
+        net::parse_host_port(*store, -1, "env://: SPMD_AGENT_STORE (spmdrun's store)");
+    env.agent_store_host = hp.host;
+    env.agent_store_port = hp.port;
+  }
   read_master(v, env);
   return env;
 }
@@ -93,9 +99,13 @@ LaunchEnv from_openmpi(const Vars& v) {
   env.launcher = "openmpi";
   env.rank = v.required_int("OMPI_COMM_WORLD_RANK", "mpirun");
   env.world_size = v.required_int("OMPI_COMM_WORLD_SIZE", "mpirun");
-  env.local_rank = v.optional_int("OMPI_COMM_WORLD_LOCAL_RANK", env.rank);
-  env.local_world_size = v.optional_int("OMPI_COMM_WORLD_LOCAL_SIZE", env.world_size);
-  env.group_rank = v.optional_int("OMPI_COMM_WORLD_NODE_RANK", 0);
+  // This job's processes on this node, as Open MPI documents them.
+  env.local_rank = v.required_int("OMPI_COMM_WORLD_LOCAL_RANK", "mpirun");
+  env.local_world_size = v.required_int("OMPI_COMM_WORLD_LOCAL_SIZE", "mpirun");
+  // OMPI_COMM_WORLD_NODE_RANK is not a node index (it counts this node's
+  // processes of every job), and no documented variable gives one.
+  env.group_rank = -1;
+  env.group_world_size = -1;
   read_master(v, env);
   return env;
 }
@@ -109,8 +119,9 @@ void check_consistent(const LaunchEnv& e) {
   SPMD_CHECK(e.local_world_size >= 1 && e.local_rank < e.local_world_size, "env:// (", l,
              "): local rank ", e.local_rank, " is not below the local world size ",
              e.local_world_size);
-  SPMD_CHECK(e.group_rank < std::max(e.group_world_size, 1), "env:// (", l, "): group rank ",
-             e.group_rank, " is not below the group world size ", e.group_world_size);
+  SPMD_CHECK(e.group_world_size < 0 || e.group_rank < std::max(e.group_world_size, 1), "env:// (",
+             l, "): group rank ", e.group_rank, " is not below the group world size ",
+             e.group_world_size);
   SPMD_CHECK(e.master_port <= 65535, "env:// (", l, "): MASTER_PORT=", e.master_port,
              " is not a port (1..65535)");
 }

@@ -5,12 +5,16 @@
 //   spmdrun / torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //                        GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 //                        TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
-//                        TORCHELASTIC_RUN_ID, SPMD_AGENT_STORE
+//                        TORCHELASTIC_RUN_ID, and spmdrun's SPMD_AGENT_STORE
 //   Slurm (srun)         SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
 //                        SLURM_NNODES, SLURM_TASKS_PER_NODE; the master is the
 //                        first host of SLURM_JOB_NODELIST
 //   Open MPI (mpirun)    OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //                        OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+//                        (the rank among this job's processes on this node, and
+//                        their count); Open MPI names no node index (its
+//                        OMPI_COMM_WORLD_NODE_RANK is a rank on the node across
+//                        all jobs), so the group rank and size stay unknown
 //
 // Under Slurm and Open MPI, MASTER_ADDR and MASTER_PORT still win when set.
 // Slurm without MASTER_PORT gets a port derived from SLURM_JOB_ID (so every
@@ -30,16 +34,18 @@ struct LaunchEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  int group_rank = 0;        // the node's index among the job's nodes
-  int group_world_size = 1;  // the number of nodes
+  int group_rank = 0;        // the node's index among the job's nodes; -1: unknown
+  int group_world_size = 1;  // the number of nodes; -1: unknown (Open MPI names neither)
   std::string master_addr;   // empty when the launcher named none
   int master_port = 0;       // 0 when the launcher named none
   int restart_count = 0;     // how many times the launcher restarted the group
   int max_restarts = 0;
   std::string run_id;
-  // The launcher's agent hosts the store at MASTER_ADDR:MASTER_PORT, so rank 0
-  // connects to it instead of hosting one (SPMD_AGENT_STORE=1, set by spmdrun).
-  bool agent_store = false;
+  // The store of spmdrun's agent (SPMD_AGENT_STORE=host:port): when set, every
+  // rank connects to it and spmd binds nothing at MASTER_PORT, which stays
+  // free for programs that host their own store there (PyTorch's rank 0 does).
+  std::string agent_store_host;  // empty when not under spmdrun
+  int agent_store_port = 0;
 };
 
 // Looks a variable up: its value, or nullopt when unset. (Injected so that

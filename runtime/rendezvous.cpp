@@ -95,6 +95,12 @@ Rendezvous from_env(int rank, int world_size, Store::Duration timeout) {
   rv.local_rank = env.local_rank;
   SPMD_CHECK(rv.rank < rv.world_size, "env://: rank ", rv.rank, " is not below the world size ",
              rv.world_size);
+  if (!env.agent_store_host.empty()) {
+    // spmdrun's store outlives restarts: each attempt gets its own keys.
+    auto base = tcp_store(env.agent_store_host, env.agent_store_port, false, timeout);
+    rv.store = std::make_shared<PrefixStore>(str_cat("attempt_", env.restart_count), base);
+    return rv;
+  }
   if (env.master_addr.empty() && env.master_port == 0 && rv.world_size == 1) {
     rv.store = std::make_shared<HashStore>(timeout);  // a world of one needs no server
     return rv;
@@ -103,13 +109,7 @@ Rendezvous from_env(int rank, int world_size, Store::Duration timeout) {
              "): MASTER_ADDR is not set; set it to the host of rank 0");
   SPMD_CHECK(env.master_port != 0, "env:// (", env.launcher,
              "): MASTER_PORT is not set; set it to a free port on ", env.master_addr);
-  if (env.agent_store) {
-    // The launcher's store outlives restarts: each attempt gets its own keys.
-    auto base = tcp_store(env.master_addr, env.master_port, false, timeout);
-    rv.store = std::make_shared<PrefixStore>(str_cat("attempt_", env.restart_count), base);
-  } else {
-    rv.store = tcp_store(env.master_addr, env.master_port, rv.rank == 0, timeout);
-  }
+  rv.store = tcp_store(env.master_addr, env.master_port, rv.rank == 0, timeout);
   return rv;
 }
 

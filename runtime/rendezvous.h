@@ -6,8 +6,9 @@
 //
 //   env://                    the launcher's variables (runtime/env.h): rank 0
 //                             hosts a TCPStore at MASTER_ADDR:MASTER_PORT and the
-//                             others connect; under spmdrun the launcher's agent
-//                             hosts it and every rank connects (SPMD_AGENT_STORE)
+//                             others connect; under spmdrun every rank connects
+//                             to the agent's store at SPMD_AGENT_STORE=host:port
+//                             instead, and MASTER_PORT is left unbound
 //   tcp://host:port           the same with an explicit address
 //   file:///path/to/file      a FileStore on a filesystem every rank can see
 //

@@ -15,7 +15,8 @@ namespace spmd::dist {
 namespace {
 
 // A host every rank reaches (the store's), from which the TCP backend picks
-// the interface it publishes: tcp://host:port's host, env://'s MASTER_ADDR.
+// the interface it publishes: tcp://host:port's host; under env://, spmdrun's
+// store (SPMD_AGENT_STORE) when there is one, else MASTER_ADDR.
 std::string route_hint(const std::string& init_method) {
   try {
     if (init_method.rfind("tcp://", 0) == 0) {
@@ -23,7 +24,10 @@ std::string route_hint(const std::string& init_method) {
       rest = rest.substr(0, rest.find('?'));
       return net::parse_host_port(rest, 0, "init_method").host;
     }
-    if (init_method.rfind("env://", 0) == 0) return launch_env_from_environment().master_addr;
+    if (init_method.rfind("env://", 0) == 0) {
+      LaunchEnv env = launch_env_from_environment();
+      return env.agent_store_host.empty() ? env.master_addr : env.agent_store_host;
+    }
   } catch (const Error&) {
   }
   return "";

@@ -5,9 +5,10 @@
 //   dist::destroy_process_group(world);
 //
 // The init method says how the ranks find each other (runtime/rendezvous.h):
-// env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as spmdrun, torchrun,
-// Slurm or Open MPI set them), tcp://host:port, file:///path, or a Store the
-// caller already built. The process group is then connected over that store.
+// env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun, Slurm or
+// Open MPI set them; under spmdrun, its agent's store at SPMD_AGENT_STORE),
+// tcp://host:port, file:///path, or a Store the caller already built. The
+// process group is then connected over that store.
 //
 // There is no hidden global "default group": init_process_group returns the
 // world group and code passes the groups it uses explicitly (a DeviceMesh

@@ -174,4 +174,11 @@ int count(const std::string& haystack, const std::string& needle) {
   return n;
 }
 
+std::string line_after(const std::string& text, const std::string& prefix) {
+  size_t at = text.find(prefix);
+  if (at == std::string::npos) return "";
+  at += prefix.size();
+  return text.substr(at, text.find('\n', at) - at);
+}
+
 }  // namespace spmd::test

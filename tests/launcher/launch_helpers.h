@@ -73,5 +73,7 @@ std::string unique_tag();
 int free_port();
 // How many times `needle` occurs in `haystack`.
 int count(const std::string& haystack, const std::string& needle);
+// The rest of the line after the first `prefix` in `text`; "" when absent.
+std::string line_after(const std::string& text, const std::string& prefix);
 
 }  // namespace spmd::test

@@ -35,7 +35,7 @@ std::string read_file(const std::string& path) {
 TEST_CASE("spmdrun: each worker gets the torchrun variables", "[launcher]") {
   RunResult r = run_spmdrun(worker({"--standalone", "--nproc-per-node", "3", "--max-restarts", "2",
                                     "--run-id", "envtest"},
-                                   {"--print-env", "--store"}),
+                                   {"--print-env", "--store", "--bind-master"}),
                             30s, {}, {"OMP_NUM_THREADS"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -55,6 +55,16 @@ TEST_CASE("spmdrun: each worker gets the torchrun variables", "[launcher]") {
     // The ranks found each other through the launcher's store.
     CHECK(count(r.out, "[rank" + std::to_string(rank) + "]: STORE OK ranks=3 attempt=0\n") == 1);
   }
+  // spmd workers meet at the launcher's store; MASTER_PORT is another port,
+  // one for the whole job, that rank 0 could bind (PyTorch's rank 0 does).
+  const std::string store = line_after(r.out, "[rank0]: ENV SPMD_AGENT_STORE=");
+  const std::string master_port = line_after(r.out, "[rank0]: ENV MASTER_PORT=");
+  CHECK(store.rfind("127.0.0.1:", 0) == 0);
+  CHECK(count(r.out, "ENV SPMD_AGENT_STORE=" + store + "\n") == 3);
+  CHECK(count(r.out, "ENV MASTER_PORT=" + master_port + "\n") == 3);
+  CHECK(std::stoi(master_port) > 0);
+  CHECK(store != "127.0.0.1:" + master_port);
+  CHECK(count(r.out, "[rank0]: BOUND MASTER_PORT=" + master_port + "\n") == 1);
   CHECK(count(r.err, "OMP_NUM_THREADS=1") == 1);  // the note, once
   // A value the user set is kept, and no note is printed.
   RunResult kept = run_spmdrun(worker({"--standalone", "--nproc-per-node", "2"}, {"--print-env"}),

@@ -2,10 +2,9 @@
 // and a shared --rdzv-endpoint, a node that never joins, a failure on one
 // node stopping the other, and a restart coordinated across nodes. (The
 // same over two network namespaces is test_launcher_netns.sh.)
-#include <catch2/catch.hpp>
-
 #include <signal.h>
 
+#include <catch2/catch.hpp>
 #include <thread>
 
 #include "launch_helpers.h"
@@ -28,9 +27,17 @@ std::vector<std::string> node_args(int nnodes, int node_rank, const std::string&
 }
 
 // Both launchers' output must show ranks 0..3 of a world of 4, with the
-// ranks' store rendezvous through node 0's launcher.
+// ranks' store rendezvous through node 0's launcher, and one MASTER_PORT for
+// the whole job that node 0's rank 0 could bind.
 void check_one_job(LauncherProcess& a, LauncherProcess& b) {
   std::string all = a.out() + b.out();
+  const std::string master_port = line_after(all, "[rank0]: ENV MASTER_PORT=");
+  const std::string store = line_after(all, "[rank0]: ENV SPMD_AGENT_STORE=");
+  CHECK(count(all, "ENV MASTER_ADDR=127.0.0.1\n") == 4);
+  CHECK(count(all, "ENV MASTER_PORT=" + master_port + "\n") == 4);
+  CHECK(count(all, "ENV SPMD_AGENT_STORE=" + store + "\n") == 4);
+  CHECK(store != "127.0.0.1:" + master_port);
+  CHECK(count(all, "[rank0]: BOUND MASTER_PORT=" + master_port + "\n") == 1);
   for (int rank = 0; rank < 4; ++rank) {
     std::string p = "[rank" + std::to_string(rank) + "]: ";
     CHECK(count(all, p + "ENV RANK=" + std::to_string(rank) + "\n") == 1);
@@ -46,8 +53,10 @@ void check_one_job(LauncherProcess& a, LauncherProcess& b) {
 
 TEST_CASE("spmdrun: two launchers on localhost with --node-rank form one job", "[launcher]") {
   std::string port = std::to_string(free_port());
-  LauncherProcess node0(node_args(2, 0, "--master-port", port, {}, {"--print-env", "--store"}));
-  LauncherProcess node1(node_args(2, 1, "--master-port", port, {}, {"--print-env", "--store"}));
+  LauncherProcess node0(
+      node_args(2, 0, "--master-port", port, {}, {"--print-env", "--store", "--bind-master"}));
+  LauncherProcess node1(
+      node_args(2, 1, "--master-port", port, {}, {"--print-env", "--store", "--bind-master"}));
   REQUIRE(node0.wait_exit(30s));
   REQUIRE(node1.wait_exit(30s));
   INFO(node0.all() << node1.all());
@@ -60,8 +69,10 @@ TEST_CASE("spmdrun: two launchers on localhost with --node-rank form one job", "
 
 TEST_CASE("spmdrun: two launchers sharing --rdzv-endpoint, no node rank", "[launcher]") {
   std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-  LauncherProcess a(node_args(2, -1, "--rdzv-endpoint", endpoint, {}, {"--print-env", "--store"}));
-  LauncherProcess b(node_args(2, -1, "--rdzv-endpoint", endpoint, {}, {"--print-env", "--store"}));
+  LauncherProcess a(node_args(2, -1, "--rdzv-endpoint", endpoint, {},
+                              {"--print-env", "--store", "--bind-master"}));
+  LauncherProcess b(node_args(2, -1, "--rdzv-endpoint", endpoint, {},
+                              {"--print-env", "--store", "--bind-master"}));
   REQUIRE(a.wait_exit(30s));
   REQUIRE(b.wait_exit(30s));
   INFO(a.all() << b.all());

@@ -6,6 +6,8 @@
 #   1. static:  --node-rank 0/1 --master-addr 10.213.7.1
 #   2. dynamic: both --rdzv-endpoint 10.213.7.1:PORT, no node rank; the
 #      launcher that can bind that address (node 0's namespace) hosts.
+# In both, spmd workers meet at the store (SPMD_AGENT_STORE), and every rank
+# gets one MASTER_ADDR:MASTER_PORT on the node of rank 0, which rank 0 binds.
 # Needs root and iproute2; exits 77 (ctest: skipped) with the reason otherwise.
 #
 # usage: test_launcher_netns.sh SPMDRUN WORKER
@@ -42,16 +44,27 @@ run_node() {
   local ns=$1 name=$2
   shift 2
   ip netns exec "$ns" timeout 40 "$spmdrun" --nnodes 2 --nproc-per-node 2 --rdzv-timeout 20 \
-    --run-id netns "$@" "$worker" --print-env --store >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    --run-id netns "$@" "$worker" --print-env --store --bind-master \
+    >"$tmp/$name.out" 2>"$tmp/$name.err" &
 }
 
-check_job() {  # the two nodes' output: one job of 4 ranks, store reached from both sides
-  local label=$1 all
+# check_job LABEL STORE: the two nodes' output is one job of 4 ranks, the
+# store at STORE reached from both sides
+check_job() {
+  local label=$1 store=$2 all master_addr master_port
   all=$(cat "$tmp/$label"0.out "$tmp/$label"1.out)
+  # Rank 0 runs on node 0, whichever namespace that is: MASTER_ADDR is its address.
+  master_addr=10.213.7.2
+  grep -qx "\[rank0\]: ENV RANK=0" "$tmp/$label"0.out && master_addr=10.213.7.1
+  master_port=$(sed -n 's/^\[rank0\]: ENV MASTER_PORT=//p' <<<"$all")
+  grep -qx "\[rank0\]: BOUND MASTER_PORT=$master_port" <<<"$all" ||
+    fail "$label: rank 0 could not bind MASTER_PORT"
   for r in 0 1 2 3; do
     grep -qx "\[rank$r\]: ENV RANK=$r" <<<"$all" || fail "$label: rank $r did not run"
     grep -qx "\[rank$r\]: ENV WORLD_SIZE=4" <<<"$all" || fail "$label: rank $r world size"
-    grep -qx "\[rank$r\]: ENV MASTER_ADDR=10.213.7.1" <<<"$all" || fail "$label: rank $r master"
+    grep -qx "\[rank$r\]: ENV MASTER_ADDR=$master_addr" <<<"$all" || fail "$label: rank $r master"
+    grep -qx "\[rank$r\]: ENV MASTER_PORT=$master_port" <<<"$all" || fail "$label: rank $r port"
+    grep -qx "\[rank$r\]: ENV SPMD_AGENT_STORE=$store" <<<"$all" || fail "$label: rank $r store at"
     grep -qx "\[rank$r\]: STORE OK ranks=4 attempt=0" <<<"$all" || fail "$label: rank $r store"
   done
   echo "$label: ranks 0-3 of one job across two namespaces"
@@ -64,7 +77,7 @@ run_node "$ns1" static1 --node-rank 1 --master-addr 10.213.7.1 --master-port $po
 pid1=$!
 wait $pid0 || { cat "$tmp"/static0.*; fail "static: node 0 exited with $?"; }
 wait $pid1 || { cat "$tmp"/static1.*; fail "static: node 1 exited with $?"; }
-check_job static
+check_job static 10.213.7.1:$port
 # Node 1's ranks are 2 and 3 and ran in node 1's namespace.
 grep -qx "\[rank2\]: ENV GROUP_RANK=1" "$tmp/static1.out" || fail "static: node 1 ran the wrong ranks"
 
@@ -75,5 +88,5 @@ run_node "$ns0" dynamic0 --rdzv-endpoint 10.213.7.1:$((port + 1))
 pid0=$!
 wait $pid0 || { cat "$tmp"/dynamic0.*; fail "dynamic: node in $ns0 exited with $?"; }
 wait $pid1 || { cat "$tmp"/dynamic1.*; fail "dynamic: node in $ns1 exited with $?"; }
-check_job dynamic
+check_job dynamic 10.213.7.1:$((port + 1))
 echo "PASSED"

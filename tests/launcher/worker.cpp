@@ -5,6 +5,8 @@
 //   --print-env            print "ENV NAME=value" for the launcher's variables
 //   --store                rendezvous through env://, count the ranks with add()
 //                          and print "STORE OK ranks=N attempt=R"
+//   --bind-master          rank 0 listens on MASTER_PORT, as PyTorch's rank 0
+//                          does, and prints "BOUND MASTER_PORT=P" (it must be free)
 //   --stdout-lines N / --stderr-lines N   print numbered lines
 //   --fail-rank R --exit-code C           rank R exits with code C
 //   --signal-rank R --signal NAME         rank R kills itself (KILL, SEGV, ...)
@@ -27,12 +29,13 @@
 
 #include "runtime/process.h"
 #include "runtime/rendezvous.h"
+#include "runtime/socket.h"
 
 namespace {
 
 struct Flags {
   bool print_env = false, store = false, print_pid = false, report_signals = false;
-  bool ignore_sigterm = false;
+  bool ignore_sigterm = false, bind_master = false;
   int stdout_lines = 0, stderr_lines = 0;
   int fail_rank = -1, exit_code = 1, signal_rank = -1, fail_until_restart = 0;
   std::string signal_name = "KILL";
@@ -53,6 +56,8 @@ Flags parse(int argc, char** argv) {
       f.print_env = true;
     else if (a == "--store")
       f.store = true;
+    else if (a == "--bind-master")
+      f.bind_master = true;
     else if (a == "--print-pid")
       f.print_pid = true;
     else if (a == "--report-signals")
@@ -103,6 +108,12 @@ void use_store(int rank) {
               env_int("TORCHELASTIC_RESTART_COUNT"));
 }
 
+void bind_master_port() {
+  const int port = env_int("MASTER_PORT");
+  spmd::net::Socket listener = spmd::net::listen_tcp("", static_cast<uint16_t>(port));
+  std::printf("BOUND MASTER_PORT=%d\n", port);
+}
+
 void on_signal(int sig) {
   char line[64];
   int n = std::snprintf(line, sizeof line, "GOT SIG%s\n", sigabbrev_np(sig));
@@ -130,6 +141,7 @@ int main(int argc, char** argv) {
   if (f.print_pid) std::printf("PID %d\n", static_cast<int>(::getpid()));
   if (f.print_env) print_env();
   if (f.store) use_store(rank);
+  if (f.bind_master && rank == 0) bind_master_port();
   for (int i = 0; i < f.stdout_lines; ++i) std::printf("out line %d from rank %d\n", i, rank);
   for (int i = 0; i < f.stderr_lines; ++i)
     std::fprintf(stderr, "err line %d from rank %d\n", i, rank);

@@ -32,7 +32,7 @@ TEST_CASE("env: torchrun's variables", "[env]") {
                                          {"TORCHELASTIC_RESTART_COUNT", "2"},
                                          {"TORCHELASTIC_MAX_RESTARTS", "3"},
                                          {"TORCHELASTIC_RUN_ID", "job42"},
-                                         {"SPMD_AGENT_STORE", "1"}}));
+                                         {"SPMD_AGENT_STORE", "node0:29400"}}));
   CHECK(e.launcher == "torchrun");
   CHECK(e.rank == 5);
   CHECK(e.world_size == 8);
@@ -45,7 +45,8 @@ TEST_CASE("env: torchrun's variables", "[env]") {
   CHECK(e.restart_count == 2);
   CHECK(e.max_restarts == 3);
   CHECK(e.run_id == "job42");
-  CHECK(e.agent_store);
+  CHECK(e.agent_store_host == "node0");
+  CHECK(e.agent_store_port == 29400);
 }
 
 TEST_CASE("env: without local variables the job is one node", "[env]") {
@@ -54,7 +55,7 @@ TEST_CASE("env: without local variables the job is one node", "[env]") {
   CHECK(e.local_world_size == 3);
   CHECK(e.master_addr.empty());
   CHECK(e.master_port == 0);
-  CHECK_FALSE(e.agent_store);
+  CHECK(e.agent_store_host.empty());
 }
 
 TEST_CASE("env: missing and malformed values name the variable", "[env]") {
@@ -77,6 +78,10 @@ TEST_CASE("env: missing and malformed values name the variable", "[env]") {
           {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}})),
       Catch::Contains("local rank 2 is not below the local world size 2"));
   CHECK_THROWS_WITH(parse_launch_env(env_of({})), Catch::Contains("no launcher variables"));
+  // spmdrun sets SPMD_AGENT_STORE to its store's host:port.
+  CHECK_THROWS_WITH(
+      parse_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"SPMD_AGENT_STORE", "1"}})),
+      Catch::Contains("SPMD_AGENT_STORE (spmdrun's store): no port in '1' (expected host:port)"));
 }
 
 TEST_CASE("env: Slurm's variables, master from the node list", "[env]") {
@@ -140,6 +145,28 @@ TEST_CASE("env: Open MPI's variables", "[env]") {
   CHECK(e.local_world_size == 2);
   CHECK(e.master_addr == "host0");
   CHECK(e.master_port == 29400);
+  CHECK(e.group_rank == -1);  // Open MPI names no node index
+  CHECK(e.group_world_size == -1);
   CHECK_THROWS_WITH(parse_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "0"}})),
                     Catch::Contains("OMPI_COMM_WORLD_SIZE is not set"));
+  CHECK_THROWS_WITH(parse_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "0"},
+                                             {"OMPI_COMM_WORLD_SIZE", "2"},
+                                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}})),
+                    Catch::Contains("OMPI_COMM_WORLD_LOCAL_RANK is not set"));
+}
+
+TEST_CASE("env: OMPI_COMM_WORLD_NODE_RANK is a rank on the node, not a node index", "[env]") {
+  // What `mpirun -np 2` sets for rank 1 on one node: NODE_RANK counts this
+  // node's processes across all jobs, so it is 1 here, on the only node.
+  LaunchEnv e = parse_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"},
+                                         {"OMPI_COMM_WORLD_SIZE", "2"},
+                                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                         {"OMPI_COMM_WORLD_NODE_RANK", "1"},
+                                         {"MASTER_ADDR", "127.0.0.1"},
+                                         {"MASTER_PORT", "29400"}}));
+  CHECK(e.rank == 1);
+  CHECK(e.world_size == 2);
+  CHECK(e.local_rank == 1);
+  CHECK(e.local_world_size == 2);
 }
