@@ -28,6 +28,14 @@ std::shared_ptr<FsdpModule> lookup(const nn::Module* m) {
   return it == registry().end() ? nullptr : it->second.lock();
 }
 
+std::vector<std::shared_ptr<FsdpModule>> all_units() {
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  std::vector<std::shared_ptr<FsdpModule>> out;
+  for (auto& [m, weak] : registry())
+    if (auto u = weak.lock()) out.push_back(u);
+  return out;
+}
+
 bool starts_with_path(const std::string& name, const std::string& path) {
   return name.size() > path.size() && name.compare(0, path.size(), path) == 0 &&
          name[path.size()] == '.';
@@ -74,21 +82,19 @@ FsdpModule::FsdpModule(nn::Module& module, const DeviceMesh& mesh, FsdpOptions o
     : module_(&module), options_(std::move(options)), name_(module.type_name()) {
   // The unit's own parameters: all of them, less those of units below it.
   std::vector<std::string> below;
-  std::vector<std::shared_ptr<FsdpModule>> children;
   for (auto& [path, m] : module.named_modules()) {
-    if (m == &module) continue;
-    if (auto unit = lookup(m)) below.push_back(path), children.push_back(unit);
+    if (m != &module && lookup(m) != nullptr) below.push_back(path);
   }
   std::vector<std::pair<std::string, Tensor*>> slots;
   for (auto& [name, t] : module.named_parameters()) {
     bool theirs = false;
     for (const std::string& path : below) theirs = theirs || starts_with_path(name, path);
     if (theirs) continue;
-    for (const auto& child : children) {
-      for (const ParamGroup::Param& p : child->params().params()) {
+    for (const auto& other : all_units()) {
+      for (const ParamGroup::Param& p : other->params().params()) {
         SPMD_CHECK(!p.shard.is_same(t) && p.origin.lock() != t.storage(), "fully_shard(",
-                   name_, "): parameter ", name, " is also held by the unit below it that owns ",
-                   p.name, " (a parameter shared between units; put both users in one unit)");
+                   name_, "): parameter ", name, " is also held by another unit (as its ", p.name,
+                   "): a parameter shared between units; put both of its users in one unit");
       }
     }
     slots.emplace_back(name, &module.parameter_slot(name));
@@ -142,7 +148,8 @@ std::shared_ptr<FsdpModule> fsdp_unit_of(const nn::Module& module) { return look
 // unit that ran alone before, as a root of its own, joins too).
 void FsdpModule::lazy_init_as_root() {
   root_ = this;
-  name_ = "";
+  name_ = "root";
+  group_->set_name(name_);
   units_ = {this};
   for (auto& [path, m] : module_->named_modules()) {
     if (m == module_) continue;
@@ -150,6 +157,7 @@ void FsdpModule::lazy_init_as_root() {
     if (u == nullptr || (u->root_ != nullptr && u->root_ != u.get())) continue;
     u->root_ = this;
     u->name_ = path;
+    u->group_->set_name(path);
     u->units_.clear();
     u->index_ = int(units_.size());
     units_.push_back(u.get());

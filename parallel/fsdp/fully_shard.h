@@ -90,8 +90,8 @@ class FsdpModule {
   FsdpModule& operator=(const FsdpModule&) = delete;
 
   nn::Module& module() { return *module_; }
-  // The unit's path below its root ("layers.3"; "" for the root), once a
-  // forward has run; before, the module's type name.
+  // The unit's path below its root ("layers.3"; "root" for the root), once
+  // a forward has run; before, the module's type name.
   const std::string& name() const { return name_; }
   bool is_root() const { return root_ == this; }
   ParamGroup& params() { return *group_; }

@@ -78,6 +78,8 @@ class ParamGroup {
              MixedPrecision precision, std::string unit_name);
 
   const std::vector<Param>& params() const { return params_; }
+  // The unit's name in the trace and in messages.
+  void set_name(std::string name) { name_ = std::move(name); }
   bool is_gathered() const { return state_ == State::kGathered; }
   bool is_gathering() const { return state_ == State::kGathering; }
   // Elements of one rank's block (the padded shard of every parameter).
