@@ -1,0 +1,376 @@
+// Saving and loading a sharded checkpoint (parallel/checkpoint/checkpoint.h).
+//
+// Save, in three steps that meet through the world's store:
+//   1. rank 0 makes an empty "<dir>.tmp"; the others wait for it;
+//   2. every rank writes its blocks to one safetensors file there and posts
+//      its part of the index (the blocks, their files, keys and offsets);
+//   3. rank 0 merges the parts, checks that they make every tensor whole,
+//      writes index.json and renames the folder to <dir>; every rank waits
+//      for that outcome, so all return together or all throw.
+// Load: for each tensor, each box this rank holds is intersected with every
+// saved block, and the common parts copied across through narrow views.
+#include "parallel/checkpoint/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "autograd/grad_mode.h"
+#include "parallel/checkpoint/index.h"
+#include "parallel/placement.h"
+#include "tensor/ops.h"
+
+namespace spmd::dist {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<Block> blocks_of(const Tensor& t);
+Tensor box_view(const Tensor& t, const Shape& offset, const Shape& size);
+void check_not_partial(const std::string& name, const LayoutMeta& layout,
+                       const std::string& prefix);
+bool writes_blocks(const LayoutMeta& layout);
+
+// --- Save ----------------------------------------------------------------------------------
+
+// The store keys through which the ranks of one save_sharded call meet:
+// "<group>/checkpoint/<dir>/<n>/<what>". n numbers the calls for this dir:
+// each rank adds 1 to a counter on entry, then posts "arrived<rank>". All
+// adds of call n come before any of call n+1, because rank 0 answers only
+// once every rank has arrived, and no rank leaves a call before reading an
+// answer of rank 0's. A value is "ok:<payload>" or "error:<what went wrong>".
+class SaveRound {
+ public:
+  SaveRound(ProcessGroup& world, const std::string& dir)
+      : store_(*world.store_ptr()), timeout_(world.timeout()) {
+    const std::string base = str_cat(world.name(), "/checkpoint/", dir);
+    const int64_t call = (store_.add(base + "/calls", 1) - 1) / world.size();
+    prefix_ = str_cat(base, "/", call, "/");
+    previous_ = str_cat(base, "/", call - 1, "/");
+    post(str_cat("arrived", world.rank()), "ok:");
+  }
+
+  // Rank 0: waits up to the world's timeout for every rank to have arrived
+  // (TimeoutError naming those that have not).
+  void wait_for_all(int world_size) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < world_size; ++r) keys.push_back(str_cat(prefix_, "arrived", r));
+    store_.wait(keys, timeout_);
+  }
+
+  void post(const std::string& what, const std::string& value) {
+    store_.set(prefix_ + what, value);
+  }
+  // The payload posted under `what`, waiting up to the world's timeout;
+  // throws Error with the poster's message when it failed.
+  std::string payload(const std::string& what) {
+    const Bytes bytes = store_.get(prefix_ + what, timeout_);
+    const std::string value(bytes.begin(), bytes.end());
+    if (value.starts_with("error:")) throw Error(value.substr(6));
+    SPMD_CHECK(value.starts_with("ok:"), "save_sharded: unexpected store value under ",
+               prefix_ + what);
+    return value.substr(3);
+  }
+  // Rank 0, once every rank has read them: this call's keys but the
+  // outcome, and the previous call's outcome.
+  void forget(int world_size) {
+    store_.delete_key(prefix_ + "ready");
+    for (int r = 0; r < world_size; ++r) {
+      store_.delete_key(str_cat(prefix_, "arrived", r));
+      store_.delete_key(str_cat(prefix_, "part", r));
+    }
+    store_.delete_key(previous_ + "done");
+  }
+
+ private:
+  Store& store_;
+  std::chrono::milliseconds timeout_;
+  std::string prefix_, previous_;
+};
+
+// "ok:" and what f returns, or "error:", the context and what f threw.
+std::string outcome(const std::function<std::string()>& f, const std::string& context) {
+  try {
+    return "ok:" + f();
+  } catch (const std::exception& e) {
+    return "error:" + context + e.what();
+  }
+}
+
+// Step 1 on rank 0, once every rank has arrived: an empty temporary folder
+// (a crashed save may have left one). A folder at `dir` will be replaced,
+// so it must be a checkpoint (or empty), not some other folder.
+std::string make_empty_folder(SaveRound& round, int world_size, const std::string& tmp,
+                              const std::string& dir) {
+  round.wait_for_all(world_size);
+  SPMD_CHECK(!fs::exists(dir) || fs::exists(fs::path(dir) / kIndexFile) ||
+                 (fs::is_directory(dir) && fs::is_empty(dir)),
+             dir, " exists and is not a checkpoint (it has no ", kIndexFile,
+             "); it is left as it is");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  return "";
+}
+
+// A block's name inside its file: the tensor's name, with "@" and the
+// block's offset when the block is only part of it ("wqkv.weight@16,0").
+std::string block_key(const std::string& name, const Block& b, const Shape& whole) {
+  if (b.size == whole) return name;
+  std::string key = name + "@";
+  for (int d = 0; d < b.global_offset.ndim(); ++d) key += str_cat(d ? "," : "", b.global_offset[d]);
+  return key;
+}
+
+// Step 2 on one rank: writes <tmp>/shard_rank<R>.safetensors (when it has
+// any block to write) and returns this rank's part of the index.
+CheckpointIndex write_shard(const TensorMap& state, const std::string& tmp, int rank) {
+  const std::string file = str_cat("shard_rank", rank, ".safetensors");
+  CheckpointIndex part;
+  TensorMap blocks;  // the file's tensors, by key
+  for (const auto& [name, t] : state) {
+    SPMD_CHECK(t.defined(), "'", name, "' is an undefined tensor");
+    const LayoutMeta* layout = placements_of(t);
+    if (layout == nullptr && rank != 0) continue;  // a whole tensor: rank 0 writes it
+    if (layout != nullptr) check_not_partial(name, *layout, "");
+    SavedTensor& saved = part.tensors[name];
+    saved = {t.dtype(), layout ? whole_shape(*layout) : t.shape(), {}};
+    if (layout != nullptr && !writes_blocks(*layout)) continue;  // a copy of another rank's
+    for (const Block& b : blocks_of(t)) {
+      const std::string key = block_key(name, b, saved.shape);
+      SPMD_CHECK(blocks.count(key) == 0, "two blocks would be saved as '", key, "'");
+      blocks[key] = box_view(t, b.local_offset, b.size);
+      saved.blocks.push_back({file, key, {b.global_offset, b.size}});
+    }
+  }
+  if (!blocks.empty()) save_safetensors((fs::path(tmp) / file).string(), blocks);
+  return part;
+}
+
+// Step 3 on rank 0: the parts in rank order, merged.
+CheckpointIndex gather_index(SaveRound& round, int world_size) {
+  CheckpointIndex index;
+  index.world_size = world_size;
+  for (int r = 0; r < world_size; ++r) {
+    const std::string text = round.payload(str_cat("part", r));
+    merge_index_part(index, index_from_json(text, str_cat("rank ", r, "'s part")), r);
+  }
+  round.forget(world_size);
+  return index;
+}
+
+// Puts `tmp` where `dir` is. rename() cannot replace a folder that is not
+// empty, so an older checkpoint at `dir` steps aside to "<dir>.old" first
+// and is removed once the new one is in place.
+void move_into_place(const std::string& tmp, const std::string& dir) {
+  if (!fs::exists(dir)) {
+    fs::rename(tmp, dir);
+    return;
+  }
+  const std::string old = dir + ".old";
+  fs::remove_all(old);
+  fs::rename(dir, old);
+  fs::rename(tmp, dir);
+  fs::remove_all(old);
+}
+
+// Step 3 on rank 0: the index, checked whole, then the rename. On failure
+// the temporary folder goes too.
+std::string finish(SaveRound& round, int world_size, const std::string& tmp,
+                   const std::string& dir) {
+  try {
+    const CheckpointIndex index = gather_index(round, world_size);
+    check_complete(index, "the merged index");
+    write_checkpoint_index(index, (fs::path(tmp) / kIndexFile).string());
+    move_into_place(tmp, dir);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+  return "";
+}
+
+}  // namespace
+
+void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& world) {
+  const std::string tmp = dir + ".tmp", where = str_cat("save_sharded(", dir, "): ");
+  const int rank = world.rank();
+  SaveRound round(world, dir);
+
+  // 1. Rank 0 makes the temporary folder; the others wait for it.
+  if (rank == 0)
+    round.post("ready", outcome([&] { return make_empty_folder(round, world.size(), tmp, dir); },
+                                where + "rank 0: "));
+  round.payload("ready");
+
+  // 2. This rank's blocks, and its part of the index for rank 0.
+  round.post(str_cat("part", rank),
+             outcome([&] { return index_to_json(write_shard(state, tmp, rank)); },
+                     str_cat("rank ", rank, ": ")));
+
+  // 3. Rank 0 writes the index and renames; every rank learns how it went.
+  if (rank == 0)
+    round.post("done", outcome([&] { return finish(round, world.size(), tmp, dir); }, where));
+  round.payload("done");
+}
+
+// --- Load ------------------------------------------------------------------------------------
+
+namespace {
+
+// The shard files of one checkpoint, each read once, when a block first
+// needs it.
+class ShardFiles {
+ public:
+  explicit ShardFiles(std::string dir) : dir_(std::move(dir)) {}
+
+  // The values of block `b` of tensor `name`, checked against the index.
+  const Tensor& block(const std::string& name, const SavedTensor& saved, const SavedBlock& b) {
+    const std::string path = (fs::path(dir_) / b.file).string();
+    auto file = files_.find(b.file);
+    if (file == files_.end()) {
+      SPMD_CHECK(fs::exists(path), "load_sharded: '", name, "' needs ", b.file,
+                 ", which is missing from ", dir_);
+      file = files_.emplace(b.file, load_safetensors(path)).first;
+    }
+    const auto it = file->second.tensors.find(b.key);
+    SPMD_CHECK(it != file->second.tensors.end(), "load_sharded: ", path, " holds no tensor '",
+               b.key, "' (a block of '", name, "')");
+    SPMD_CHECK(it->second.shape() == b.box.size && it->second.dtype() == saved.dtype,
+               "load_sharded: ", path, ": '", b.key, "' is ", it->second.shape(), " ",
+               dtype_name(it->second.dtype()), " but the index says ", b.box.size, " ",
+               dtype_name(saved.dtype));
+    return it->second;
+  }
+
+ private:
+  std::string dir_;
+  std::map<std::string, SafetensorsFile> files_;  // by file name
+};
+
+// Fills each of t's blocks from the saved blocks that overlap it.
+void load_tensor(const std::string& name, const Tensor& t, const SavedTensor& saved,
+                 ShardFiles& files, const std::string& dir) {
+  const LayoutMeta* layout = placements_of(t);
+  if (layout != nullptr) check_not_partial(name, *layout, "load_sharded: ");
+  const Shape whole = layout ? whole_shape(*layout) : t.shape();
+  SPMD_CHECK(whole == saved.shape, "load_sharded: '", name, "' is ", whole, " here but ",
+             saved.shape, " in the checkpoint at ", dir);
+  SPMD_CHECK(t.dtype() == saved.dtype, "load_sharded: '", name, "' is ", dtype_name(t.dtype()),
+             " here but ", dtype_name(saved.dtype), " in the checkpoint at ", dir);
+  for (const Block& mine : blocks_of(t)) {
+    const Box wanted{mine.global_offset, mine.size};
+    int64_t filled = 0;
+    for (const SavedBlock& b : saved.blocks) {
+      const std::optional<Box> common = intersection(wanted, b.box);
+      if (!common) continue;
+      std::vector<int64_t> in_mine(whole.ndim()), in_saved(whole.ndim());
+      for (int d = 0; d < whole.ndim(); ++d) {
+        in_mine[d] = mine.local_offset[d] + common->offset[d] - mine.global_offset[d];
+        in_saved[d] = common->offset[d] - b.box.offset[d];
+      }
+      const Tensor& src = files.block(name, saved, b);
+      ops::copy_(box_view(t, Shape(in_mine), common->size),
+                 box_view(src, Shape(in_saved), common->size));
+      filled += common->size.numel();
+    }
+    // The saved blocks do not overlap (read_checkpoint_index checked), so
+    // the count is exactly how much of the box they cover.
+    SPMD_CHECK(filled == wanted.size.numel(), "load_sharded: no saved block covers part of '", name,
+               "' in ", box_str(wanted), " (", wanted.size.numel() - filled, " of ",
+               wanted.size.numel(), " elements) in the checkpoint at ", dir);
+  }
+}
+
+}  // namespace
+
+void load_sharded(const TensorMap& state, const std::string& dir) {
+  const CheckpointIndex index = read_checkpoint_index(dir);
+  ShardFiles files(dir);
+  NoGradGuard no_grad;  // parameters are filled in place
+  for (const auto& [name, t] : state) {
+    SPMD_CHECK(t.defined(), "load_sharded: '", name, "' is an undefined tensor");
+    const auto saved = index.tensors.find(name);
+    if (saved == index.tensors.end()) {
+      std::string some;  // a few of the names it has, to show how they are spelled
+      for (auto it = index.tensors.begin(); it != index.tensors.end() && some.size() < 120; ++it)
+        some += str_cat(some.empty() ? "" : ", ", "'", it->first, "'");
+      SPMD_THROW(InvalidArgument, "load_sharded: '", name, "' is not in the checkpoint at ", dir,
+                 " (it holds ", index.tensors.size(), " tensors: ", some,
+                 index.tensors.size() > 3 ? ", ...)" : ")");
+    }
+    load_tensor(name, t, saved->second, files, dir);
+  }
+}
+
+// --- Helpers ---------------------------------------------------------------------------------
+
+namespace {
+
+// This rank's blocks of t: those of its placements, or the whole tensor.
+std::vector<Block> blocks_of(const Tensor& t) {
+  if (const LayoutMeta* layout = placements_of(t))
+    return local_blocks(*layout, layout->mesh.coordinate());
+  const Shape zeros(std::vector<int64_t>(t.ndim(), 0));
+  return {Block{zeros, zeros, t.shape()}};
+}
+
+// t[offset : offset + size] along every dim, as a view.
+Tensor box_view(const Tensor& t, const Shape& offset, const Shape& size) {
+  Tensor v = t;
+  for (int d = 0; d < t.ndim(); ++d) v = ops::narrow(v, d, offset[d], size[d]);
+  return v;
+}
+
+void check_not_partial(const std::string& name, const LayoutMeta& layout,
+                       const std::string& prefix) {
+  for (const LayoutMeta* l = &layout; l != nullptr; l = l->parent.get()) {
+    for (int a = 0; a < l->mesh.ndim(); ++a) {
+      SPMD_CHECK(l->placements[a].kind != Placement::Kind::kPartial, prefix, "'", name,
+                 "' is Partial() on axis ", l->mesh.axis_names()[a],
+                 ": a checkpoint holds values, not terms of a sum (reduce it first)");
+    }
+  }
+}
+
+// The world ranks of this rank's line along `axis` of `mesh`, sorted.
+std::vector<int> line_ranks(const DeviceMesh& mesh, int axis) {
+  const ProcessGroup& g = mesh.group(mesh.axis_names()[axis]);
+  std::vector<int> ranks;
+  for (int r = 0; r < g.size(); ++r) ranks.push_back(g.global_rank(r));
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+// Whether this rank writes its blocks of a tensor. Along a Replicate axis
+// the ranks hold the same blocks, and only coordinate 0 writes them, unless
+// another level of the chain cuts across that line (FSDP's Shard(0) on dp
+// over TP's Replicate on dp, or the reverse: then the blocks differ along it
+// and every rank writes its own). The ranks' lines tell, whichever meshes
+// the levels were placed on.
+bool writes_blocks(const LayoutMeta& layout) {
+  std::vector<std::vector<int>> cut;  // lines that some level shards along
+  for (const LayoutMeta* l = &layout; l != nullptr; l = l->parent.get()) {
+    for (int a = 0; a < l->mesh.ndim(); ++a)
+      if (l->placements[a].is_shard()) cut.push_back(line_ranks(l->mesh, a));
+  }
+  for (const LayoutMeta* l = &layout; l != nullptr; l = l->parent.get()) {
+    for (int a = 0; a < l->mesh.ndim(); ++a) {
+      if (l->placements[a].is_shard() || l->mesh.coordinate()[a] == 0) continue;
+      const std::vector<int> mine = line_ranks(l->mesh, a);
+      const bool crossed = std::any_of(cut.begin(), cut.end(), [&](const std::vector<int>& c) {
+        std::vector<int> common;
+        std::set_intersection(mine.begin(), mine.end(), c.begin(), c.end(),
+                              std::back_inserter(common));
+        return common.size() > 1;  // more than this rank itself
+      });
+      if (!crossed) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+}  // namespace spmd::dist
