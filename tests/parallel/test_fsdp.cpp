@@ -15,6 +15,7 @@
 #include "autograd/optim/adamw.h"
 #include "ddp_test_util.h"
 #include "harness.h"
+#include "parallel/checkpoint/checkpoint.h"
 #include "parallel/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -252,4 +253,31 @@ TEST_CASE("fully_shard refuses what it cannot shard, by name", "[fsdp][errors]")
     fully_shard(a, mesh);
     refuses([&] { fully_shard(b, mesh); }, "a parameter shared between units");
   });
+}
+
+TEST_CASE("a sharded checkpoint saved on N = 4 loads on N = 2 and into a plain model",
+          "[fsdp][checkpoint]") {
+  const std::string dir = "/tmp/spmd_test_fsdp_ckpt_" + std::to_string(::getpid());
+  auto trained = std::make_shared<nn::Transformer>(small_config(), 21);  // the values saved
+  run_world(4, [&](ProcessGroup& world) {
+    DeviceMesh mesh(borrow(world), {4}, {"dp"});
+    auto model = std::make_shared<nn::Transformer>(small_config(), 1);
+    shard_transformer(*model, mesh);
+    load_full_state_dict(*model, trained->state_dict());
+    save_sharded(model->state_dict(), dir, world);  // each rank its shards, no gathering
+  });
+  run_world(2, [&](ProcessGroup& world) {
+    DeviceMesh mesh(borrow(world), {2}, {"dp"});
+    auto model = std::make_shared<nn::Transformer>(small_config(), 2);
+    shard_transformer(*model, mesh);
+    load_sharded(model->state_dict(), dir);
+    for (const auto& [name, t] : full_state_dict(*model))
+      expect(relative_difference(t, trained->state_dict().at(name)) == 0, name,
+             " differs after loading on N = 2");
+  });
+  auto plain = std::make_shared<nn::Transformer>(small_config(), 3);
+  load_sharded(plain->state_dict(), dir);
+  for (const auto& [name, t] : plain->state_dict())
+    CHECK(relative_difference(t, trained->state_dict().at(name)) == 0);
+  std::filesystem::remove_all(dir);
 }
