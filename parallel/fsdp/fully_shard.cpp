@@ -229,6 +229,7 @@ void FsdpModule::pre_backward() {
 }
 
 void FsdpModule::post_backward() {
+  note_memory();  // the unit's full parameters and gradients, both alive now
   reduced_ = true;
   group_->reshard();  // the full parameters are done with; their gradients stay
   if (!sync_gradients_) return;

@@ -1,0 +1,52 @@
+// The layout of a training job: the world's ranks as a mesh of the config's
+// parallel dims, and the strategies applied to a model in TorchTitan's order
+// (DESIGN.md, "Composing them"):
+//
+//   tensor (and sequence) parallel on "tp"   ->  activation checkpointing
+//   ->  FSDP on "dp_shard" (HSDP with "dp_replicate")  or  DDP on "dp_replicate"
+//
+// Each step only reads and writes the model's parameters and their
+// placements, so any subset composes; the model code knows none of it.
+// Mesh axes, outermost first: dp_replicate, dp_shard, tp (tp innermost, so
+// its ranks are neighbours). The data is sharded over the dp axes only: the
+// ranks of one tp group see the same sequences.
+//
+// Not here: pipeline, context and expert parallelism (check_supported()
+// refuses configs that ask for them, naming the dim).
+#pragma once
+
+#include <memory>
+
+#include "autograd/nn/transformer.h"
+#include "parallel/ddp.h"
+#include "parallel/device_mesh.h"
+#include "parallel/fsdp/fully_shard.h"
+#include "train/config.h"
+
+namespace spmd::train {
+
+// What a parallelized model is called through, and the groups the loop needs.
+struct Parallelized {
+  std::shared_ptr<nn::Transformer> model;             // the model (its parameters: pieces)
+  std::shared_ptr<dist::DistributedDataParallel> ddp;  // set when DDP wraps it
+  std::shared_ptr<dist::FsdpModule> fsdp_root;         // set under FSDP/HSDP
+  std::shared_ptr<dist::ProcessGroup> tp;              // the tp group (size 1 without TP)
+  std::shared_ptr<dist::ProcessGroup> dp;              // every dp rank: replicate x shard
+  int64_t dp_rank = 0, dp_size = 1;                    // this rank's data shard
+
+  // The module a forward goes through.
+  nn::Module& module() { return ddp ? static_cast<nn::Module&>(*ddp) : *model; }
+};
+
+// Refuses a layout this trainer does not build (pp, cp, ep > 1).
+void check_supported(const ParallelConfig& p);
+
+// The mesh of the parallel dims. Collective over the world.
+dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
+                            const ParallelConfig& p);
+
+// Applies the strategies the config asks for, in order. Collective.
+Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
+                         const TrainConfig& config);
+
+}  // namespace spmd::train

@@ -1,0 +1,114 @@
+// Checkpoints: the tensors through parallel/checkpoint, the rest as small
+// files rank 0 writes and renames into place.
+#include "train/train_checkpoint.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "autograd/grad_mode.h"
+#include "parallel/checkpoint/checkpoint.h"
+#include "tensor/ops.h"
+
+namespace spmd::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
+  return buf;
+}
+
+// Writes `text` to path through a temporary name and a rename.
+void write_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+    SPMD_CHECK(out.good(), "checkpoint: cannot write ", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  SPMD_CHECK(in.good(), "checkpoint: cannot read ", path.string());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The optimizer's state under parameter names, each moment carrying its
+// parameter's layout. `state` is the optimizer's state_dict() (or, to load
+// into, tensors shaped like it).
+TensorMap named_optimizer_state(const nn::Module& model, const TensorMap& state) {
+  TensorMap out;
+  const auto params = model.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+      auto it = state.find("state." + std::to_string(i) + "." + moment);
+      if (it == state.end()) continue;
+      Tensor t = it->second;
+      t.set_layout_meta(params[i].second.layout_meta());
+      out["optim." + params[i].first + "." + moment] = t;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& folder, const TrainState& state, const nn::Module& model,
+                     const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep) {
+  const fs::path dir = fs::path(folder) / step_name(state.step);
+  TensorMap tensors = model.state_dict();
+  for (auto& [name, t] : named_optimizer_state(model, optimizer.state_dict())) tensors[name] = t;
+  dist::save_sharded(tensors, dir.string(), world);
+  if (world.rank() == 0) {
+    const nlohmann::json train_state = {{"step", state.step},
+                                        {"samples_consumed", state.samples_consumed},
+                                        {"lr", state.lr}};
+    write_atomically(dir / "train_state.json", train_state.dump(2) + "\n");
+    write_atomically(fs::path(folder) / "latest", step_name(state.step) + "\n");
+    // Keep the last `keep` step folders (0: every one).
+    std::vector<fs::path> steps;
+    for (const auto& e : fs::directory_iterator(folder))
+      if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 &&
+          e.path().extension().empty())
+        steps.push_back(e.path());
+    std::sort(steps.begin(), steps.end());
+    for (size_t i = 0; keep > 0 && i + size_t(keep) < steps.size(); ++i) fs::remove_all(steps[i]);
+  }
+  world.wait(world.barrier(), dist::OpType::kBarrier);  // every rank sees the new latest
+}
+
+std::optional<TrainState> load_latest_checkpoint(const std::string& folder, nn::Module& model,
+                                                 optim::Optimizer& optimizer) {
+  const fs::path latest = fs::path(folder) / "latest";
+  if (!fs::exists(latest)) return std::nullopt;
+  std::string name = read_file(latest);
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  const fs::path dir = fs::path(folder) / name;
+  const auto js = nlohmann::json::parse(read_file(dir / "train_state.json"));
+  TrainState state{js.at("step").get<int64_t>(), js.at("samples_consumed").get<int64_t>(),
+                   js.at("lr").get<double>()};
+
+  // Tensors to fill: the model's pieces, and moments shaped like them.
+  NoGradGuard no_grad;
+  TensorMap tensors = model.state_dict();
+  TensorMap moments;
+  const auto params = model.named_parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string key = "state." + std::to_string(i) + ".";
+    moments[key + "exp_avg"] = ops::zeros_like(params[i].second);
+    moments[key + "exp_avg_sq"] = ops::zeros_like(params[i].second);
+    moments[key + "step"] = ops::scalar_tensor(double(state.step), {DType::kI64});
+  }
+  for (auto& [n, t] : named_optimizer_state(model, moments)) tensors[n] = t;
+  dist::load_sharded(tensors, dir.string());
+  optimizer.load_state_dict(moments);
+  return state;
+}
+
+}  // namespace spmd::train

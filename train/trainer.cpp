@@ -1,0 +1,175 @@
+// run_training(): the loop of trainer.h, top to bottom.
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "autograd/autograd.h"
+#include "autograd/data/text_dataset.h"
+#include "autograd/optim/adamw.h"
+#include "autograd/optim/lr_schedule.h"
+#include "parallel/placement.h"
+#include "parallel/tensor_parallel/loss.h"
+#include "tensor/cpu/allocator.h"
+#include "tensor/ops.h"
+#include "tensor/threads.h"
+#include "train/data_loader.h"
+#include "train/parallelize.h"
+#include "train/train_checkpoint.h"
+
+namespace spmd::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double schedule_lr(const TrainConfig& c, int64_t step) {
+  const OptimizerConfig& o = c.optimizer;
+  const ScheduleConfig& s = c.schedule;
+  if (s.decay == "constant") {
+    return step < s.warmup_steps ? o.lr * double(step + 1) / double(s.warmup_steps) : o.lr;
+  }
+  const optim::WarmupCosine schedule(
+      o.lr, s.warmup_steps, c.training.steps, o.lr * s.min_lr_ratio,
+      s.decay == "linear" ? optim::WarmupCosine::Decay::kLinear : optim::WarmupCosine::Decay::kCosine);
+  return schedule(step);
+}
+
+// Time this rank spent blocked in collectives since the groups' last reset.
+double wait_ms(std::initializer_list<dist::ProcessGroup*> groups) {
+  uint64_t ns = 0;
+  for (dist::ProcessGroup* g : groups)
+    for (const auto& c : g->stats().by_op) ns += c.wait_ns;
+  return double(ns) / 1e6;
+}
+
+Tensor loss_of(Parallelized& p, const Tensor& x, const Tensor& y) {
+  const Tensor logits = p.module()(x);
+  return p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, y, *p.tp)
+                          : cross_entropy(logits, y);
+}
+
+// The held-out loss: the same windows on every rank (tp and FSDP ranks must
+// all run each forward).
+double val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T) {
+  NoGradGuard no_grad;
+  const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
+  double total = 0;
+  for (const data::Batch& b : batches) total += loss_of(p, b.x, b.y).item<double>();
+  return batches.empty() ? 0.0 : total / double(batches.size());
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& config,
+                         const std::shared_ptr<dist::ProcessGroup>& world, int64_t stop_after) {
+  const TrainingConfig& t = config.training;
+  if (t.threads > 0) set_num_threads(t.threads);
+  check_layout(config, world->size());
+  SPMD_CHECK(config.optimizer.name == "adamw", "optimizer.name = \"", config.optimizer.name,
+             "\": spmd-train steps with AdamW only");
+  SPMD_CHECK(!config.data.path.empty(), "data.path: name a text file to train on");
+  const bool lead = world->rank() == 0;
+
+  // The layout, then the model on it.
+  dist::DeviceMesh mesh = build_mesh(world, config.parallel);
+  auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), t.seed);
+  Parallelized par = parallelize(model, mesh, config);
+  const std::vector<Tensor> params = par.module().parameters();
+  optim::AdamW opt(params, {.lr = config.optimizer.lr,
+                            .beta1 = config.optimizer.beta1,
+                            .beta2 = config.optimizer.beta2,
+                            .eps = config.optimizer.eps,
+                            .weight_decay = config.optimizer.weight_decay});
+
+  const data::TextDataset dataset =
+      data::TextDataset::from_file(config.data.path, config.data.eval_fraction);
+  const int64_t T = model->config.max_seq_len;
+  DataLoader loader(dataset, T, t.global_batch, par.dp_size, par.dp_rank, t.seed);
+
+  TrainResult result;
+  const CheckpointConfig& ck = config.checkpoint;
+  if (!ck.folder.empty() && ck.resume) {
+    if (auto state = load_latest_checkpoint(ck.folder, *model, opt)) {
+      result.first_step = state->step;
+      loader.set_samples_consumed(state->samples_consumed);
+      if (lead)
+        std::printf("resumed from %s at step %lld\n", ck.folder.c_str(), (long long)state->step);
+    }
+  }
+
+  std::filesystem::create_directories(config.metrics.run_folder);
+  std::ofstream metrics(config.metrics.run_folder + "/metrics_rank" +
+                        std::to_string(world->rank()) + ".jsonl",
+                        result.first_step > 0 ? std::ios::app : std::ios::trunc);
+  const int64_t rows = t.global_batch / par.dp_size, mb = rows / t.microbatches;
+  const double tokens_per_step = double(t.global_batch * T);
+
+  const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
+  for (int64_t step = result.first_step; step < last; ++step) {
+    const auto start = Clock::now();
+    manual_seed(t.seed * 1000003 + uint64_t(step));  // dropout: the same masks after a resume
+    par.dp->reset_stats(), par.tp->reset_stats();
+    cpu::reset_host_peak_memory();
+    opt.zero_grad();
+    const data::Batch batch = loader.next();
+    double loss_sum = 0;
+    for (int64_t m = 0; m < t.microbatches; ++m) {
+      const bool sync = m + 1 == t.microbatches;  // gradients are reduced on the last only
+      const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
+      if (par.fsdp_root) par.fsdp_root->set_requires_gradient_sync(sync);
+      Tensor loss;
+      if (par.ddp && !sync) {
+        auto local = par.ddp->no_sync();
+        loss = loss_of(par, x, y);
+        backward(div(loss, double(t.microbatches)));
+      } else {
+        loss = loss_of(par, x, y);
+        backward(div(loss, double(t.microbatches)));
+      }
+      loss_sum += loss.item<double>() / double(t.microbatches);
+    }
+    const double grad_norm = t.grad_clip > 0 ? dist::clip_grad_norm_(params, t.grad_clip)
+                                             : dist::grad_norm(params);
+    const double lr = schedule_lr(config, step);
+    opt.set_lr(lr);
+    opt.step();
+
+    // The loss of the whole global batch: the mean over the dp ranks.
+    Tensor mean = ops::scalar_tensor(loss_sum, {DType::kF64});
+    if (par.dp_size > 1) par.dp->wait(par.dp->all_reduce(mean, dist::ReduceOp::kAvg),
+                                      dist::OpType::kAllReduce);
+    const double loss = mean.item<double>();
+    result.losses.push_back(loss);
+    const double step_s = std::chrono::duration<double>(Clock::now() - start).count();
+    const auto mem = cpu::host_memory_stats();
+    nlohmann::json line = {{"step", step},
+                           {"loss", loss},
+                           {"grad_norm", grad_norm},
+                           {"lr", lr},
+                           {"tokens_per_s", tokens_per_step / step_s},
+                           {"step_ms", step_s * 1e3},
+                           {"comm_wait_ms", wait_ms({par.dp.get(), par.tp.get()})},
+                           {"mem_allocated", mem.allocated},
+                           {"mem_peak", mem.peak_allocated}};
+    const bool eval = config.metrics.eval_every > 0 && (step + 1) % config.metrics.eval_every == 0;
+    if (eval) line["val_loss"] = val_loss(par, dataset, T);
+    metrics << line.dump() << "\n" << std::flush;
+    if (lead && (step % config.metrics.log_every == 0 || step + 1 == t.steps || eval)) {
+      std::printf("step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  %.0f ms%s\n",
+                  (long long)step, loss, grad_norm, lr, tokens_per_step / step_s, step_s * 1e3,
+                  eval ? str_cat("  val_loss ", line["val_loss"].get<double>()).c_str() : "");
+      std::fflush(stdout);
+    }
+    const bool save_now = !ck.folder.empty() &&
+                          ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
+    if (save_now)
+      save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, *model, opt, *world,
+                      ck.keep);
+  }
+  return result;
+}
+
+}  // namespace spmd::train

@@ -1,0 +1,35 @@
+// spmd-train's loop: build the layout, the model, the data and the optimizer
+// from a TrainConfig, resume from the last checkpoint if there is one, then
+// for each step
+//
+//   next global batch (this rank's rows) -> microbatches: forward, loss,
+//   backward (gradient sync on the last only) -> clip to the global norm ->
+//   lr from the schedule -> AdamW step -> metrics -> checkpoint every K steps
+//
+// Metrics go to the console (rank 0, one line per log step) and, per rank,
+// to <run_folder>/metrics_rank<R>.jsonl: step, loss (the mean over the dp
+// ranks), grad_norm, lr, tokens_per_s, step_ms, comm_wait_ms (time blocked in
+// the dp and tp groups' collectives), mem_allocated and mem_peak (bytes,
+// this rank's allocator), and val_loss on eval steps.
+#pragma once
+
+#include <memory>
+
+#include "parallel/comm/process_group.h"
+#include "train/config.h"
+
+namespace spmd::train {
+
+struct TrainResult {
+  std::vector<double> losses;  // per step this run took
+  int64_t first_step = 0;      // > 0 when it resumed
+};
+
+// Collective over the world: every rank runs it with the same config.
+// stop_after: end after this many steps of the schedule (as if the job were
+// stopped there, a checkpoint at that step included); -1: training.steps.
+TrainResult run_training(const TrainConfig& config,
+                         const std::shared_ptr<dist::ProcessGroup>& world,
+                         int64_t stop_after = -1);
+
+}  // namespace spmd::train
