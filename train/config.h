@@ -47,7 +47,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string path = "";  // a UTF-8 text file; "": the embedded text
+  std::string path = "";  // a UTF-8 text file; "": the embedded text (train/CMakeLists.txt)
   std::string tokenizer = "byte";
   double eval_fraction = 0.1;  // the tail of the tokens held out for eval
   bool operator==(const DataConfig&) const = default;

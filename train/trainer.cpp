@@ -70,7 +70,6 @@ TrainResult run_training(const TrainConfig& config,
   check_layout(config, world->size());
   SPMD_CHECK(config.optimizer.name == "adamw", "optimizer.name = \"", config.optimizer.name,
              "\": spmd-train steps with AdamW only");
-  SPMD_CHECK(!config.data.path.empty(), "data.path: name a text file to train on");
   const bool lead = world->rank() == 0;
 
   // The layout, then the model on it.
@@ -84,8 +83,8 @@ TrainResult run_training(const TrainConfig& config,
                             .eps = config.optimizer.eps,
                             .weight_decay = config.optimizer.weight_decay});
 
-  const data::TextDataset dataset =
-      data::TextDataset::from_file(config.data.path, config.data.eval_fraction);
+  const std::string path = config.data.path.empty() ? SPMD_EMBEDDED_TEXT : config.data.path;
+  const data::TextDataset dataset = data::TextDataset::from_file(path, config.data.eval_fraction);
   const int64_t T = model->config.max_seq_len;
   DataLoader loader(dataset, T, t.global_batch, par.dp_size, par.dp_rank, t.seed);
 
