@@ -2,8 +2,13 @@
 //
 //   spmdrun --standalone --nproc-per-node 2 spmd-train --config configs/fsdp.toml
 //   spmd-train --config configs/fsdp.toml --training.steps=100 --print-config
+//   spmd-train export --config configs/fsdp.toml --out model.safetensors [--with-logits]
 //
 // Every `--section.key=value` (or `--section.key value`) overrides the file.
+// export loads the latest checkpoint of checkpoint.folder (saved under any
+// layout) into one whole model and writes it as one safetensors file under
+// PyTorch's names; --with-logits also writes <out>.logits.safetensors, the
+// model's logits for a fixed batch of ids, for checking a port of the model.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +26,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: spmd-train --config FILE [--section.key=value ...] [--print-config]\n"
+    "       spmd-train export --config FILE --out FILE.safetensors [--with-logits] [...]\n"
     "  Runs under spmdrun (or with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set); alone,\n"
     "  it is a world of one. --print-config prints the resolved config and exits.\n";
 
@@ -28,13 +34,22 @@ struct Args {
   std::string config;
   std::vector<std::string> overrides;
   bool print = false;
+  bool do_export = false, with_logits = false;
+  std::string out;
 };
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
+  int first = 1;
+  if (argc > 1 && std::string(argv[1]) == "export") a.do_export = true, first = 2;
+  for (int i = first; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
+    if (a.do_export && arg == "--out") {
+      SPMD_CHECK(i + 1 < argc, "--out needs a file");
+      a.out = argv[++i];
+    } else if (a.do_export && arg == "--with-logits") {
+      a.with_logits = true;
+    } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else if (arg == "--print-config") {
@@ -69,6 +84,11 @@ int main(int argc, char** argv) {
     const train::TrainConfig config = train::load_config(args.config, args.overrides);
     if (args.print) {
       std::fputs(train::to_toml(config).c_str(), stdout);
+      return 0;
+    }
+    if (args.do_export) {
+      SPMD_CHECK(!args.out.empty(), "export: name the file to write with --out");
+      train::export_model(config, args.out, args.with_logits);
       return 0;
     }
     dist::InitOptions init;

@@ -83,6 +83,14 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const n
   world.wait(world.barrier(), dist::OpType::kBarrier);  // every rank sees the new latest
 }
 
+int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int rank) {
+  const fs::path file =
+      fs::path(folder) / step_name(step) / ("shard_rank" + std::to_string(rank) + ".safetensors");
+  std::error_code ec;
+  const auto size = fs::file_size(file, ec);
+  return ec ? 0 : int64_t(size);
+}
+
 std::optional<TrainState> load_latest_checkpoint(const std::string& folder, nn::Module& model,
                                                  optim::Optimizer& optimizer) {
   const fs::path latest = fs::path(folder) / "latest";

@@ -34,6 +34,9 @@ struct TrainState {
 void save_checkpoint(const std::string& folder, const TrainState& state, const nn::Module& model,
                      const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep);
 
+// The bytes of this rank's file in the checkpoint of `step` (0 if it wrote none).
+int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int rank);
+
 // The state of the checkpoint `latest` names, loaded into the model and the
 // optimizer; nullopt when the folder has none. No communication.
 std::optional<TrainState> load_latest_checkpoint(const std::string& folder, nn::Module& model,

@@ -91,11 +91,14 @@ TrainResult run_training(const TrainConfig& config,
   TrainResult result;
   const CheckpointConfig& ck = config.checkpoint;
   if (!ck.folder.empty() && ck.resume) {
+    const auto load_start = Clock::now();
     if (auto state = load_latest_checkpoint(ck.folder, *model, opt)) {
       result.first_step = state->step;
       loader.set_samples_consumed(state->samples_consumed);
       if (lead)
-        std::printf("resumed from %s at step %lld\n", ck.folder.c_str(), (long long)state->step);
+        std::printf("resumed from %s at step %lld (loaded in %.0f ms)\n", ck.folder.c_str(),
+                    (long long)state->step,
+                    std::chrono::duration<double>(Clock::now() - load_start).count() * 1e3);
     }
   }
 
@@ -155,6 +158,16 @@ TrainResult run_training(const TrainConfig& config,
                            {"mem_peak", mem.peak_allocated}};
     const bool eval = config.metrics.eval_every > 0 && (step + 1) % config.metrics.eval_every == 0;
     if (eval) line["val_loss"] = val_loss(par, dataset, T);
+    const bool save_now = !ck.folder.empty() &&
+                          ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
+    if (save_now) {
+      const auto save_start = Clock::now();
+      save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, *model, opt, *world,
+                      ck.keep);
+      line["checkpoint_ms"] =
+          std::chrono::duration<double>(Clock::now() - save_start).count() * 1e3;
+      line["checkpoint_bytes"] = checkpoint_bytes_of_rank(ck.folder, step + 1, world->rank());
+    }
     metrics << line.dump() << "\n" << std::flush;
     if (lead && (step % config.metrics.log_every == 0 || step + 1 == t.steps || eval)) {
       std::printf("step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  %.0f ms%s\n",
@@ -162,13 +175,26 @@ TrainResult run_training(const TrainConfig& config,
                   eval ? str_cat("  val_loss ", line["val_loss"].get<double>()).c_str() : "");
       std::fflush(stdout);
     }
-    const bool save_now = !ck.folder.empty() &&
-                          ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
-    if (save_now)
-      save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, *model, opt, *world,
-                      ck.keep);
   }
   return result;
+}
+
+void export_model(const TrainConfig& config, const std::string& out, bool with_logits) {
+  SPMD_CHECK(!config.checkpoint.folder.empty(), "export: set checkpoint.folder to the run's folder");
+  auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
+  optim::AdamW opt(model->parameters(), {});
+  const auto state = load_latest_checkpoint(config.checkpoint.folder, *model, opt);
+  SPMD_CHECK(state.has_value(), "export: ", config.checkpoint.folder, " holds no checkpoint (no latest)");
+  model->save(out);
+  std::printf("exported step %lld of %s to %s (%lld parameters)\n", (long long)state->step,
+              config.checkpoint.folder.c_str(), out.c_str(), (long long)model->num_parameters());
+  if (!with_logits) return;
+  NoGradGuard no_grad;
+  const int64_t T = model->config.max_seq_len, V = model->config.vocab_size;
+  std::vector<int64_t> values(size_t(2 * T));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = int64_t(i * 7 % size_t(V));
+  const Tensor ids = ops::from_vector(values, Shape{2, T});
+  save_safetensors(out + ".logits.safetensors", {{"ids", ids}, {"logits", (*model)(ids)}});
 }
 
 }  // namespace spmd::train

@@ -10,7 +10,8 @@
 // to <run_folder>/metrics_rank<R>.jsonl: step, loss (the mean over the dp
 // ranks), grad_norm, lr, tokens_per_s, step_ms, comm_wait_ms (time blocked in
 // the dp and tp groups' collectives), mem_allocated and mem_peak (bytes,
-// this rank's allocator), and val_loss on eval steps.
+// this rank's allocator), val_loss on eval steps, and on save steps
+// checkpoint_ms and checkpoint_bytes (the save's time and this rank's file).
 #pragma once
 
 #include <memory>
@@ -31,5 +32,12 @@ struct TrainResult {
 TrainResult run_training(const TrainConfig& config,
                          const std::shared_ptr<dist::ProcessGroup>& world,
                          int64_t stop_after = -1);
+
+// Loads the latest checkpoint of config.checkpoint.folder into one whole
+// model (one process, whatever layout saved it) and saves the model to
+// `out` (safetensors, PyTorch's names). with_logits: also writes
+// <out>.logits.safetensors with "ids" (2, T) and the model's "logits".
+// Throws when the folder has no checkpoint.
+void export_model(const TrainConfig& config, const std::string& out, bool with_logits);
 
 }  // namespace spmd::train

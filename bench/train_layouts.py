@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""spmd-train under ddp, fsdp, tp (and pp where built) beside PyTorch DDP, and
+the checkpoint's save speed beside the disk's.
+
+Speed: --rounds interleaved rounds of PyTorch DDP (bench/peers/torch_ddp.py,
+gloo, the same GPT-2 config and per-rank batch) and spmd-train with each
+layout on --world ranks x --threads threads. spmd-train's tokens/s is the
+median of its steps after the first two (its JSON lines); each ratio is the
+median of the rounds' pairwise ratios against the same round's PyTorch run.
+
+Checkpoint: spmd-train (fsdp layout) saves after its last step; the save's
+time and bytes per rank (its JSON line) beside `dd` writing the same bytes
+to the same folder, with and without conv=fdatasync (the checkpoint does not
+sync: both go to the page cache first).
+
+  bench/train_layouts.py [--build build] [--config small] [--world 2] [--threads 1]
+                         [--rounds 3] [--steps 8] [--batch 4]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench_lines import parse, run_lines
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def spmd_train(args, env, layout, run_folder, extra=()):
+    cmd = [os.path.join(args.build, "launcher", "spmdrun"), "--standalone", "--nproc-per-node",
+           str(args.world), os.path.join(args.build, "train", "spmd-train"),
+           f"--model.preset={args.config}", f"--training.steps={args.steps}",
+           f"--training.global_batch={args.batch * args.world}",
+           f"--training.threads={args.threads}", f"--metrics.run_folder={run_folder}",
+           "--metrics.log_every=1000"] + layout + list(extra)
+    run_lines(cmd, env, "train_layouts", timeout=1800)
+    rows = [json.loads(l) for l in open(os.path.join(run_folder, "metrics_rank0.jsonl"))]
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--config", default="small")
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
+    args = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    tmp = tempfile.mkdtemp(prefix="spmd_train_layouts_")
+    layouts = {
+        "ddp": [f"--parallel.dp_replicate={args.world}"],
+        "fsdp": [f"--parallel.dp_shard={args.world}"],
+        "tp": [f"--parallel.tp={args.world}"],
+    }
+    torch = ["/usr/bin/python3", os.path.join(ROOT, "bench", "peers", "torch_ddp.py"), "--nproc",
+             str(args.world), "--config", args.config, "--threads", str(args.threads),
+             "--steps", str(args.steps), "--batch", str(args.batch)]
+    speed = {name: [] for name in ["torch ddp"] + list(layouts)}
+    for r in range(args.rounds):
+        lines = [l for l in run_lines(torch, env, "train_layouts") if l.startswith("torch-ddp ")]
+        speed["torch ddp"].append(float(parse(lines[-1])["tokens_per_s"]))
+        for name, layout in layouts.items():
+            rows = spmd_train(args, env, layout, os.path.join(tmp, name))
+            speed[name].append(statistics.median(x["tokens_per_s"] for x in rows[2:]))
+        print(f"round {r}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in speed.items()),
+              file=sys.stderr)
+
+    print(f"\n{args.config} config, {args.batch} sequences per rank per step, {args.world} ranks x "
+          f"{args.threads} thread(s), median of {args.rounds} interleaved rounds\n")
+    print("| run | tok/s (all ranks) | vs PyTorch DDP |")
+    print("|---|---|---|")
+    for name, v in speed.items():
+        ratio = statistics.median(a / b for a, b in zip(v, speed["torch ddp"]))
+        label = name if name == "torch ddp" else f"spmd-train {name}"
+        print(f"| {label} | {statistics.median(v):,.0f} | {ratio:.2f} |")
+
+    # Checkpoint save beside dd.
+    folder = os.path.join(tmp, "ck")
+    rows = spmd_train(args, env, layouts["fsdp"], os.path.join(tmp, "ck_run"),
+                      [f"--checkpoint.folder={folder}"])
+    save = rows[-1]
+    nbytes = int(save["checkpoint_bytes"])
+    seconds = float(save["checkpoint_ms"]) / 1e3
+    print(f"\ncheckpoint (fsdp, {args.world} ranks): rank 0 wrote {nbytes / 2**20:.1f} MiB in "
+          f"{seconds * 1e3:.0f} ms: {nbytes / 2**20 / seconds:.0f} MiB/s (all ranks at once)")
+    for sync in ("", "conv=fdatasync"):
+        target = os.path.join(folder, "dd.bin")
+        out = subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M",
+                              f"count={max(1, nbytes // 2**20)}"] + ([sync] if sync else []),
+                             capture_output=True, text=True)
+        m = re.search(r"copied, ([0-9.]+) s, ", out.stderr)
+        dd_s = float(m.group(1)) if m else float("nan")
+        rate = max(1, nbytes // 2**20) / dd_s
+        print(f"dd {sync or '(page cache)'}: {rate:.0f} MiB/s; the save is "
+              f"{nbytes / 2**20 / seconds / rate:.0%} of it")
+        os.remove(target)
+    shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    main()
