@@ -105,7 +105,9 @@ TEST_CASE("prefetch issues the next unit's all_gather before this unit computes"
       trace_start(dir, world.rank());
       DeviceMesh mesh(borrow(world), {2}, {"dp"});
       auto model = std::make_shared<nn::Transformer>(small_config(), 1);
-      auto root = shard_transformer(*model, mesh, {.prefetch = prefetch});
+      FsdpOptions o;
+      o.prefetch = prefetch;
+      auto root = shard_transformer(*model, mesh, o);
       const Tensor x = ids(2, 8, 5);
       backward(cross_entropy((*model)(x), x));
       trace_flush();
@@ -156,7 +158,9 @@ Peak measure(ProcessGroup& world, const std::string& strategy, bool prefetch) {
   std::shared_ptr<DistributedDataParallel> ddp;
   if (strategy == "fsdp") {
     DeviceMesh mesh(borrow(world), {world.size()}, {"dp"});
-    shard_transformer(*model, mesh, {.prefetch = prefetch});
+    FsdpOptions o;
+    o.prefetch = prefetch;
+    shard_transformer(*model, mesh, o);
   } else {
     ddp = std::make_shared<DistributedDataParallel>(model, borrow(world));
   }
@@ -206,8 +210,9 @@ TEST_CASE("bf16 parameters for compute, f32 shards and gradients", "[fsdp][mixed
     auto f32 = std::make_shared<nn::Transformer>(c, 1);
     auto bf16 = std::make_shared<nn::Transformer>(c, 1);
     shard_transformer(*f32, mesh);
-    auto root = shard_transformer(
-        *bf16, mesh, {.mixed_precision = {.param_dtype = DType::kBF16, .reduce_dtype = DType::kF32}});
+    FsdpOptions o;
+    o.mixed_precision = {.param_dtype = DType::kBF16, .reduce_dtype = DType::kF32};
+    auto root = shard_transformer(*bf16, mesh, o);
     root->unshard();
     expect(bf16->norm->parameters()[0].dtype() == DType::kBF16, "gathered, not bf16");
     root->reshard();
@@ -244,7 +249,9 @@ TEST_CASE("fully_shard refuses what it cannot shard, by name", "[fsdp][errors]")
       expect(false, "not refused: ", words);
     };
     refuses([&] { fully_shard(block, mesh); }, "was already passed to fully_shard");
-    refuses([&] { fully_shard(model->layers->at(1), mesh, {.shard_axis = "dp_shard"}); },
+    FsdpOptions bad_axis;
+    bad_axis.shard_axis = "dp_shard";
+    refuses([&] { fully_shard(model->layers->at(1), mesh, bad_axis); },
             "has no axis 'dp_shard'");
     // A parameter shared between units: layer 2's MLP weight is layer 1's.
     auto a = std::dynamic_pointer_cast<nn::TransformerBlock>(model->layers->at(1));
