@@ -68,8 +68,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     k = rope(k, rope_cos_, rope_sin_);
   }
   // (B, T, H, D) -> (B, H, T, D): views, no copies.
-  Tensor y = scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
-                                          transpose(v, 1, 2), /*causal=*/true);
+  Tensor y = attention_fn ? attention_fn(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2))
+                         : scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
+                                                        transpose(v, 1, 2), /*causal=*/true);
   y = reshape(transpose(y, 1, 2), {B, T, H * head_dim});  // heads side by side again
   return (*wo)(y);
 }

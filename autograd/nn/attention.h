@@ -10,6 +10,8 @@
 // heads of size D = C/H, Hkv key/value heads.
 #pragma once
 
+#include <functional>
+
 #include "autograd/nn/layers.h"
 #include "tensor/nn_ops.h"
 
@@ -38,6 +40,11 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> wqkv;        // fused_qkv only
   std::shared_ptr<Linear> wq, wk, wv;  // !fused_qkv only
   std::shared_ptr<Linear> wo;
+
+  // The attention of q (B, H, T, D) with k, v (B, Hkv, T, D), causal. Unset:
+  // scaled_dot_product_attention. A strategy that splits the sequence over
+  // ranks (context parallelism's ring attention) sets its own.
+  std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)> attention_fn;
 
  private:
   Tensor rope_cos_, rope_sin_;  // (max_seq_len, D/2) non-persistent buffers

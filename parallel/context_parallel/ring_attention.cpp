@@ -1,0 +1,199 @@
+// Ring attention: one block's forward and backward in raw ops, the ring that
+// visits every key/value pair, and the autograd Function around them.
+#include "parallel/context_parallel/ring_attention.h"
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "autograd/function.h"
+#include "tensor/ops.h"
+
+namespace spmd::dist::cp {
+namespace {
+
+std::atomic<int64_t> g_blocks{0};
+
+enum class Visible { kNone, kDiagonal, kFull };
+
+// How query chunk i sees key chunk j under the causal mask.
+Visible visibility(int64_t i, int64_t j) {
+  return j < i ? Visible::kFull : j == i ? Visible::kDiagonal : Visible::kNone;
+}
+
+// Scores of one block, the future masked to -inf on the diagonal block.
+Tensor block_scores(const Tensor& q, const Tensor& k, double scale, Visible how) {
+  Tensor s = ops::mul(ops::matmul(q, ops::transpose(k, -2, -1)), scale);  // (B, H, c, c)
+  if (how == Visible::kDiagonal) {
+    const Tensor future = ops::gt(ops::triu(ops::ones_like(s), 1), 0.0);  // bool, above the diagonal
+    s = ops::masked_fill(s, future, -std::numeric_limits<double>::infinity());
+  }
+  return s;
+}
+
+struct Partial {
+  Tensor out, lse;  // (B, H, c, D) and (B, H, c, 1), q's dtype
+};
+
+Partial block_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
+                      Visible how) {
+  const Tensor s = block_scores(q, k, scale, how);
+  const Tensor m = ops::amax(s, {-1}, true);
+  const Tensor p = ops::exp(ops::sub(s, m));
+  const Tensor l = ops::sum(p, {-1}, true);
+  return {ops::div(ops::matmul(p, v), l), ops::add(m, ops::log(l))};
+}
+
+// The running result of a query chunk and one more block's, merged exactly.
+void merge(Partial& acc, const Partial& b) {
+  if (!acc.out.defined()) {
+    acc = b;
+    return;
+  }
+  const Tensor lse = ops::add(ops::maximum(acc.lse, b.lse),
+                              ops::log(ops::add(ops::exp(ops::sub(acc.lse, ops::maximum(acc.lse, b.lse))),
+                                                ops::exp(ops::sub(b.lse, ops::maximum(acc.lse, b.lse))))));
+  acc.out = ops::add(ops::mul(acc.out, ops::exp(ops::sub(acc.lse, lse))),
+                     ops::mul(b.out, ops::exp(ops::sub(b.lse, lse))));
+  acc.lse = lse;
+}
+
+// One block's contribution to dq, dk, dv from the saved global lse and
+// delta = rowsum(dout * out).
+void block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                    const Tensor& lse, const Tensor& delta, double scale, Visible how, Tensor& dq,
+                    Tensor& dk, Tensor& dv) {
+  const Tensor p = ops::exp(ops::sub(block_scores(q, k, scale, how), lse));  // (B, H, c, c)
+  ops::add_(dv, ops::matmul(ops::transpose(p, -2, -1), dout));
+  const Tensor dp = ops::matmul(dout, ops::transpose(v, -2, -1));
+  const Tensor ds = ops::mul(p, ops::sub(dp, delta));
+  ops::add_(dq, ops::mul(ops::matmul(ds, k), scale));
+  ops::add_(dk, ops::mul(ops::matmul(ops::transpose(ds, -2, -1), q), scale));
+}
+
+// Sends `mine` to the next rank of the ring and receives the previous
+// rank's into a fresh tensor of the same shape; returns at once.
+Work pass_on(const Tensor& mine, Tensor& incoming, ProcessGroup& g) {
+  incoming = ops::empty_like(mine);
+  const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
+  return g.batch_isend_irecv({{OpType::kSend, mine, next, 0}, {OpType::kRecv, incoming, prev, 0}});
+}
+
+// Keys or values of Hkv heads repeated to H (grouped-query attention).
+Tensor repeat_heads(const Tensor& t, int64_t H) {
+  const int64_t Hkv = t.size(1);
+  if (Hkv == H) return ops::contiguous(t);
+  const Shape s = t.shape();
+  const Tensor e = ops::expand(ops::unsqueeze(t, 2), Shape{s[0], Hkv, H / Hkv, s[2], s[3]});
+  return ops::reshape(ops::contiguous(e), Shape{s[0], H, s[2], s[3]});
+}
+
+Tensor sum_heads(const Tensor& t, int64_t Hkv) {
+  const Shape s = t.shape();
+  if (s[1] == Hkv) return t;
+  return ops::sum(ops::view(t, Shape{s[0], Hkv, s[1] / Hkv, s[2], s[3]}), {2});
+}
+
+struct Ring : autograd::Function<Ring> {
+  static constexpr const char* kName = "ring_attention";
+
+  static Tensor forward(autograd::FunctionCtx& ctx, const Tensor& q_in, const Tensor& k_in,
+                        const Tensor& v_in, ProcessGroup* g, double scale) {
+    const int64_t n = g->size(), r = g->rank(), H = q_in.size(1), c = q_in.size(2) / 2;
+    const Tensor q = ops::contiguous(q_in);
+    const auto [a, b] = chunk_ids(n, r);
+    const Tensor qc[2] = {ops::narrow(q, 2, 0, c), ops::narrow(q, 2, c, c)};
+    const int64_t qid[2] = {a, b};
+    Tensor kv = ops::stack({repeat_heads(k_in, H), repeat_heads(v_in, H)}, 0);
+    Partial acc[2];
+    for (int64_t step = 0; step < n; ++step) {
+      Tensor next;
+      std::optional<Work> moving;
+      if (step + 1 < n) moving = pass_on(kv, next, *g);  // overlaps this step's blocks
+      const auto [ka, kb] = chunk_ids(n, (r - step + n) % n);
+      const int64_t kid[2] = {ka, kb};
+      for (int i = 0; i < 2; ++i) {
+        for (int j = 0; j < 2; ++j) {
+          const Visible how = visibility(qid[i], kid[j]);
+          if (how == Visible::kNone) continue;
+          const Tensor k = ops::narrow(ops::select(kv, 0, 0), 2, j * c, c);
+          const Tensor v = ops::narrow(ops::select(kv, 0, 1), 2, j * c, c);
+          merge(acc[i], block_forward(qc[i], k, v, scale, how));
+          g_blocks.fetch_add(1);
+        }
+      }
+      if (moving) {
+        g->wait(*moving, OpType::kSend);
+        kv = next;
+      }
+    }
+    const Tensor out = ops::cat({acc[0].out, acc[1].out}, 2);
+    const Tensor lse = ops::cat({acc[0].lse, acc[1].lse}, 2);
+    ctx.save_for_backward({q, k_in, v_in, out, lse});
+    ctx.set("group", g);
+    ctx.set("scale", scale);
+    return out;
+  }
+
+  static autograd::TensorList backward(autograd::FunctionCtx& ctx,
+                                       const autograd::TensorList& grads) {
+    const autograd::TensorList saved = ctx.saved_tensors();
+    const Tensor &q = saved[0], &k_in = saved[1], &v_in = saved[2], &out = saved[3],
+                 &lse = saved[4];
+    ProcessGroup* g = ctx.get<ProcessGroup*>("group");
+    const double scale = ctx.get<double>("scale");
+    const int64_t n = g->size(), r = g->rank(), H = q.size(1), c = q.size(2) / 2;
+    const Tensor dout = ops::contiguous(grads[0]);
+    const Tensor delta = ops::sum(ops::mul(dout, out), {-1}, true);  // (B, H, 2c, 1)
+    const auto [a, b] = chunk_ids(n, r);
+    const int64_t qid[2] = {a, b};
+    Tensor dq = ops::zeros_like(q);
+    // Keys, values and their gradient accumulators travel together: (4, B, H, 2c, D).
+    Tensor kvg = ops::stack({repeat_heads(k_in, H), repeat_heads(v_in, H),
+                             ops::zeros_like(q), ops::zeros_like(q)}, 0);
+    for (int64_t step = 0; step < n; ++step) {
+      const auto [ka, kb] = chunk_ids(n, (r - step + n) % n);
+      const int64_t kid[2] = {ka, kb};
+      for (int i = 0; i < 2; ++i) {
+        const Tensor qi = ops::narrow(q, 2, i * c, c), doi = ops::narrow(dout, 2, i * c, c);
+        const Tensor li = ops::narrow(lse, 2, i * c, c), di = ops::narrow(delta, 2, i * c, c);
+        Tensor dqi = ops::narrow(dq, 2, i * c, c);
+        for (int j = 0; j < 2; ++j) {
+          const Visible how = visibility(qid[i], kid[j]);
+          if (how == Visible::kNone) continue;
+          auto part = [&](int t) { return ops::narrow(ops::select(kvg, 0, t), 2, j * c, c); };
+          Tensor dk = part(2), dv = part(3);
+          block_backward(qi, part(0), part(1), doi, li, di, scale, how, dqi, dk, dv);
+        }
+      }
+      // After n passes every accumulator is back with its owner.
+      Tensor next;
+      g->wait(pass_on(kvg, next, *g), OpType::kSend);
+      kvg = next;
+    }
+    const int64_t Hkv = k_in.size(1);
+    return {dq, sum_heads(ops::select(kvg, 0, 2), Hkv), sum_heads(ops::select(kvg, 0, 3), Hkv)};
+  }
+};
+
+}  // namespace
+
+std::pair<int64_t, int64_t> chunk_ids(int64_t cp, int64_t rank) { return {rank, 2 * cp - 1 - rank}; }
+
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, ProcessGroup& group,
+                      double scale) {
+  SPMD_CHECK(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4 && k.shape() == v.shape() &&
+                 q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3) &&
+                 k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+             "ring_attention: expected q (B, H, 2c, D) and k, v (B, Hkv, 2c, D) with H a multiple "
+             "of Hkv, got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+  SPMD_CHECK(q.size(2) % 2 == 0, "ring_attention: this rank holds ", q.size(2),
+             " tokens, which are not two equal chunks (the sequence must divide into 2 x cp = ",
+             2 * group.size(), " chunks)");
+  if (scale < 0) scale = 1.0 / std::sqrt(double(q.size(3)));
+  return Ring::apply(q, k, v, &group, scale);
+}
+
+int64_t ring_attention_blocks() { return g_blocks.load(); }
+
+}  // namespace spmd::dist::cp
