@@ -167,6 +167,34 @@ struct AllToAll : autograd::Function<AllToAll> {
   }
 };
 
+// Rows to each rank as the split sizes say; the backward returns them.
+Tensor exchange_rows(const Tensor& x, const std::vector<int64_t>& out_sizes,
+                     const std::vector<int64_t>& in_sizes, ProcessGroup& g) {
+  int64_t rows = 0;
+  for (int64_t s : out_sizes) rows += s;
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().end());
+  shape[0] = rows;
+  Tensor out = ops::empty(Shape(shape), {x.dtype(), x.device()});
+  g.wait(g.all_to_all(out, ops::contiguous(x), out_sizes, in_sizes), OpType::kAllToAll);
+  return out;
+}
+
+struct AllToAllSingle : autograd::Function<AllToAllSingle> {
+  static constexpr const char* kName = "all_to_all_single";
+  static Tensor forward(FunctionCtx& ctx, const Tensor& x, const std::vector<int64_t>& out_sizes,
+                        const std::vector<int64_t>& in_sizes, ProcessGroup* g) {
+    ctx.set("out_sizes", out_sizes);
+    ctx.set("in_sizes", in_sizes);
+    ctx.set("group", g);
+    return exchange_rows(x, out_sizes, in_sizes, *g);
+  }
+  static TensorList backward(FunctionCtx& ctx, const TensorList& grads) {
+    return {exchange_rows(grads[0], ctx.get<std::vector<int64_t>>("in_sizes"),
+                          ctx.get<std::vector<int64_t>>("out_sizes"),
+                          *ctx.get<ProcessGroup*>("group"))};
+  }
+};
+
 // The backward of a send is a receive of the gradient.
 struct Send : autograd::Function<Send> {
   static constexpr const char* kName = "send";
@@ -241,6 +269,17 @@ Tensor all_to_all(const Tensor& x, int split_dim, int concat_dim, ProcessGroup& 
   concat_dim = wrap_dim(x, concat_dim, "all_to_all");
   check_divisible(x, split_dim, group, "all_to_all");
   return AllToAll::apply(x, split_dim, concat_dim, &group);
+}
+
+Tensor all_to_all_single(const Tensor& x, const std::vector<int64_t>& output_split_sizes,
+                         const std::vector<int64_t>& input_split_sizes, ProcessGroup& group) {
+  SPMD_CHECK(x.defined() && x.ndim() >= 1, "all_to_all_single: expected a tensor with a dim 0");
+  SPMD_CHECK(int(output_split_sizes.size()) == group.size() &&
+                 int(input_split_sizes.size()) == group.size(),
+             "all_to_all_single: ", output_split_sizes.size(), " output and ",
+             input_split_sizes.size(), " input split sizes for the ", group.size(),
+             " ranks of group ", group.name());
+  return AllToAllSingle::apply(x, output_split_sizes, input_split_sizes, &group);
 }
 
 }  // namespace spmd::dist

@@ -13,7 +13,8 @@
 //   reduce_scatter     reduce_scat. all_gather               sequence parallel's scatter
 //   scatter_to_group   keep chunk   all_gather               split
 //   gather_from_group  all_gather   keep own chunk           gather
-//   all_to_all         all_to_all   all_to_all, dims swapped (Ulysses, experts)
+//   all_to_all         all_to_all   all_to_all, dims swapped (Ulysses)
+//   all_to_all_single  uneven a2a   uneven a2a, sizes swapped (experts)
 //   send               send         recv of the gradient     model parallel
 //   recv               recv         send of the gradient
 //
@@ -64,6 +65,16 @@ Tensor gather_from_group(const Tensor& x, int dim, ProcessGroup& group);
 // concat_dim the function is its own inverse).
 // REQUIRES: x.size(split_dim) % group.size() == 0.
 Tensor all_to_all(const Tensor& x, int split_dim, int concat_dim, ProcessGroup& group);
+// The uneven exchange along dim 0 (torch.distributed.nn's all_to_all_single):
+// rows [off_j, off_j + input_split_sizes[j]) of x go to rank j, and the
+// rows received from each rank are concatenated in rank order,
+// output_split_sizes[r] of them from rank r. The backward sends each
+// gradient row back where its row came from (the same call, sizes swapped).
+// REQUIRES: the sizes agree pairwise across ranks (rank i's input size for j
+// is j's output size for i: exchange the counts first); they add up to x's
+// dim 0 and the output's.
+Tensor all_to_all_single(const Tensor& x, const std::vector<int64_t>& output_split_sizes,
+                         const std::vector<int64_t>& input_split_sizes, ProcessGroup& group);
 
 // Point-to-point across a cut of the model (model and pipeline parallelism):
 // the activation goes forward, its gradient comes back. send() returns a

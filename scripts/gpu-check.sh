@@ -12,7 +12,8 @@
 #                                     backend with CUDA tensors, and each parallel
 #                                     strategy's equivalence on CUDA (two ranks
 #                                     sharing the GPU over TCP: DDP, tensor and
-#                                     pipeline parallelism, FSDP and FSDP x TP);
+#                                     pipeline parallelism, FSDP and FSDP x TP,
+#                                     expert parallelism);
 #                                     2. the kernel benchmark (bandwidth against a
 #                                     device copy, GEMM against raw cuBLAS, fused
 #                                     against composed attention); 3. the GPT-2 124M
@@ -70,7 +71,7 @@ fi
 
 # --- Build: only the targets below ---------------------------------------------------
 tests=(test_gpu_ops test_gpu_runtime test_attention test_autograd_nn test_comm_nccl test_ddp_equivalence
-       test_tp_equivalence test_pp_equivalence test_fsdp_equivalence)
+       test_tp_equivalence test_pp_equivalence test_fsdp_equivalence test_expert_parallel)
 targets=("${tests[@]}")
 [ $bench = 1 ] && targets+=(spmd-bench-gpu-kernels spmd-bench-train)
 generator=()

@@ -75,7 +75,7 @@ Tensor MLP::forward(const Tensor& x) {
   return (*w2)(gelu((*w1)(x), /*approximate=*/true));
 }
 
-TransformerBlock::TransformerBlock(const TransformerConfig& c, Generator* gen) {
+TransformerBlock::TransformerBlock(const TransformerConfig& c, Generator* gen, bool moe_block) {
   AttentionOptions a;
   a.d_model = c.d_model;
   a.n_heads = c.n_heads;
@@ -88,13 +88,25 @@ TransformerBlock::TransformerBlock(const TransformerConfig& c, Generator* gen) {
   attn_norm = register_module("attn_norm", make_norm(c));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(a, gen));
   ffn_norm = register_module("ffn_norm", make_norm(c));
-  mlp = register_module("mlp", std::make_shared<MLP>(c, gen));
+  if (moe_block) {
+    MoEOptions m{.d_model = c.d_model,
+                 .hidden = c.hidden_dim(),
+                 .n_experts = c.n_experts,
+                 .top_k = c.moe_top_k,
+                 .swiglu = c.activation == TransformerConfig::Activation::kSwiGLU,
+                 .bias = c.bias,
+                 .capacity_factor = c.moe_capacity_factor};
+    moe = register_module("moe", std::make_shared<MoE>(m, gen));
+  } else {
+    mlp = register_module("mlp", std::make_shared<MLP>(c, gen));
+  }
   resid_dropout = register_module("resid_dropout", std::make_shared<Dropout>(c.dropout));
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
   const Tensor h = add(x, (*resid_dropout)((*attn)((*attn_norm)(x))));
-  return add(h, (*resid_dropout)((*mlp)((*ffn_norm)(h))));
+  const Tensor ffn = mlp ? (*mlp)((*ffn_norm)(h)) : (*moe)((*ffn_norm)(h));
+  return add(h, (*resid_dropout)(ffn));
 }
 
 // --- The model -------------------------------------------------------------------------------
@@ -112,8 +124,12 @@ Transformer::Transformer(const TransformerConfig& c, uint64_t seed) : config(c) 
   }
   dropout = register_module("dropout", std::make_shared<Dropout>(c.dropout));
   layers = register_module("layers", std::make_shared<ModuleList>());
-  for (int64_t i = 0; i < c.n_layers; ++i)
-    layers->push_back(std::make_shared<TransformerBlock>(c, &gen));
+  SPMD_CHECK(c.n_experts == 0 || c.moe_every > 0, "Transformer: moe_every ", c.moe_every,
+             " must be positive");
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const bool moe_block = c.n_experts > 0 && i % c.moe_every == 0;
+    layers->push_back(std::make_shared<TransformerBlock>(c, &gen, moe_block));
+  }
   norm = register_module("norm", make_norm(c));
   if (!c.tie_embeddings) {
     output =
@@ -125,13 +141,16 @@ Transformer::Transformer(const TransformerConfig& c, uint64_t seed) : config(c) 
 // GPT-2's initialization (as nanoGPT): every Linear and Embedding weight
 // N(0, 0.02), the projections into the residual stream (attn.wo, mlp.w2)
 // N(0, 0.02 / sqrt(2 n_layers)) so the stream's variance does not grow with
-// depth, biases zero; norms keep their ones and zeros.
+// depth, biases zero; norms keep their ones and zeros. MoE experts alike
+// (their w2 is a residual projection), routers as Linears.
 void Transformer::init_weights(Generator& gen) {
   NoGradGuard no_grad;
   const double residual_std = 0.02 / std::sqrt(2.0 * double(config.n_layers));
   for (auto& [name, m] : named_modules()) {
     const bool residual = name.ends_with("attn.wo") || name.ends_with("mlp.w2");
-    if (auto* lin = dynamic_cast<Linear*>(m)) {
+    if (auto* moe = dynamic_cast<MoE*>(m)) {
+      moe->init_normal(gen, 0.02, residual_std);
+    } else if (auto* lin = dynamic_cast<Linear*>(m)) {
       ops::copy_(lin->weight,
                  ops::normal(lin->weight.shape(), 0, residual ? residual_std : 0.02, {}, &gen));
       if (lin->bias.defined()) ops::zero_(lin->bias);

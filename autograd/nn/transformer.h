@@ -17,6 +17,7 @@
 
 #include "autograd/nn/attention.h"
 #include "autograd/nn/layers.h"
+#include "autograd/nn/moe.h"
 
 namespace spmd::nn {
 
@@ -41,6 +42,14 @@ struct TransformerConfig {
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   double dropout = 0.0;
+  // Mixture of experts (nn::MoE) in place of the MLP: 0 experts keeps every
+  // block dense. Blocks 0, moe_every, 2 moe_every, ... (Megatron's
+  // moe_layer_freq) get n_experts experts of hidden_dim() each, top moe_top_k
+  // per token; moe_capacity_factor 0 drops no token.
+  int64_t n_experts = 0;
+  int64_t moe_top_k = 2;
+  int64_t moe_every = 1;
+  double moe_capacity_factor = 0.0;
 
   static TransformerConfig gpt2(int64_t vocab_size, int64_t max_seq_len, int64_t n_layers,
                                 int64_t n_heads, int64_t d_model);
@@ -64,16 +73,19 @@ class MLP : public Module {
   std::shared_ptr<Linear> w1, w2, w3;  // w3 for SwiGLU only
 };
 
-// x + attn(attn_norm(x)), then h + mlp(ffn_norm(h)).
+// x + attn(attn_norm(x)), then h + mlp(ffn_norm(h)) (or moe(ffn_norm(h))).
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(const TransformerConfig& config, Generator* gen = nullptr);
+  // moe_block: nn::MoE (registered as "moe") in place of the MLP.
+  TransformerBlock(const TransformerConfig& config, Generator* gen = nullptr,
+                   bool moe_block = false);
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "TransformerBlock"; }
 
   std::shared_ptr<Module> attn_norm, ffn_norm;
   std::shared_ptr<CausalSelfAttention> attn;
-  std::shared_ptr<MLP> mlp;
+  std::shared_ptr<MLP> mlp;  // null in an MoE block
+  std::shared_ptr<MoE> moe;  // null in a dense block
   std::shared_ptr<Dropout> resid_dropout;
 };
 
