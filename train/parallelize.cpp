@@ -3,6 +3,7 @@
 #include "train/parallelize.h"
 
 #include "autograd/nn/checkpoint_wrapper.h"
+#include "parallel/context_parallel/context_parallel.h"
 #include "parallel/tensor_parallel/plan.h"
 
 namespace spmd::train {
@@ -11,15 +12,17 @@ void check_supported(const ParallelConfig& p) {
   SPMD_CHECK(p.pp == 1, "parallel.pp = ", p.pp,
              ": spmd-train does not build pipeline stages (parallel/pipeline and "
              "examples/07_pipeline do); set parallel.pp = 1");
-  SPMD_CHECK(p.cp == 1, "parallel.cp = ", p.cp, ": context parallelism is not in spmd-train");
+  SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
+             p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
+             ": spmd-train does not combine HSDP with context parallelism");
   SPMD_CHECK(p.ep == 1, "parallel.ep = ", p.ep, ": expert parallelism is not in spmd-train");
 }
 
 dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
                             const ParallelConfig& p) {
   check_supported(p);
-  return dist::DeviceMesh(world, {p.dp_replicate, p.dp_shard, p.tp},
-                          {"dp_replicate", "dp_shard", "tp"});
+  return dist::DeviceMesh(world, {p.dp_replicate, p.dp_shard, p.cp, p.tp},
+                          {"dp_replicate", "dp_shard", "cp", "tp"});
 }
 
 Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
@@ -28,30 +31,42 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   Parallelized out;
   out.model = model;
   out.tp = mesh.group_ptr("tp");
+  out.cp = mesh.group_ptr("cp");
   dist::DeviceMesh dp = mesh.flatten({"dp_replicate", "dp_shard"}, "dp");
   out.dp = dp.group_ptr("dp");
   out.dp_rank = dp.coordinate()[0];
   out.dp_size = dp.size();
+  out.loss_group = mesh.flatten({"dp_replicate", "dp_shard", "cp"}, "dp_cp").group_ptr("dp_cp");
 
   // 1. Tensor (and sequence) parallel: every block's projections split over tp.
   if (p.tp > 1) dist::tp::parallelize_transformer(*model, mesh["tp"], p.sequence_parallel);
 
-  // 2. Activation checkpointing: each block recomputed in backward.
+  // 2. Context parallel: ring attention over cp, global positions.
+  if (p.cp > 1) dist::cp::parallelize_context(*model, out.cp);
+
+  // 3. Activation checkpointing: each block recomputed in backward.
   if (config.training.activation_checkpointing == "full")
     nn::apply_activation_checkpointing(*model->layers);
 
-  // 3. Data parallel: FSDP (HSDP) when dp_shard > 1, else DDP over replicas.
+  // 4. Data parallel: FSDP (HSDP) when dp_shard > 1, else DDP over replicas;
+  //    cp ranks average their gradients with them.
   if (p.dp_shard > 1) {
     dist::FsdpOptions o;
     o.shard_axis = "dp_shard";
+    if (p.cp > 1) o.shard_axis = "dp_shard_cp", mesh.flatten({"dp_shard", "cp"}, o.shard_axis);
     if (p.dp_replicate > 1) o.replicate_axis = "dp_replicate";
     o.reshard_after_forward = p.fsdp_reshard_after_forward;
     for (size_t i = 0; i < model->layers->size(); ++i)
       dist::fully_shard(model->layers->at(i), mesh, o);
     out.fsdp_root = dist::fully_shard(model, mesh, o);
-  } else if (p.dp_replicate > 1) {
-    out.ddp = std::make_shared<dist::DistributedDataParallel>(model, mesh.group_ptr("dp_replicate"));
+  } else if (p.dp_replicate > 1 || p.cp > 1) {
+    const std::string axis = p.cp > 1 ? "dp_replicate_cp" : "dp_replicate";
+    if (p.cp > 1) mesh.flatten({"dp_replicate", "cp"}, axis);
+    out.ddp = std::make_shared<dist::DistributedDataParallel>(model, mesh.group_ptr(axis));
   }
+  for (const char* axis : {"dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp", "dp_shard_cp",
+                           "dp_replicate_cp"})
+    if (mesh.has_axis(axis)) out.groups.push_back(mesh.group_ptr(axis));
   return out;
 }
 

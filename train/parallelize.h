@@ -2,17 +2,24 @@
 // parallel dims, and the strategies applied to a model in TorchTitan's order
 // (DESIGN.md, "Composing them"):
 //
-//   tensor (and sequence) parallel on "tp"   ->  activation checkpointing
-//   ->  FSDP on "dp_shard" (HSDP with "dp_replicate")  or  DDP on "dp_replicate"
+//   tensor (and sequence) parallel on "tp"  ->  context parallel on "cp"
+//   ->  activation checkpointing  ->  FSDP on "dp_shard" (HSDP with
+//   "dp_replicate")  or  DDP on "dp_replicate"
+//
+// With context parallelism the cp ranks hold different tokens of the same
+// sequences, so their gradients are averaged too: FSDP shards over
+// dp_shard x cp together, DDP averages over dp_replicate x cp (TorchTitan's
+// dp_shard_cp).
 //
 // Each step only reads and writes the model's parameters and their
 // placements, so any subset composes; the model code knows none of it.
-// Mesh axes, outermost first: dp_replicate, dp_shard, tp (tp innermost, so
-// its ranks are neighbours). The data is sharded over the dp axes only: the
-// ranks of one tp group see the same sequences.
+// Mesh axes, outermost first: dp_replicate, dp_shard, cp, tp (tp innermost,
+// so its ranks are neighbours). The data is sharded over the dp axes only:
+// the ranks of one tp or cp group see the same sequences (cp ranks then keep
+// their chunks of each).
 //
-// Not here: pipeline, context and expert parallelism (check_supported()
-// refuses configs that ask for them, naming the dim).
+// Not here: pipeline and expert parallelism, and HSDP together with context
+// parallelism (check_supported() refuses them, naming the dims).
 #pragma once
 
 #include <memory>
@@ -31,14 +38,17 @@ struct Parallelized {
   std::shared_ptr<dist::DistributedDataParallel> ddp;  // set when DDP wraps it
   std::shared_ptr<dist::FsdpModule> fsdp_root;         // set under FSDP/HSDP
   std::shared_ptr<dist::ProcessGroup> tp;              // the tp group (size 1 without TP)
+  std::shared_ptr<dist::ProcessGroup> cp;              // the cp group (size 1 without CP)
   std::shared_ptr<dist::ProcessGroup> dp;              // every dp rank: replicate x shard
+  std::shared_ptr<dist::ProcessGroup> loss_group;      // the ranks whose losses make the batch's
   int64_t dp_rank = 0, dp_size = 1;                    // this rank's data shard
+  std::vector<std::shared_ptr<dist::ProcessGroup>> groups;  // every group a strategy uses
 
   // The module a forward goes through.
   nn::Module& module() { return ddp ? static_cast<nn::Module&>(*ddp) : *model; }
 };
 
-// Refuses a layout this trainer does not build (pp, cp, ep > 1).
+// Refuses a layout this trainer does not build (pp or ep > 1, HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

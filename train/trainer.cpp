@@ -11,6 +11,7 @@
 #include "autograd/data/text_dataset.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "parallel/context_parallel/context_parallel.h"
 #include "parallel/placement.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "tensor/cpu/allocator.h"
@@ -38,14 +39,20 @@ double schedule_lr(const TrainConfig& c, int64_t step) {
 }
 
 // Time this rank spent blocked in collectives since the groups' last reset.
-double wait_ms(std::initializer_list<dist::ProcessGroup*> groups) {
+double wait_ms(const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups) {
   uint64_t ns = 0;
-  for (dist::ProcessGroup* g : groups)
+  for (const auto& g : groups)
     for (const auto& c : g->stats().by_op) ns += c.wait_ns;
   return double(ns) / 1e6;
 }
 
-Tensor loss_of(Parallelized& p, const Tensor& x, const Tensor& y) {
+// The loss of this rank's tokens: under context parallelism its chunks of
+// each sequence.
+Tensor loss_of(Parallelized& p, Tensor x, Tensor y) {
+  if (p.cp->size() > 1) {
+    x = dist::cp::shard_sequence(x, 1, *p.cp);
+    y = dist::cp::shard_sequence(y, 1, *p.cp);
+  }
   const Tensor logits = p.module()(x);
   return p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, y, *p.tp)
                           : cross_entropy(logits, y);
@@ -58,7 +65,11 @@ double val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T) {
   const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
   double total = 0;
   for (const data::Batch& b : batches) total += loss_of(p, b.x, b.y).item<double>();
-  return batches.empty() ? 0.0 : total / double(batches.size());
+  Tensor mean = ops::scalar_tensor(batches.empty() ? 0.0 : total / double(batches.size()),
+                                   {DType::kF64});
+  if (p.cp->size() > 1)  // each cp rank saw its chunks: the sequence's loss is their mean
+    p.cp->wait(p.cp->all_reduce(mean, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
+  return mean.item<double>();
 }
 
 }  // namespace
@@ -113,7 +124,7 @@ TrainResult run_training(const TrainConfig& config,
   for (int64_t step = result.first_step; step < last; ++step) {
     const auto start = Clock::now();
     manual_seed(t.seed * 1000003 + uint64_t(step));  // dropout: the same masks after a resume
-    par.dp->reset_stats(), par.tp->reset_stats();
+    for (const auto& g : par.groups) g->reset_stats();
     cpu::reset_host_peak_memory();
     opt.zero_grad();
     const data::Batch batch = loader.next();
@@ -139,10 +150,11 @@ TrainResult run_training(const TrainConfig& config,
     opt.set_lr(lr);
     opt.step();
 
-    // The loss of the whole global batch: the mean over the dp ranks.
+    // The loss of the whole global batch: the mean over the dp (and cp) ranks.
     Tensor mean = ops::scalar_tensor(loss_sum, {DType::kF64});
-    if (par.dp_size > 1) par.dp->wait(par.dp->all_reduce(mean, dist::ReduceOp::kAvg),
-                                      dist::OpType::kAllReduce);
+    if (par.loss_group->size() > 1)
+      par.loss_group->wait(par.loss_group->all_reduce(mean, dist::ReduceOp::kAvg),
+                           dist::OpType::kAllReduce);
     const double loss = mean.item<double>();
     result.losses.push_back(loss);
     const double step_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -153,7 +165,7 @@ TrainResult run_training(const TrainConfig& config,
                            {"lr", lr},
                            {"tokens_per_s", tokens_per_step / step_s},
                            {"step_ms", step_s * 1e3},
-                           {"comm_wait_ms", wait_ms({par.dp.get(), par.tp.get()})},
+                           {"comm_wait_ms", wait_ms(par.groups)},
                            {"mem_allocated", mem.allocated},
                            {"mem_peak", mem.peak_allocated}};
     const bool eval = config.metrics.eval_every > 0 && (step + 1) % config.metrics.eval_every == 0;

@@ -68,7 +68,9 @@ struct FsdpOptions {
   // backward), so communication overlaps compute.
   bool prefetch = true;
   MixedPrecision mixed_precision;
-  // The mesh axis to shard along: "" for a 1-D mesh's only axis.
+  // The mesh axis to shard along: "" for a 1-D mesh's only axis. It may be
+  // a flattened axis (mesh.flatten({"dp_shard", "cp"}, "dp_shard_cp")); the
+  // shards' placements are then recorded on its 1-D mesh.
   std::string shard_axis;
   // HSDP: the mesh axis across which the shards are replicated ("" for none).
   std::string replicate_axis;

@@ -2,6 +2,8 @@
 // param_group.h (gather, reshard, reduce) in the order a step runs them.
 #include "parallel/fsdp/param_group.h"
 
+#include <algorithm>
+
 #include "autograd/grad_mode.h"
 #include "tensor/autograd_meta.h"
 #include "parallel/placement.h"
@@ -48,8 +50,15 @@ ParamGroup::ParamGroup(std::vector<std::pair<std::string, Tensor*>> slots, const
   param_dtype_ = precision.param_dtype.value_or(first.dtype());
   reduce_dtype_ = precision.reduce_dtype.value_or(param_dtype_);
 
+  // A flattened axis (dp_shard x cp) is not a dim of the mesh: the shards
+  // are placed on its own 1-D mesh.
+  const std::vector<std::string>& dims = mesh.axis_names();
+  const bool flattened = std::find(dims.begin(), dims.end(), shard_axis) == dims.end();
+  const DeviceMesh placed = flattened ? mesh[shard_axis] : mesh;
+  SPMD_CHECK(!flattened || replicate_axis.empty(), "fully_shard(", name_, "): shard axis '",
+             shard_axis, "' is a flattened axis, which cannot be combined with a replicate axis");
   std::vector<Placement> placements;
-  for (const std::string& axis : mesh.axis_names())
+  for (const std::string& axis : placed.axis_names())
     placements.push_back(axis == shard_axis ? Placement::shard(0) : Placement::replicate());
 
   NoGradGuard no_grad;
@@ -70,7 +79,7 @@ ParamGroup::ParamGroup(std::vector<std::pair<std::string, Tensor*>> slots, const
     // A copy: a view would keep the whole parameter's bytes alive.
     p.shard = ops::clone(ops::narrow(whole, 0, mine.offset, mine.length));
     p.shard.requires_grad_(whole.requires_grad());
-    set_placements(p.shard, mesh, placements, whole.shape(), whole.layout_meta());
+    set_placements(p.shard, placed, placements, whole.shape(), whole.layout_meta());
 
     p.full = ops::empty(whole.shape(), {param_dtype_, device_});
     p.full.storage()->release_data();  // bytes only while gathered

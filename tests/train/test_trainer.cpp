@@ -85,7 +85,7 @@ void check_layout(int world_size, const std::vector<std::string>& layout, const 
 
 }  // namespace
 
-TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP and FSDP x TP trains as one process",
+TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP, FSDP x TP and CP trains as one process",
           "[train][equivalence]") {
   check_layout(2, {"parallel.dp_replicate=2"}, "ddp");
   check_layout(2, {"parallel.dp_shard=2", "training.microbatches=2"}, "fsdp, 2 microbatches");
@@ -93,6 +93,10 @@ TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP and FSDP x TP trains as one proc
   check_layout(2, {"parallel.tp=2", "parallel.sequence_parallel=true"}, "tp 2 + sp");
   check_layout(4, {"parallel.dp_shard=2", "parallel.tp=2", "training.activation_checkpointing=\"full\""},
                "fsdp 2 x tp 2, activation checkpointing");
+  check_layout(2, {"parallel.cp=2"}, "cp 2");
+  check_layout(4, {"parallel.dp_shard=2", "parallel.cp=2"}, "fsdp 2 x cp 2");
+  check_layout(4, {"parallel.dp_replicate=2", "parallel.cp=2"}, "ddp 2 x cp 2");
+  check_layout(4, {"parallel.cp=2", "parallel.tp=2"}, "cp 2 x tp 2 (heads split, sequence split)");
 }
 
 TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
