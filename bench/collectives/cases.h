@@ -1,14 +1,23 @@
 // The collectives spmd-bench measures, and one benchmark case: an op at one
-// size, dtype and reduction, with its buffers allocated once.
+// size, dtype, reduction and placement, with its buffers allocated once.
 //
-// Sizes follow nccl-tests: for all_gather, reduce_scatter and all_to_all the
-// byte count given is the size of the larger (total) buffer, rounded down to
-// a multiple of the group size, and `count` is the elements per rank (or per
-// peer). The bus bandwidth factors make results comparable across group
-// sizes: busbw = algbw · factor, where algbw = size / time and the factor is
-// what each link must carry relative to the size on the best algorithm:
-//   all_reduce 2(p-1)/p; all_gather, reduce_scatter, all_to_all (p-1)/p;
-//   broadcast, reduce and sendrecv 1.
+// Sizes follow nccl-tests: for all_gather, reduce_scatter, gather, scatter
+// and all_to_all(v) the byte count given is the size of the larger (total)
+// buffer, rounded down to a multiple of the group size, and `count` is the
+// elements per rank (per peer for all_to_all; the mean block for
+// all_to_allv). The bus bandwidth factors make results comparable across
+// group sizes: busbw = algbw · factor, where algbw = size / time and the
+// factor is what each link must carry relative to the size on the best
+// algorithm:
+//   all_reduce 2(p-1)/p; all_gather, reduce_scatter, gather, scatter,
+//   all_to_all, all_to_allv (p-1)/p; broadcast, reduce and sendrecv 1.
+//
+// Placement, as nccl-tests' two column sets: out of place (input and output
+// are separate tensors) or in place (one buffer: all_reduce, broadcast and
+// reduce always; all_gather's and gather's input is its block of the output,
+// reduce_scatter's and scatter's output its block of the input). spmd's API
+// offers only the placements offers() names; all_to_all(v) and sendrecv
+// refuse an output that overlaps the input.
 #pragma once
 
 #include <cstddef>
@@ -29,9 +38,14 @@ enum class OpKind {
   kReduce,
   kAllGather,
   kReduceScatter,
+  kGather,
+  kScatter,
   kAllToAll,
+  kAllToAllv,
   kSendRecv
 };
+
+enum class Placement { kOutOfPlace, kInPlace };
 
 // Every op, in the order `all` runs them.
 const std::vector<OpKind>& all_op_kinds();
@@ -39,25 +53,39 @@ std::string_view op_kind_name(OpKind op);
 std::optional<OpKind> parse_op_kind(std::string_view name);
 bool reduces(OpKind op);  // has a reduction op (-o)
 bool rooted(OpKind op);   // has a root (-r)
+bool offers(OpKind op, Placement placement);
 double bus_factor(OpKind op, int world_size);
 
 // The buffers an op of `bytes` uses, as nccl-tests derives them.
 struct CaseShape {
   size_t size_bytes = 0;  // the size column: the larger buffer
   size_t count = 0;       // the count column
-  size_t in_count = 0;    // elements of the input tensor
-  size_t out_count = 0;   // elements of the output tensor (0: the op is in place)
+  size_t in_count = 0;    // elements of the input tensor (gather: each rank's; scatter: root's)
+  size_t out_count = 0;   // elements of the output tensor (0: the op is in place only)
 };
 CaseShape case_shape(OpKind op, size_t bytes, DType dtype, int world_size);
 
+// all_to_allv's uneven blocks: rank `from` cuts its n elements in proportion
+// 1 : 2 : ... : p and sends part (to - from) mod p to rank `to`, so every
+// rank sends and receives n elements but the pairs' blocks differ up to p
+// times. Blocks leave back to back in rank order and land in reverse rank
+// order (the last rank's block first), so the offsets are not the counts'
+// running sums.
+size_t a2av_count(size_t n, int p, int from, int to);
+std::vector<int64_t> a2av_send_offsets(size_t n, int p, int rank);
+std::vector<int64_t> a2av_recv_offsets(size_t n, int p, int rank);
+
 class Case {
  public:
-  // Allocates the buffers on `device` (uninitialized until fill()).
-  Case(OpKind op, DType dtype, dist::ReduceOp redop, int root, size_t bytes,
+  // Allocates the buffers on `device` (zeros until fill()).
+  // REQUIRES: offers(op, placement).
+  Case(OpKind op, Placement placement, DType dtype, dist::ReduceOp redop, int root, size_t bytes,
        dist::ProcessGroup& group, Device device);
 
   const CaseShape& shape() const { return shape_; }
-  // The buffers (a handle: writes through it change the case's memory).
+  // The buffers (handles: writes through them change the case's memory). In
+  // place, one is a view of the other; on gather's non-roots the output, on
+  // scatter's the input, is undefined.
   const Tensor& input() const { return input_; }
   const Tensor& output() const { return output_; }
   // Issues one call of the op and returns its Work.
@@ -70,19 +98,25 @@ class Case {
   int64_t count_wrong() const;
 
  private:
-  Tensor host_input() const;
-  Tensor host_output() const;
-  int64_t wrong_in(const Tensor& host, size_t count,
-                   const std::function<double(size_t)>& expected) const;
+  double own(size_t i) const;  // this rank's input value at index i
+  double expected_output(size_t i) const;
+  double expected_input(size_t i) const;
+  int64_t wrong_in(const Tensor& t, const std::function<double(size_t)>& expected) const;
 
   OpKind op_;
+  Placement placement_;
   DType dtype_;
   dist::ReduceOp redop_;
   int root_;
   dist::ProcessGroup& group_;
   int rank_, p_;
   CaseShape shape_;
-  Tensor input_, output_;  // output_ undefined for in-place ops
+  Tensor input_, output_;
+  bool output_in_input_ = false;  // in place: the output is a block of the input
+  bool input_in_output_ = false;  // in place: the input is a block of the output
+  // all_to_allv: this rank's counts and offsets, and where each source's
+  // block for this rank starts in that source's input.
+  std::vector<int64_t> send_counts_, recv_counts_, send_offsets_, recv_offsets_, source_offsets_;
 };
 
 }  // namespace spmd::bench

@@ -1,7 +1,8 @@
-// spmd-bench: the nccl-tests of spmd. Run under spmdrun, every rank joins the
-// group, sweeps the sizes of one collective (or all of them), and rank 0
-// prints nccl-tests' table: size, count, type, redop, root, time, algbw,
-// busbw, #wrong, then the average busbw and the total of wrong values.
+// spmd-bench: the nccl-tests of spmd. Run under spmdrun (or mpirun, srun),
+// every rank joins the group, sweeps the sizes of one collective (or all of
+// them), and rank 0 prints nccl-tests' output: the run's parameters and
+// devices, then per size the out-of-place and in-place column sets (time,
+// algbw, busbw, #wrong), then the failed checks and the average busbw.
 //
 //   spmdrun --standalone --nproc-per-node 4 spmd-bench all_reduce -b 8 -e 256M -f 2
 //   spmdrun --standalone --nproc-per-node 3 spmd-bench all -b 8 -e 64K -f 8 -d all -o all
@@ -9,10 +10,15 @@
 //
 // Exit codes: 0 when every checked value was right; 1 when a value was wrong
 // or a collective failed; 2 for a usage error.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <sstream>
 
+#include "bench/collectives/json_document.h"
 #include "bench/collectives/limits.h"
 #include "bench/collectives/options.h"
 #include "bench/collectives/report.h"
@@ -27,16 +33,13 @@ using namespace spmd::bench;
 
 namespace {
 
-std::string title(const BenchOptions& o, int world_size) {
+std::string op_list(const BenchOptions& o) {
   std::string ops;
   for (OpKind op : o.ops) {
     if (!ops.empty()) ops += ",";
     ops += op_kind_name(op);
   }
-  return str_cat("spmd-bench ", ops, ": ", world_size, " ranks, backend ",
-                 dist::backend_name(o.backend), ", device ", o.cuda ? "cuda" : "cpu", ", -b ",
-                 o.min_bytes, " -e ", o.max_bytes, " -f ", o.step_factor, " -n ", o.iters, " -w ",
-                 o.warmup, " -c ", o.checks);
+  return ops;
 }
 
 // The group's tensors: the CPU, or the GPU of this rank's local rank.
@@ -47,32 +50,99 @@ Device bench_device(const BenchOptions& o, int local_rank) {
   return Device::cuda(local_rank % n);
 }
 
+// Every rank's pid, host and device, on rank 0 (through the group's store).
+std::vector<RankInfo> rank_infos(dist::ProcessGroup& group, Device device) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string device_name = device.is_cuda() ? str_cat("cuda:", device.index) : "cpu";
+  Store& store = *group.store_ptr();
+  const std::string key = "spmd-bench/" + group.name() + "/rank/";
+  store.set(key + std::to_string(group.rank()), str_cat(::getpid(), " ", host, " ", device_name));
+  std::vector<RankInfo> infos;
+  if (group.rank() != 0) return infos;
+  for (int r = 0; r < group.size(); ++r) {
+    std::istringstream in(store.get_string(key + std::to_string(r)));
+    RankInfo info;
+    info.rank = r;
+    in >> info.pid >> info.hostname >> info.device;
+    infos.push_back(info);
+  }
+  return infos;
+}
+
+// The lines above the table, in nccl-tests' words where spmd has the same
+// parameter.
+std::vector<std::string> preamble(const BenchOptions& o, const std::string& impl,
+                                  const std::vector<RankInfo>& ranks) {
+  std::vector<std::string> lines = {
+      str_cat("spmd-bench: impl ", impl, ", device ", o.cuda ? "cuda" : "cpu", ", ", ranks.size(),
+              " ranks"),
+      str_cat("Collective test starting: spmd-bench ", op_list(o)),
+      str_cat(
+          "minBytes ", o.min_bytes, " maxBytes ", o.max_bytes, " step: ",
+          o.step_factor > 1 ? str_cat(o.step_factor, "(factor)") : str_cat(o.step_bytes, "(bytes)"),
+          " warmup iters: ", o.warmup, " iters: ", o.iters, " validation: ", o.checks,
+          " average: ", o.average, " timeout: ", o.timeout_s)};
+  if (o.blocking == 1) {
+    lines.push_back("Blocking Enabled: wait for completion and barrier after each collective");
+  }
+  if (o.blocking == 2) {
+    lines.push_back("Blocking Enabled: wait for completion after each collective (no barrier)");
+  }
+  if (o.per_iter) {
+    lines.push_back("Per-Iteration Report: completion times; i_* uses max over process rows");
+  }
+  lines.push_back("");
+  lines.push_back("Using devices");
+  for (const RankInfo& r : ranks) {
+    char line[512];
+    std::snprintf(line, sizeof line, " Rank %2d Group %2d Pid %6d on %10s device %s", r.rank, 0,
+                  r.pid, r.hostname.c_str(), r.device.c_str());
+    lines.push_back(line);
+  }
+  return lines;
+}
+
 int run(const BenchOptions& o) {
   const LaunchEnv env = launch_env_from_environment();
   const Device device = bench_device(o, env.local_rank);
   dist::InitOptions init;
   init.backend = o.backend;
   if (device.is_cuda()) init.device = device.index;
+  if (o.timeout_s > 0) init.timeout = std::chrono::seconds(o.timeout_s);
   auto group = dist::init_process_group(init);
-  const bool printer = group->rank() == 0;
+  const std::string impl = str_cat("spmd-", dist::backend_name(o.backend));
+  const std::vector<RankInfo> ranks = rank_infos(*group, device);
   std::unique_ptr<Report> report;
-  if (printer) {
-    std::string impl = "spmd-";
-    impl += dist::backend_name(o.backend);
-    report = std::make_unique<Report>(stdout, o.json_path, impl, group->size());
-    report->header(title(o, group->size()));
+  std::unique_ptr<JsonDocument> document;
+  if (group->rank() == 0) {
+    report = std::make_unique<Report>(stdout, o.json_path, impl, group->size(), o.per_iter,
+                                      o.ops.size() > 1);
+    if (!o.document_path.empty()) {
+      document = std::make_unique<JsonDocument>(o.document_path, o, impl, ranks);
+      std::printf("# Writing JSON output to %s\n", document->path().c_str());
+    }
+    report->header(preamble(o, impl, ranks));
   }
-  int64_t wrong = 0;
-  run_sweep(*group, o, device, [&](const Row& row) {
-    wrong += row.wrong;
-    if (report) report->row(row);
-  });
-  if (report) report->footer();
+  int failed = 0;  // checks that found a wrong value, over all ranks
+  try {
+    run_sweep(*group, o, device, [&](const Row& row) {
+      for (const auto* c : {&row.out_of_place, &row.in_place})
+        failed += *c ? (*c)->failed_checks : 0;
+      if (report) report->row(row);
+      if (document) document->add(row, o.iters);
+    });
+  } catch (const std::exception& e) {
+    if (document) document->finish(report->failed_checks(), report->average_busbw(), e.what());
+    throw;
+  }
+  if (report) report->footer("spmd-bench " + op_list(o));
+  if (document) document->finish(report->failed_checks(), report->average_busbw(), "");
   dist::destroy_process_group(group);
-  if (wrong > 0 && printer) {
-    std::fprintf(stderr, "spmd-bench: %lld values were wrong\n", static_cast<long long>(wrong));
+  if (failed > 0 && report) {
+    std::fprintf(stderr, "spmd-bench: %d checks found wrong values\n", failed);
   }
-  return wrong > 0 ? 1 : 0;
+  return failed > 0 ? 1 : 0;
 }
 
 }  // namespace

@@ -97,8 +97,8 @@ struct RawFlags {
 
 void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
   app.add_option("op", raw.op,
-                 "all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, sendrecv, "
-                 "all, or a comma-separated list");
+                 "all_reduce, broadcast, reduce, all_gather, reduce_scatter, gather, scatter, "
+                 "all_to_all, all_to_allv, sendrecv, all, or a comma-separated list");
   app.add_option("-b,--minbytes", raw.min, "Smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", raw.max, "Largest size");
   app.add_option("-f,--stepfactor", o.step_factor, "Multiply the size by this each step");
@@ -110,10 +110,22 @@ void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("-o,--op", raw.redop, "Reduction: sum, prod, max, min, avg or all");
   app.add_option("-d,--datatype", raw.dtype, "float, double, bfloat16, half, int32, int64 or all");
-  app.add_option("-r,--root", o.root, "Root of broadcast and reduce");
+  app.add_option("-r,--root", o.root, "Root of broadcast, reduce, gather and scatter");
   app.add_option("-a,--average", o.average,
                  "A row's time from the ranks': 0 rank 0's, 1 mean, 2 min, 3 max")
       ->check(CLI::Range(0, 3));
+  app.add_option("-z,--blocking", o.blocking,
+                 "0: issue the timed calls at once, then wait; 1: wait for each, then a barrier; "
+                 "2: wait for each")
+      ->check(CLI::Range(0, 2));
+  app.add_option("-I,--per_iter_timing", o.per_iter,
+                 "1: each call's duration, and i_min, i_max, i_p99, i_cv% per column set");
+  app.add_option("-T,--timeout", o.timeout_s,
+                 "Fail any collective that takes longer than this many seconds (0: the group's "
+                 "default, 5 minutes)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-J,--output_file", o.document_path,
+                 "Write one JSON document (nccl-tests' shape) to this file");
   app.add_option("--backend", raw.backend, "tcp or nccl");
   app.add_option("--device", raw.device, "cpu or cuda (this rank's GPU: its local rank)");
   app.add_option("--json", o.json_path, "Also write one JSON object per row to this file");
@@ -133,8 +145,8 @@ void resolve(BenchOptions& o, const RawFlags& raw) {
       }
       auto op = parse_op_kind(name);
       SPMD_CHECK(op.has_value(), "spmd-bench: unknown op '", name,
-                 "': expected all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
-                 "all_to_all, sendrecv or all");
+                 "': expected all_reduce, broadcast, reduce, all_gather, reduce_scatter, gather, "
+                 "scatter, all_to_all, all_to_allv, sendrecv or all");
       o.ops.push_back(*op);
     }
   }
@@ -164,6 +176,7 @@ std::optional<BenchOptions> parse_options(int argc, char** argv, int* exit_code)
   BenchOptions o;
   RawFlags raw;
   add_flags(app, o, raw);
+  o.args.assign(argv, argv + argc);
   try {
     app.parse(argc, argv);
     resolve(o, raw);

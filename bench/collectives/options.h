@@ -2,13 +2,16 @@
 //
 //   spmd-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP]
 //              [-c CHECKS] [-o REDOP] [-d DTYPE] [-r ROOT] [-a AVERAGE]
+//              [-z BLOCKING] [-I 0|1] [-T SECONDS] [-J FILE]
 //              [--backend tcp|nccl] [--device cpu|cuda] [--json FILE]
 //   spmd-bench --limits
 //
-// OP is all_reduce, broadcast, reduce, all_gather, reduce_scatter,
-// all_to_all, sendrecv, all, or a comma-separated list of them. Sizes take K, M and G suffixes
-// (powers of 1024). -o and -d also accept `all`, as in nccl-tests. The defaults are nccl-tests'
-// own: one size of 32 MiB, 20 iterations, f32, sum, one check.
+// OP is all_reduce, broadcast, reduce, all_gather, reduce_scatter, gather,
+// scatter, all_to_all, all_to_allv, sendrecv, all, or a comma-separated list
+// of them. Sizes take K, M and G suffixes (powers of 1024). -o and -d also
+// accept `all`, as in nccl-tests. The defaults are nccl-tests' own: one size
+// of 32 MiB, 1 warm-up and 20 timed calls issued back to back (-z 0), f32,
+// sum, one check.
 #pragma once
 
 #include <cstddef>
@@ -29,8 +32,13 @@ struct BenchOptions {
   double step_factor = 1;               // > 1: multiply the size by it
   size_t step_bytes = size_t(1) << 20;  // factor 1: add this instead
   int iters = 20;
-  int warmup = 5;
+  int warmup = 1;
   int checks = 1;  // checked iterations after the timed ones (0: no check)
+  // How the timed calls are issued (nccl-tests' -z): 0 all at once, then
+  // waited together; 1 each waited, then a barrier; 2 each waited.
+  int blocking = 0;
+  bool per_iter = false;  // -I: each call's duration, and their statistics
+  int timeout_s = 0;      // -T: bounds every collective (0: the group's default)
   std::vector<dist::ReduceOp> redops{dist::ReduceOp::kSum};
   std::vector<DType> dtypes{DType::kF32};
   int root = 0;
@@ -42,8 +50,10 @@ struct BenchOptions {
   int average = 1;
   dist::CommBackend backend = dist::CommBackend::kTcp;
   bool cuda = false;
-  std::string json_path;  // empty: no JSON
-  bool limits = false;    // --limits: the machine's bounds, no process group
+  std::string json_path;          // --json: one object per row (empty: none)
+  std::string document_path;      // -J: one JSON document in nccl-tests' shape (empty: none)
+  std::vector<std::string> args;  // the command line, for the document
+  bool limits = false;            // --limits: the machine's bounds, no process group
 };
 
 // Parses argv. Returns the options, or nullopt after printing help or a

@@ -1,5 +1,6 @@
-// The sweep: every (op, dtype, reduction, size) in turn, each measured and
-// checked by every rank, the ranks' figures combined by the group itself.
+// The sweep: every (op, dtype, reduction, size) in turn, each placement
+// measured and checked by every rank, the ranks' figures combined by the
+// group itself.
 #include "bench/collectives/sweep.h"
 
 #include <chrono>
@@ -13,16 +14,41 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Reduces v over the ranks (a tiny all_reduce of f64 on the group's device).
-std::vector<double> reduce_over_ranks(dist::ProcessGroup& group, Device device,
-                                      const std::vector<double>& v, dist::ReduceOp op) {
+Tensor on_device(const std::vector<double>& v, Device device) {
   Tensor t = ops::from_vector(v, {int64_t(v.size())});
-  if (device.is_cuda()) t = ops::to(t, device);
-  group.all_reduce(t, op).wait();
+  return device.is_cuda() ? ops::to(t, device) : t;
+}
+
+std::vector<double> to_host(const Tensor& t) {
   return ops::to_vector<double>(t.is_cpu() ? t : ops::to(t, Device::cpu()));
 }
 
-// A row's seconds per call from each rank's (nccl-tests' -a).
+// Reduces v over the ranks (a tiny all_reduce of f64 on the group's device).
+std::vector<double> reduce_over_ranks(dist::ProcessGroup& group, Device device,
+                                      const std::vector<double>& v, dist::ReduceOp op) {
+  Tensor t = on_device(v, device);
+  group.all_reduce(t, op).wait();
+  return to_host(t);
+}
+
+// Every rank's v, on rank 0 (empty elsewhere): a gather of f64.
+std::vector<std::vector<double>> gather_to_rank0(dist::ProcessGroup& group, Device device,
+                                                 const std::vector<double>& v) {
+  const int p = group.size();
+  Tensor all =
+      group.rank() == 0 ? on_device(std::vector<double>(v.size() * size_t(p)), device) : Tensor();
+  group.gather(all, on_device(v, device), 0).wait();
+  std::vector<std::vector<double>> rows;
+  if (group.rank() != 0) return rows;
+  const std::vector<double> flat = to_host(all);
+  for (int r = 0; r < p; ++r) {
+    rows.emplace_back(flat.begin() + ptrdiff_t(size_t(r) * v.size()),
+                      flat.begin() + ptrdiff_t(size_t(r + 1) * v.size()));
+  }
+  return rows;
+}
+
+// A cell's seconds per call from each rank's (nccl-tests' -a).
 double combine_times(dist::ProcessGroup& group, Device device, double mine, int average) {
   if (average == 1) return reduce_over_ranks(group, device, {mine}, dist::ReduceOp::kAvg)[0];
   if (average == 0)
@@ -50,38 +76,75 @@ class Progress {
   Clock::time_point last_ = Clock::now();
 };
 
-// Times `iters` calls (each waited) after `warmup` of them; seconds per call.
-double time_calls(Case& c, dist::ProcessGroup& group, int warmup, int iters) {
-  for (int i = 0; i < warmup; ++i) c.launch().wait();
-  group.barrier().wait();
-  const auto start = Clock::now();
-  for (int i = 0; i < iters; ++i) c.launch().wait();
-  return std::chrono::duration<double>(Clock::now() - start).count() / std::max(iters, 1);
+// Issues n calls as -z says: all at once and then waited together (0), or
+// each waited, with a barrier after it (1) or without (2). With `done`, each
+// call's completion time is recorded in done[i].
+void issue_calls(Case& c, dist::ProcessGroup& group, int n, int blocking,
+                 std::vector<Clock::time_point>* done) {
+  std::vector<dist::Work> pending;
+  for (int i = 0; i < n; ++i) {
+    dist::Work w = c.launch();
+    if (done) w.on_complete([slot = &(*done)[size_t(i)]] { *slot = Clock::now(); });
+    if (blocking == 0) {
+      pending.push_back(w);
+      continue;
+    }
+    w.wait();
+    if (blocking == 1) group.barrier().wait();
+  }
+  for (const dist::Work& w : pending) w.wait();
 }
 
-Row measure(OpKind op, DType dtype, dist::ReduceOp redop, size_t bytes, dist::ProcessGroup& group,
-            const BenchOptions& o, Device device) {
-  Case c(op, dtype, redop, o.root, bytes, group, device);
-  Row row;
-  row.op = op;
-  row.size_bytes = c.shape().size_bytes;
-  row.count = c.shape().count;
-  row.dtype = dtype;
-  if (reduces(op)) row.redop = redop;
-  row.root = rooted(op) ? o.root : -1;
-  const double seconds = time_calls(c, group, o.warmup, o.iters);
-  int64_t wrong = 0;
+// The timed calls: seconds per call, and with -I each call's seconds.
+double time_calls(Case& c, dist::ProcessGroup& group, const BenchOptions& o,
+                  std::vector<double>* each) {
+  issue_calls(c, group, o.warmup, o.blocking, nullptr);
+  group.barrier().wait();
+  std::vector<Clock::time_point> done(size_t(o.iters));
+  const auto start = Clock::now();
+  issue_calls(c, group, o.iters, o.blocking, o.per_iter ? &done : nullptr);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (each) {
+    for (size_t i = 0; i < done.size(); ++i) {
+      each->push_back(std::chrono::duration<double>(done[i] - (i ? done[i - 1] : start)).count());
+    }
+  }
+  return seconds / o.iters;
+}
+
+// Up to o.checks checked calls: this rank's wrong elements in the first
+// check that found any (0 if none did).
+int64_t check_calls(Case& c, const BenchOptions& o) {
   for (int i = 0; i < o.checks; ++i) {
     c.fill();
     c.launch().wait();
-    wrong += c.count_wrong();
+    if (const int64_t wrong = c.count_wrong(); wrong > 0) return wrong;
   }
-  const double s = combine_times(group, device, seconds, o.average);
-  row.time_us = s * 1e6;
-  row.algbw = double(row.size_bytes) / s / 1e9;
-  row.busbw = row.algbw * bus_factor(op, group.size());
-  row.wrong = int64_t(reduce_over_ranks(group, device, {double(wrong)}, dist::ReduceOp::kSum)[0]);
-  return row;
+  return 0;
+}
+
+Cell measure_cell(Case& c, OpKind op, dist::ProcessGroup& group, const BenchOptions& o,
+                  Device device) {
+  std::vector<double> each;
+  const double mine = time_calls(c, group, o, o.per_iter ? &each : nullptr);
+  const int64_t wrong = check_calls(c, o);
+  Cell cell;
+  const double s = combine_times(group, device, mine, o.average);
+  cell.time_us = s * 1e6;
+  cell.algbw = double(c.shape().size_bytes) / s / 1e9;
+  cell.busbw = cell.algbw * bus_factor(op, group.size());
+  // The wrong elements and the ranks that found any, summed over ranks.
+  const std::vector<double> sums = reduce_over_ranks(
+      group, device, {double(wrong), wrong > 0 ? 1.0 : 0.0}, dist::ReduceOp::kSum);
+  if (o.checks > 0) cell.wrong = int64_t(sums[0]);
+  cell.failed_checks = int(sums[1]);
+  if (o.per_iter) {
+    for (double& t : each) t *= 1e6;
+    cell.rank_iter_us = gather_to_rank0(group, device, each);
+    cell.iter_us = reduce_over_ranks(group, device, each, dist::ReduceOp::kMax);
+    cell.iter = iter_stats(cell.iter_us);
+  }
+  return cell;
 }
 
 struct Item {
@@ -90,6 +153,24 @@ struct Item {
   dist::ReduceOp redop;
   size_t bytes;
 };
+
+Row measure(const Item& it, dist::ProcessGroup& group, const BenchOptions& o, Device device) {
+  Row row;
+  row.op = it.op;
+  const CaseShape shape = case_shape(it.op, it.bytes, it.dtype, group.size());
+  row.size_bytes = shape.size_bytes;
+  row.count = shape.count;
+  row.dtype = it.dtype;
+  if (reduces(it.op)) row.redop = it.redop;
+  row.root = rooted(it.op) ? o.root : -1;
+  for (Placement pl : {Placement::kOutOfPlace, Placement::kInPlace}) {
+    if (!offers(it.op, pl)) continue;
+    Case c(it.op, pl, it.dtype, it.redop, o.root, it.bytes, group, device);
+    (pl == Placement::kOutOfPlace ? row.out_of_place : row.in_place) =
+        measure_cell(c, it.op, group, o, device);
+  }
+  return row;
+}
 
 // Every row of the sweep, in order: op, dtype, reduction, size. Sizes that
 // round to nothing (fewer elements than ranks) or to the row before are left out.
@@ -122,7 +203,7 @@ void run_sweep(dist::ProcessGroup& group, const BenchOptions& o, Device device,
   const std::vector<Item> items = plan(o, group.size());
   Progress progress(group.rank() == 0, items.size());
   for (const Item& it : items) {
-    const Row row = measure(it.op, it.dtype, it.redop, it.bytes, group, o, device);
+    const Row row = measure(it, group, o, device);
     progress.step(row);
     on_row(row);
   }

@@ -9,46 +9,18 @@
 #include <numeric>
 #include <sstream>
 
+#include "parallel/comm/arg_checks.h"
 #include "runtime/error.h"
 
 namespace spmd::dist {
+
+using detail::check_pair;
+using detail::check_reduce_op;
+using detail::check_tensor;
+using detail::mark_written;
+using detail::overlap;
+
 namespace {
-
-void check_tensor(const Tensor& t, std::string_view op, const char* what) {
-  SPMD_CHECK(t.defined(), op, ": the ", what, " tensor is undefined");
-  SPMD_CHECK(t.is_contiguous(), op, ": the ", what, " tensor of shape ", t.shape(),
-             " is not contiguous; call contiguous() first");
-  SPMD_CHECK(is_comm_dtype(t.dtype()), op, ": the ", what, " tensor has dtype ",
-             dtype_name(t.dtype()), "; collectives carry f32, f64, bf16, f16, i32 and i64");
-}
-
-// A collective writes its result into the caller's tensor: like any in-place
-// op it moves the storage's version counter (tensor/storage.h), at the call,
-// so that autograd sees a tensor saved for backward being overwritten and the
-// autocast cache drops a cast copy of the old values.
-void mark_written(const Tensor& t) { t.storage()->bump_version(); }
-
-void check_pair(const Tensor& out, const Tensor& in, std::string_view op) {
-  check_tensor(out, op, "output");
-  check_tensor(in, op, "input");
-  SPMD_CHECK(out.dtype() == in.dtype(), op, ": output dtype ", dtype_name(out.dtype()),
-             " differs from input dtype ", dtype_name(in.dtype()));
-  SPMD_CHECK(out.device() == in.device(), op, ": output on ", out.device(), " but input on ",
-             in.device());
-}
-
-// Whether two contiguous tensors share any byte.
-bool overlap(const Tensor& a, const Tensor& b) {
-  if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
-  const char* a0 = static_cast<const char*>(a.raw_data());
-  const char* b0 = static_cast<const char*>(b.raw_data());
-  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
-}
-
-void check_reduce_op(ReduceOp op, DType dtype, std::string_view name) {
-  SPMD_CHECK(op != ReduceOp::kAvg || is_floating(dtype), name, ": avg needs a floating dtype, got ",
-             dtype_name(dtype));
-}
 
 // all_to_all split sizes (rows of dim 0) as element counts per rank.
 std::vector<size_t> split_counts(const Tensor& t, const std::vector<int64_t>& splits, int size,
@@ -106,9 +78,13 @@ uint64_t CommStats::total_bytes() const {
 }
 
 void ProcessGroup::count(OpType type, const Tensor& payload) {
+  count(type, payload.defined() ? payload.nbytes() : 0);
+}
+
+void ProcessGroup::count(OpType type, uint64_t payload_bytes) {
   AtomicCount& c = counts_[size_t(type)];
   c.calls.fetch_add(1, std::memory_order_relaxed);
-  if (payload.defined()) c.bytes.fetch_add(payload.nbytes(), std::memory_order_relaxed);
+  c.bytes.fetch_add(payload_bytes, std::memory_order_relaxed);
 }
 
 CommStats ProcessGroup::stats() const {
@@ -233,6 +209,8 @@ Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
   op.tensor = output;
   mark_written(output);
   op.input = input;
+  op.send_offsets = detail::back_to_back(send);
+  op.recv_offsets = detail::back_to_back(recv);
   op.send_counts = std::move(send);
   op.recv_counts = std::move(recv);
   count(OpType::kAllToAll, input);

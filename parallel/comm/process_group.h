@@ -50,7 +50,8 @@ struct GroupOptions {
 // What a group has carried since it was made (or since reset_stats()), per
 // operation type: the calls and their payload bytes, the size of the tensor
 // a user would name: all_reduce, broadcast, reduce, send, recv: the buffer;
-// all_gather: the gathered output; reduce_scatter, all_to_all: the input.
+// all_gather, gather: the gathered output; reduce_scatter, scatter: the
+// scattered input; all_to_all: the input; all_to_allv: the elements sent.
 // What travels on the wire follows from it by the algorithm's factor (a ring
 // all_reduce sends 2(n-1)/n of it per rank; docs/bench.md's busbw). wait_ns:
 // the time callers spent blocked in wait(work, op) on that op type.
@@ -77,13 +78,17 @@ struct P2POp {
 struct CommOp {
   OpType type = OpType::kBarrier;
   uint64_t seq = 0;  // collectives: the group's count; send/recv: this rank's own count
-  Tensor tensor;     // the in-place buffer, or the output (all_gather, reduce_scatter, all_to_all)
-  Tensor input;      // all_gather, reduce_scatter, all_to_all
+  Tensor tensor;     // the in-place buffer, or the output (undefined on gather's non-roots)
+  Tensor input;      // all_gather, reduce_scatter, all_to_all(v), gather, scatter (undefined
+                     // on scatter's non-roots)
   ReduceOp reduce_op = ReduceOp::kSum;
-  int root = -1;                                 // broadcast, reduce; the peer of send / recv
-  int tag = 0;                                   // send / recv
-  std::vector<size_t> send_counts, recv_counts;  // all_to_all: elements to / from each rank
-  std::string description;                       // "all_reduce #5 in group world"
+  int root = -1;  // broadcast, reduce, gather, scatter; the peer of send / recv
+  int tag = 0;    // send / recv
+  // all_to_all(v): elements to / from each rank, and where each block starts
+  // (in elements) in input / output.
+  std::vector<size_t> send_counts, recv_counts;
+  std::vector<size_t> send_offsets, recv_offsets;
+  std::string description;  // "all_reduce #5 in group world"
 };
 
 class ProcessGroup {
@@ -125,6 +130,33 @@ class ProcessGroup {
   Work all_to_all(const Tensor& output, const Tensor& input,
                   const std::vector<int64_t>& output_split_sizes = {},
                   const std::vector<int64_t>& input_split_sizes = {});
+  // MPI_Alltoallv over flat elements: rank r sends input elements
+  // [input_offsets[j], + input_counts[j]) to rank j, which stores them as
+  // output elements [output_offsets[r], + output_counts[r]). Empty offsets
+  // mean the blocks lie back to back in rank order. Unlike all_to_all the
+  // blocks may lie anywhere, in any order, with gaps (output elements outside
+  // every block are left as they were); the tensors may have any shape.
+  // REQUIRES: counts agree pairwise across ranks (checked on the wire); each
+  // block inside its tensor; no two output blocks overlap; output and input
+  // do not overlap.
+  Work all_to_allv(const Tensor& output, const Tensor& input,
+                   const std::vector<int64_t>& output_counts,
+                   const std::vector<int64_t>& input_counts,
+                   const std::vector<int64_t>& output_offsets = {},
+                   const std::vector<int64_t>& input_offsets = {});
+  // Root's output = every rank's input, concatenated in rank order (an
+  // all_gather that only root receives). Only root's output is used: the
+  // other ranks may pass an undefined one. In place when root's input is
+  // its output's block root.
+  // REQUIRES: the same input size and dtype on every rank; at root,
+  // output.numel() == size() * input.numel(); 0 <= root < size().
+  Work gather(const Tensor& output, const Tensor& input, int root);
+  // output = block rank() of root's input cut into size() equal blocks. Only
+  // root's input is used: the other ranks may pass an undefined one. In
+  // place when root's output is its input's block root.
+  // REQUIRES: the same output size and dtype on every rank; at root,
+  // input.numel() == size() * output.numel(); 0 <= root < size().
+  Work scatter(const Tensor& output, const Tensor& input, int root);
   // Point-to-point: messages match by (source, tag) in order; any order of
   // posting works (a send completes when its bytes are handed to the kernel
   // or the peer). REQUIRES: peer != rank(); sizes and dtypes match.
@@ -187,6 +219,7 @@ class ProcessGroup {
  private:
   CommOp point_to_point(OpType type, const Tensor& t, int peer, int tag);
   void count(OpType type, const Tensor& payload);
+  void count(OpType type, uint64_t payload_bytes);
   CommOp collective(OpType type, std::string_view op_name);
   std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members,
                                               const std::string& suffix);

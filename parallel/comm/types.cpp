@@ -41,6 +41,12 @@ std::string_view op_name(OpType op) {
       return "send";
     case OpType::kRecv:
       return "recv";
+    case OpType::kGather:
+      return "gather";
+    case OpType::kScatter:
+      return "scatter";
+    case OpType::kAllToAllv:
+      return "all_to_allv";
   }
   return "?";
 }

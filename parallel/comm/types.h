@@ -27,6 +27,9 @@ enum class OpType : uint8_t {
   kBarrier = 7,
   kSend = 8,  // send and recv share one wire op: a point-to-point message
   kRecv = 9,
+  kGather = 10,
+  kScatter = 11,
+  kAllToAllv = 12,
 };
 
 // The transports a process group can run over.

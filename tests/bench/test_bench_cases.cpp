@@ -1,10 +1,15 @@
 // spmd-bench's arithmetic, checked against nccl-tests' conventions worked out
-// by hand, and its checker, shown to catch a wrong value (a group of one rank
-// runs each op for real; one element is then corrupted on purpose).
+// by hand (sizes, bus factors, number formats, per-iteration statistics,
+// all_to_allv's blocks), and its checker, shown to catch a wrong value (a
+// group of one rank runs each op in each placement for real; one element is
+// then corrupted on purpose).
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "bench/collectives/cases.h"
+#include "bench/collectives/iter_stats.h"
 #include "bench/collectives/options.h"
+#include "bench/collectives/report.h"
 #include "bench/collectives/values.h"
 #include "parallel/comm/init.h"
 #include "runtime/hash_store.h"
@@ -29,6 +34,76 @@ TEST_CASE("sizes and counts follow nccl-tests", "[bench]") {
   const CaseShape a2a = case_shape(OpKind::kAllToAll, 100, DType::kF64, 3);
   CHECK(a2a.count == 4);
   CHECK(a2a.size_bytes == 96);
+  // gather: 1 MiB of f32 gathered from 4 ranks, 65536 each; scatter the reverse.
+  const CaseShape g = case_shape(OpKind::kGather, 1 << 20, DType::kF32, 4);
+  CHECK(g.count == 65536);
+  CHECK(g.out_count == 262144);
+  const CaseShape sc = case_shape(OpKind::kScatter, 1 << 20, DType::kF32, 4);
+  CHECK(sc.in_count == 262144);
+  CHECK(sc.out_count == 65536);
+}
+
+TEST_CASE("each op offers the placements spmd's API has", "[bench]") {
+  CHECK(offers(OpKind::kAllReduce, Placement::kInPlace));
+  CHECK_FALSE(offers(OpKind::kAllReduce, Placement::kOutOfPlace));
+  CHECK(offers(OpKind::kGather, Placement::kInPlace));
+  CHECK(offers(OpKind::kScatter, Placement::kOutOfPlace));
+  CHECK_FALSE(offers(OpKind::kAllToAllv, Placement::kInPlace));
+  CHECK_FALSE(offers(OpKind::kSendRecv, Placement::kInPlace));
+}
+
+TEST_CASE("all_to_allv's blocks: every rank sends and receives n, in uneven pairs", "[bench]") {
+  // n = 60 on 3 ranks, in proportion 1 : 2 : 3: parts of 10, 20 and 30.
+  CHECK(a2av_count(60, 3, 0, 0) == 10);
+  CHECK(a2av_count(60, 3, 0, 1) == 20);
+  CHECK(a2av_count(60, 3, 2, 1) == 30);  // (1 - 2) mod 3 = 2
+  for (int p : {1, 2, 3, 5}) {
+    for (size_t n : {size_t(0), size_t(7), size_t(1000)}) {
+      for (int r = 0; r < p; ++r) {
+        size_t sent = 0, received = 0;
+        for (int j = 0; j < p; ++j)
+          sent += a2av_count(n, p, r, j), received += a2av_count(n, p, j, r);
+        CHECK(sent == n);
+        CHECK(received == n);
+      }
+    }
+  }
+  // Rank 1 of 3 receives from ranks 0, 1, 2 blocks of 20, 10, 30 (n = 60),
+  // laid out last rank first: rank 2's at 0, rank 1's at 30, rank 0's at 40.
+  CHECK(a2av_recv_offsets(60, 3, 1) == std::vector<int64_t>{40, 30, 0});
+  // It sends 30, 10, 20 to ranks 0, 1, 2 (parts 2, 0, 1), back to back.
+  CHECK(a2av_send_offsets(60, 3, 1) == std::vector<int64_t>{0, 30, 40});
+}
+
+TEST_CASE("numbers are fitted into their columns as nccl-tests fits them", "[bench]") {
+  CHECK(nccl_number(0.0, 6) == "  0.00");
+  CHECK(nccl_number(12.345, 7) == "  12.35");
+  CHECK(nccl_number(9999.5, 7) == "9999.50");      // 4 digits: still two decimals in 7
+  CHECK(nccl_number(12345.67, 7) == "12345.7");    // 5 digits: one
+  CHECK(nccl_number(1234567.0, 7) == "1234567");   // 7 digits: none
+  CHECK(nccl_number(12345678.0, 7) == "1.2e+07");  // 8 digits: an exponent
+  CHECK(nccl_number(293.31, 6) == "293.31");
+  CHECK(nccl_number(2933.1, 6) == "2933.1");
+  CHECK(nccl_number(1234567.0, 6) == " 1e+06");
+}
+
+TEST_CASE("per-iteration statistics are nccl-tests' (nearest-rank percentiles)", "[bench]") {
+  // 1..10: mean 5.5, population variance 8.25, p50 the upper middle (6),
+  // p95 and p99 the 10th smallest (ceil(9.5), ceil(9.9)).
+  std::vector<double> t = {7, 3, 10, 1, 9, 2, 8, 4, 6, 5};
+  const IterStats s = iter_stats(t);
+  CHECK(s.min == 1);
+  CHECK(s.max == 10);
+  CHECK(s.avg == 5.5);
+  CHECK(s.p50 == 6);
+  CHECK(s.p95 == 10);
+  CHECK(s.p99 == 10);
+  CHECK(s.stdev == Approx(std::sqrt(8.25)));
+  CHECK(s.cv_pct() == Approx(100 * std::sqrt(8.25) / 5.5));
+  std::vector<double> hundred(100);
+  for (int i = 0; i < 100; ++i) hundred[size_t(i)] = i + 1;
+  CHECK(iter_stats(hundred).p95 == 95);
+  CHECK(iter_stats(hundred).p99 == 99);
 }
 
 TEST_CASE("bus bandwidth factors are nccl-tests'", "[bench]") {
@@ -82,18 +157,39 @@ TEST_CASE("the checker passes real results and counts a corrupted one", "[bench]
   auto group = dist::init_process_group(init);
   for (OpKind op : all_op_kinds()) {
     if (op == OpKind::kSendRecv) continue;  // needs two ranks
-    for (DType dt : {DType::kF32, DType::kBF16, DType::kI64}) {
-      Case c(op, dt, dist::ReduceOp::kMax, 0, 4096, *group, Device::cpu());
-      c.fill();
-      c.launch().wait();
-      INFO(op_kind_name(op) << " " << dtype_name(dt));
-      CHECK(c.count_wrong() == 0);
+    for (Placement pl : {Placement::kOutOfPlace, Placement::kInPlace}) {
+      if (!offers(op, pl)) continue;
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kI64}) {
+        Case c(op, pl, dt, dist::ReduceOp::kMax, 0, 4096, *group, Device::cpu());
+        c.fill();
+        c.launch().wait();
+        INFO(op_kind_name(op) << (pl == Placement::kInPlace ? " in place " : " ")
+                              << dtype_name(dt));
+        CHECK(c.count_wrong() == 0);
+      }
     }
   }
-  Case c(OpKind::kAllReduce, DType::kF32, dist::ReduceOp::kSum, 0, 64, *group, Device::cpu());
+  Case c(OpKind::kAllReduce, Placement::kInPlace, DType::kF32, dist::ReduceOp::kSum, 0, 64, *group,
+         Device::cpu());
   c.fill();
   c.launch().wait();
   c.input().data<float>()[5] += 1;  // all_reduce is in place: the result lives here
   CHECK(c.count_wrong() == 1);
+  // In place, reduce_scatter's output is a block of its input: a wrong value
+  // there is counted once, and a result that never arrived is caught.
+  Case rs(OpKind::kReduceScatter, Placement::kInPlace, DType::kF32, dist::ReduceOp::kSum, 0, 64,
+          *group, Device::cpu());
+  rs.fill();
+  rs.launch().wait();
+  CHECK(rs.output().raw_data() == rs.input().raw_data());
+  rs.output().data<float>()[3] = 1000;
+  CHECK(rs.count_wrong() == 1);
+  // An all_to_allv block that lands in the wrong place is caught.
+  Case v(OpKind::kAllToAllv, Placement::kOutOfPlace, DType::kI64, dist::ReduceOp::kSum, 0, 64,
+         *group, Device::cpu());
+  v.fill();
+  CHECK(v.count_wrong() == 8);  // the output still holds the sentinel
+  v.launch().wait();
+  CHECK(v.count_wrong() == 0);
   dist::destroy_process_group(group);
 }

@@ -60,6 +60,15 @@ TEST_CASE("a 1-rank NCCL group runs every collective on one GPU", "[nccl][gpu]")
         Tensor a2a = gpu_floats({0, 0, 0});
         g->all_to_all(a2a, t).wait();
         check(to_host(a2a) == same, "all_to_all");
+        Tensor gathered = gpu_floats({0, 0, 0});
+        g->gather(gathered, t, 0).wait();
+        check(to_host(gathered) == same, "gather");
+        Tensor scattered = gpu_floats({0, 0, 0});
+        g->scatter(scattered, t, 0).wait();
+        check(to_host(scattered) == same, "scatter");
+        Tensor placed = gpu_floats({-1, 0, 0, -1});  // the block lands at offset 1
+        g->all_to_allv(placed, t, {2}, {2}, {1}, {1}).wait();
+        check(to_host(placed) == std::vector<float>{-1, 2, 3, -1}, "all_to_allv");
         g->barrier().wait();
         Tensor b = gpu_floats(std::vector<float>(16 << 20, 1.5f));  // 64 MiB
         g->all_reduce(b).wait();
@@ -102,5 +111,14 @@ TEST_CASE("three ranks share one GPU through the TCP backend", "[gpu]") {
          {{OpType::kSend, out, (r + 1) % p, 0}, {OpType::kRecv, in, (r + p - 1) % p, 0}})
         .wait();
     expect(to_host(in)[499] == float((r + p - 1) % p), "send/recv of CUDA tensors");
+    // gather and scatter of CUDA tensors: only the root has the whole buffer.
+    Tensor whole = r == 1 ? gpu_floats(std::vector<float>(1500, -1.f)) : Tensor();
+    g.gather(whole, out, 1).wait();
+    if (r == 1) {
+      expect(to_host(whole)[1000] == 2.f && to_host(whole)[499] == 0.f, "gather of CUDA tensors");
+    }
+    Tensor part = gpu_floats(std::vector<float>(500, -1.f));
+    g.scatter(part, whole, 1).wait();
+    expect(to_host(part)[0] == float(r), "scatter of CUDA tensors");
   }));
 }

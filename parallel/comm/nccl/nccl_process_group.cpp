@@ -264,7 +264,9 @@ int NcclProcessGroup::issue(const CommOp& op) {
   void* buf = op.tensor.defined() ? op.tensor.raw_data() : nullptr;
   void* in = op.input.defined() ? op.input.raw_data() : nullptr;
   const size_t n = op.tensor.defined() ? size_t(op.tensor.numel()) : 0;
-  const ncclDataType_t dt = op.tensor.defined() ? nccl_dtype(op.tensor.dtype()) : ncclFloat32;
+  // The output, or the input where this rank has no output (gather's non-roots).
+  const Tensor& held = op.tensor.defined() ? op.tensor : op.input;
+  const ncclDataType_t dt = held.defined() ? nccl_dtype(held.dtype()) : ncclFloat32;
   ncclResult_t r = ncclSuccess;
   switch (op.type) {
     case OpType::kBroadcast:
@@ -282,20 +284,25 @@ int NcclProcessGroup::issue(const CommOp& op) {
     case OpType::kReduceScatter:
       r = ncclReduceScatter(in, buf, n, dt, nccl_op(op.reduce_op), comm, s);
       break;
-    case OpType::kAllToAll: {
+    case OpType::kAllToAll:
+    case OpType::kAllToAllv: {
       const size_t elem = element_size(op.tensor.dtype());
-      size_t send_off = 0, recv_off = 0;
       ncclGroupStart();
       for (int peer = 0; peer < size(); ++peer) {
-        ncclSend(static_cast<char*>(in) + send_off * elem, op.send_counts[peer], dt, peer, comm, s);
-        ncclRecv(static_cast<char*>(buf) + recv_off * elem, op.recv_counts[peer], dt, peer, comm,
-                 s);
-        send_off += op.send_counts[peer];
-        recv_off += op.recv_counts[peer];
+        ncclSend(static_cast<char*>(in) + op.send_offsets[peer] * elem, op.send_counts[peer], dt,
+                 peer, comm, s);
+        ncclRecv(static_cast<char*>(buf) + op.recv_offsets[peer] * elem, op.recv_counts[peer], dt,
+                 peer, comm, s);
       }
       r = ncclGroupEnd();
       break;
     }
+    case OpType::kGather:
+      r = ncclResult_t(issue_gather(op, dt));
+      break;
+    case OpType::kScatter:
+      r = ncclResult_t(issue_scatter(op, dt));
+      break;
     case OpType::kBarrier:  // NCCL has none: an all_reduce of one float stands in
       r = ncclAllReduce(state_->barrier_buf, state_->barrier_buf, 1, ncclFloat32, ncclSum, comm, s);
       break;
@@ -307,6 +314,64 @@ int NcclProcessGroup::issue(const CommOp& op) {
       break;
   }
   return r;
+}
+
+// Gather as sends and receives in one NCCL group: every rank sends its block
+// to the root, which receives each peer's into its slot. The root's own
+// block is a device copy (none when it is already in place).
+int NcclProcessGroup::issue_gather(const CommOp& op, int dtype) {
+  const ncclDataType_t dt = ncclDataType_t(dtype);
+  const size_t block = size_t(op.input.numel());
+  const size_t bytes = op.input.nbytes();
+  if (rank() == op.root) {
+    char* out = static_cast<char*>(op.tensor.raw_data());
+    char* mine = out + size_t(rank()) * bytes;
+    if (mine != op.input.raw_data() && bytes > 0) {
+      check_cuda(cudaMemcpyAsync(mine, op.input.raw_data(), bytes, cudaMemcpyDeviceToDevice,
+                                 state_->stream),
+                 "cudaMemcpyAsync");
+    }
+  }
+  ncclGroupStart();
+  if (rank() != op.root) {
+    ncclSend(op.input.raw_data(), block, dt, op.root, state_->comm, state_->stream);
+  } else {
+    char* out = static_cast<char*>(op.tensor.raw_data());
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer != rank()) {
+        ncclRecv(out + size_t(peer) * bytes, block, dt, peer, state_->comm, state_->stream);
+      }
+    }
+  }
+  return ncclGroupEnd();
+}
+
+// Scatter, the other way round: the root sends each peer its block, every
+// other rank receives its own.
+int NcclProcessGroup::issue_scatter(const CommOp& op, int dtype) {
+  const ncclDataType_t dt = ncclDataType_t(dtype);
+  const size_t block = size_t(op.tensor.numel());
+  const size_t bytes = op.tensor.nbytes();
+  if (rank() == op.root) {
+    const char* mine = static_cast<const char*>(op.input.raw_data()) + size_t(rank()) * bytes;
+    if (mine != op.tensor.raw_data() && bytes > 0) {
+      check_cuda(cudaMemcpyAsync(op.tensor.raw_data(), mine, bytes, cudaMemcpyDeviceToDevice,
+                                 state_->stream),
+                 "cudaMemcpyAsync");
+    }
+  }
+  ncclGroupStart();
+  if (rank() != op.root) {
+    ncclRecv(op.tensor.raw_data(), block, dt, op.root, state_->comm, state_->stream);
+  } else {
+    const char* in = static_cast<const char*>(op.input.raw_data());
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer != rank()) {
+        ncclSend(in + size_t(peer) * bytes, block, dt, peer, state_->comm, state_->stream);
+      }
+    }
+  }
+  return ncclGroupEnd();
 }
 
 }  // namespace spmd::dist

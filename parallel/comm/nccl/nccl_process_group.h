@@ -11,8 +11,8 @@
 //     caller's later compute; the group holds the tensors until the
 //     collective has run, so the caching allocator cannot hand their memory
 //     out too early;
-//   - ncclGroupStart/ncclGroupEnd around the sends and receives of all_to_all
-//     and of batch_isend_irecv;
+//   - ncclGroupStart/ncclGroupEnd around the sends and receives of
+//     all_to_all(v), gather, scatter and batch_isend_irecv;
 //   - a watchdog thread that completes the Works: a host function queued on
 //     the stream behind each collective only marks it finished and wakes the
 //     watchdog (a host function may not call CUDA, and a Work's callbacks
@@ -73,6 +73,8 @@ class NcclProcessGroup final : public ProcessGroup {
   void follow_caller_stream();
   void issue_all(const std::vector<CommOp>& ops, const std::string& description);
   int issue(const CommOp& op);  // an ncclResult_t (nccl.h stays out of this header)
+  int issue_gather(const CommOp& op, int dtype);  // dtype: an ncclDataType_t
+  int issue_scatter(const CommOp& op, int dtype);
   void watchdog_loop();
   void complete_finished();
   void abort_all(const std::string& why, bool timed_out);

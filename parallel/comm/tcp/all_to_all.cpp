@@ -13,14 +13,17 @@ std::vector<size_t> exclusive_prefix_sum(const std::vector<size_t>& counts) {
 }  // namespace
 
 AllToAll::AllToAll(const Context& ctx, Span input, Span output, std::vector<size_t> send_counts,
-                   std::vector<size_t> recv_counts)
+                   std::vector<size_t> recv_counts, std::vector<size_t> send_offsets,
+                   std::vector<size_t> recv_offsets)
     : ctx_(ctx),
       input_(input),
       output_(output),
       send_counts_(std::move(send_counts)),
       recv_counts_(std::move(recv_counts)),
-      send_offsets_(exclusive_prefix_sum(send_counts_)),
-      recv_offsets_(exclusive_prefix_sum(recv_counts_)) {}
+      send_offsets_(send_offsets.empty() ? exclusive_prefix_sum(send_counts_)
+                                         : std::move(send_offsets)),
+      recv_offsets_(recv_offsets.empty() ? exclusive_prefix_sum(recv_counts_)
+                                         : std::move(recv_offsets)) {}
 
 void AllToAll::run() {
   const int p = ctx_.size(), r = ctx_.rank();

@@ -13,7 +13,8 @@
 // the copies through the kernel that bound it.
 //
 // Each pair's header carries the size of that pair's block, so a rank whose
-// send sizes disagree with the receiver's expected sizes is caught.
+// send sizes disagree with the receiver's expected sizes is caught. The same
+// class runs all_to_allv, whose blocks lie at offsets of its own choosing.
 #pragma once
 
 #include <vector>
@@ -24,10 +25,12 @@ namespace spmd::dist::tcp {
 
 class AllToAll {
  public:
-  // send_counts[j] / recv_counts[i]: elements to rank j / from rank i; the
-  // blocks lie back to back in input / output.
+  // send_counts[j] / recv_counts[i]: elements to rank j / from rank i;
+  // send_offsets / recv_offsets: where those blocks start in input / output
+  // (empty: back to back in rank order).
   AllToAll(const Context& ctx, Span input, Span output, std::vector<size_t> send_counts,
-           std::vector<size_t> recv_counts);
+           std::vector<size_t> recv_counts, std::vector<size_t> send_offsets = {},
+           std::vector<size_t> recv_offsets = {});
   void run();
 
  private:

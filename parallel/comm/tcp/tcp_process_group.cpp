@@ -9,6 +9,7 @@
 #include "parallel/comm/tcp/barrier.h"
 #include "parallel/comm/tcp/bootstrap.h"
 #include "parallel/comm/tcp/chain.h"
+#include "parallel/comm/tcp/gather_scatter.h"
 #include "parallel/comm/tcp/recursive_doubling.h"
 #include "parallel/comm/tcp/ring.h"
 #include "parallel/comm/tcp/tree.h"
@@ -29,6 +30,10 @@ namespace {
 std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout) {
   return std::clamp(timeout / 8, std::chrono::milliseconds(50), std::chrono::milliseconds(2000));
 }
+
+// A tensor of the op that this rank holds: the output, or (gather's
+// non-roots) the input; undefined for a barrier.
+const Tensor& held_tensor(const CommOp& op) { return op.tensor.defined() ? op.tensor : op.input; }
 }  // namespace
 
 // --- Set-up and tear-down ------------------------------------------------------------
@@ -81,8 +86,8 @@ std::shared_ptr<ProcessGroup> TcpProcessGroup::make_group(std::shared_ptr<Store>
 // --- Issuing -------------------------------------------------------------------------
 
 Work TcpProcessGroup::launch(CommOp op) {
-  const bool on_gpu = op.tensor.defined() && op.tensor.is_cuda();
-  if (op.input.defined()) {
+  const bool on_gpu = held_tensor(op).defined() && held_tensor(op).is_cuda();
+  if (op.input.defined() && op.tensor.defined()) {
     SPMD_CHECK(op.input.device() == op.tensor.device(), op.description, ": output on ",
                op.tensor.device(), " but input on ", op.input.device());
   }
@@ -93,7 +98,7 @@ Work TcpProcessGroup::launch(CommOp op) {
   }
   auto item = std::make_shared<Queued>(Queued{std::move(op), work, nullptr, nullptr});
 #if SPMD_WITH_CUDA
-  if (on_gpu) item->mark = std::make_shared<StreamMark>(item->op.tensor);
+  if (on_gpu) item->mark = std::make_shared<StreamMark>(held_tensor(item->op));
 #else
   SPMD_CHECK(!on_gpu, item->op.description, ": this spmd was built without CUDA");
 #endif
@@ -178,12 +183,15 @@ void TcpProcessGroup::execute_staged(Queued& item) {
   CommOp& op = item.op;
   item.mark->wait();
   if (!staging_) staging_ = std::make_unique<HostStaging>();
-  char* data = staging_->buffer(0, op.tensor.defined() ? op.tensor.nbytes() : 0);
+  char* data = op.tensor.defined() ? staging_->buffer(0, op.tensor.nbytes()) : nullptr;
   char* input = op.input.defined() ? staging_->buffer(1, op.input.nbytes()) : nullptr;
-  if (op.input.defined()) {
-    staging_->to_host(op.input, input);
-  } else if (op.tensor.defined()) {
-    staging_->to_host(op.tensor, data);  // in place: the tensor is also the input
+  if (op.input.defined()) staging_->to_host(op.input, input);
+  // The output's bytes go to the host too where the op leaves some of them
+  // as they are: in place (the tensor is also the input), and the gaps
+  // between all_to_allv's blocks. A scatter's receiver overwrites all of it.
+  const bool output_kept = !op.input.defined() || op.type == OpType::kAllToAllv;
+  if (op.tensor.defined() && output_kept && op.type != OpType::kScatter) {
+    staging_->to_host(op.tensor, data);
   }
   execute_on_host(op, data, input);
   if (op.tensor.defined()) staging_->to_device(data, op.tensor);
@@ -196,12 +204,13 @@ void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
   if (size() == 1) return run_alone(op, data, input);
   Header h;
   h.op = op.type;
-  h.dtype = op.tensor.defined() ? op.tensor.dtype() : DType::kF32;
+  h.dtype = held_tensor(op).defined() ? held_tensor(op).dtype() : DType::kF32;
   h.redop = op.reduce_op;
   h.group = group_hash(name());
   h.arg = op.root;
   h.seq = op.seq;
   h.count = op.type == OpType::kReduceScatter ? size_t(op.input.numel())
+            : op.type == OpType::kGather      ? size_t(op.input.numel())  // each rank's block
             : op.tensor.defined()             ? size_t(op.tensor.numel())
                                               : 0;
   announced_ = false;
@@ -220,9 +229,12 @@ void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
 void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
   Context ctx{*mesh_, workspace_, tuning_};
   if (op.type == OpType::kBarrier) return DisseminationBarrier(ctx).run();
-  const DType dt = op.tensor.dtype();
+  const DType dt = held_tensor(op).dtype();
   const size_t elem = element_size(dt);
-  Span whole{data, size_t(op.tensor.numel()), dt, elem};
+  const size_t n = op.tensor.defined() ? size_t(op.tensor.numel()) : 0;
+  const size_t n_in = op.input.defined() ? size_t(op.input.numel()) : 0;
+  Span whole{data, n, dt, elem};
+  Span in{input, n_in, dt, elem};
   const size_t bytes = whole.bytes();
   switch (op.type) {
     case OpType::kBroadcast:
@@ -243,14 +255,17 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
       if (slot != input && mine > 0) std::memmove(slot, input, mine);
       return Ring::all_gather(ctx, whole).run();
     }
-    case OpType::kReduceScatter: {
-      Span in{input, size_t(op.input.numel()), dt, elem};
+    case OpType::kReduceScatter:
       return Ring::reduce_scatter(ctx, in, whole, op.reduce_op).run();
-    }
-    case OpType::kAllToAll: {
-      Span in{input, size_t(op.input.numel()), dt, elem};
-      return AllToAll(ctx, in, whole, op.send_counts, op.recv_counts).run();
-    }
+    case OpType::kAllToAll:
+    case OpType::kAllToAllv:
+      return AllToAll(ctx, in, whole, op.send_counts, op.recv_counts, op.send_offsets,
+                      op.recv_offsets)
+          .run();
+    case OpType::kGather:
+      return FlatGather(ctx, in, whole, op.root).run();
+    case OpType::kScatter:
+      return FlatScatter(ctx, in, whole, op.root).run();
     default:
       SPMD_THROW(InvalidArgument, op.description, ": not a collective");
   }
@@ -259,8 +274,16 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
 // A group of one: every collective is a local copy at most.
 void TcpProcessGroup::run_alone(CommOp& op, char* data, char* input) {
   const size_t bytes = op.tensor.defined() ? op.tensor.nbytes() : 0;
+  if (op.type == OpType::kAllToAll || op.type == OpType::kAllToAllv) {
+    const size_t elem = element_size(op.tensor.dtype());  // one block, to ourselves
+    const size_t n = op.recv_counts[0] * elem;
+    char* to = data + op.recv_offsets[0] * elem;
+    const char* from = input + op.send_offsets[0] * elem;
+    if (n > 0 && to != from) std::memmove(to, from, n);
+    return;
+  }
   const bool copies = op.type == OpType::kAllGather || op.type == OpType::kReduceScatter ||
-                      op.type == OpType::kAllToAll;
+                      op.type == OpType::kGather || op.type == OpType::kScatter;
   if (copies && bytes > 0 && data != input) std::memmove(data, input, bytes);
 }
 

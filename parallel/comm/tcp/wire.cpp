@@ -19,7 +19,10 @@ std::string describe(const Header& h) {
   if (h.op == OpType::kAllReduce || h.op == OpType::kReduce || h.op == OpType::kReduceScatter) {
     s += str_cat(" (", reduce_op_name(h.redop), ")");
   }
-  if (h.op == OpType::kBroadcast || h.op == OpType::kReduce) s += str_cat(" from root ", h.arg);
+  if (h.op == OpType::kBroadcast || h.op == OpType::kReduce || h.op == OpType::kScatter) {
+    s += str_cat(" from root ", h.arg);
+  }
+  if (h.op == OpType::kGather) s += str_cat(" to root ", h.arg);
   if (h.op == OpType::kSend) s += str_cat(" with tag ", h.arg);
   if (h.op != OpType::kBarrier) s += str_cat(" of ", h.count, " ", dtype_name(h.dtype));
   return s;

@@ -15,9 +15,10 @@
 //   6  redop   u8   ReduceOp (0 when the op does not reduce)
 //   7  flags   u8   reserved, 0
 //   8  group   u32  FNV-1a hash of the group's name
-//  12  arg     i32  root (broadcast, reduce), tag (send/recv), else -1
+//  12  arg     i32  root (broadcast, reduce, gather, scatter), tag (send/recv), else -1
 //  16  seq     u64  the op's sequence number in its group (or pair)
-//  24  count   u64  elements the op covers (all_to_all: this pair's message)
+//  24  count   u64  elements the op covers (all_to_all(v): this pair's message;
+//                   gather, scatter: one rank's block)
 #pragma once
 
 #include <cstdint>
