@@ -166,7 +166,9 @@ struct Ring : autograd::Function<Ring> {
           block_backward(qi, part(0), part(1), doi, li, di, scale, how, dqi, dk, dv);
         }
       }
-      // After n passes every accumulator is back with its owner.
+      // After n passes every accumulator is back with its owner (a group of
+      // one has nothing to pass).
+      if (n == 1) break;
       Tensor next;
       g->wait(pass_on(kvg, next, *g), OpType::kSend);
       kvg = next;
