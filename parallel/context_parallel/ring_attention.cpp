@@ -5,8 +5,10 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "autograd/function.h"
+#include "tensor/attention.h"
 #include "tensor/ops.h"
 
 namespace spmd::dist::cp {
@@ -32,11 +34,20 @@ Tensor block_scores(const Tensor& q, const Tensor& k, double scale, Visible how)
 }
 
 struct Partial {
-  Tensor out, lse;  // (B, H, c, D) and (B, H, c, 1), q's dtype
+  Tensor out, lse;  // (B, H, c, D) and (B, H, c, 1); lse f32 from the fused kernel
 };
+
+// f64 blocks are computed in raw ops (exact to f64's precision; the fused
+// kernel keeps lse in f32); every other dtype by the fused attention kernel,
+// which never holds a block's c x c probabilities.
+bool fused(const Tensor& q) { return q.dtype() != DType::kF64; }
 
 Partial block_forward(const Tensor& q, const Tensor& k, const Tensor& v, double scale,
                       Visible how) {
+  if (fused(q)) {
+    const ops::AttentionResult r = ops::attention(q, k, v, how == Visible::kDiagonal, scale);
+    return {r.out, ops::unsqueeze(r.lse, -1)};
+  }
   const Tensor s = block_scores(q, k, scale, how);
   const Tensor m = ops::amax(s, {-1}, true);
   const Tensor p = ops::exp(ops::sub(s, m));
@@ -44,25 +55,41 @@ Partial block_forward(const Tensor& q, const Tensor& k, const Tensor& v, double 
   return {ops::div(ops::matmul(p, v), l), ops::add(m, ops::log(l))};
 }
 
-// The running result of a query chunk and one more block's, merged exactly.
+// The running result of a query chunk and one more block's, merged exactly
+// (in f32 for the fused kernel's lse, the output in its own dtype).
 void merge(Partial& acc, const Partial& b) {
   if (!acc.out.defined()) {
     acc = b;
     return;
   }
-  const Tensor lse = ops::add(ops::maximum(acc.lse, b.lse),
-                              ops::log(ops::add(ops::exp(ops::sub(acc.lse, ops::maximum(acc.lse, b.lse))),
-                                                ops::exp(ops::sub(b.lse, ops::maximum(acc.lse, b.lse))))));
-  acc.out = ops::add(ops::mul(acc.out, ops::exp(ops::sub(acc.lse, lse))),
-                     ops::mul(b.out, ops::exp(ops::sub(b.lse, lse))));
+  const Tensor m = ops::maximum(acc.lse, b.lse);
+  const Tensor lse =
+      ops::add(m, ops::log(ops::add(ops::exp(ops::sub(acc.lse, m)), ops::exp(ops::sub(b.lse, m)))));
+  const DType dt = acc.out.dtype();
+  acc.out = ops::add(ops::mul(acc.out, ops::to(ops::exp(ops::sub(acc.lse, lse)), dt)),
+                     ops::mul(b.out, ops::to(ops::exp(ops::sub(b.lse, lse)), dt)));
   acc.lse = lse;
 }
 
-// One block's contribution to dq, dk, dv from the saved global lse and
-// delta = rowsum(dout * out).
+// One block's contribution to dq, dk, dv under the softmax over the whole
+// sequence. Raw ops (f64): P = exp(s - lse) from the saved global lse, and
+// delta = rowsum(dout * out). Fused: the kernel's backward of the block alone
+// recomputes the block's own probabilities P_b = P e^(lse - lse_b), so it is
+// handed dout scaled by w = e^(lse_b - lse) per query row and the global out,
+// which make its dV, dS and delta those of the global softmax.
 void block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
-                    const Tensor& lse, const Tensor& delta, double scale, Visible how, Tensor& dq,
-                    Tensor& dk, Tensor& dv) {
+                    const Tensor& out, const Tensor& lse, const Tensor& block_lse,
+                    const Tensor& delta, double scale, Visible how, Tensor& dq, Tensor& dk,
+                    Tensor& dv) {
+  if (fused(q)) {
+    const Tensor w = ops::to(ops::exp(ops::sub(block_lse, lse)), dout.dtype());  // (B, H, c, 1)
+    ops::AttentionResult saved{ops::contiguous(out), ops::contiguous(ops::squeeze(block_lse, -1))};
+    const ops::AttentionGrads g = ops::attention_backward(
+        ops::contiguous(ops::mul(dout, w)), ops::contiguous(q), ops::contiguous(k),
+        ops::contiguous(v), saved, how == Visible::kDiagonal, scale);
+    ops::add_(dq, g.dq), ops::add_(dk, g.dk), ops::add_(dv, g.dv);
+    return;
+  }
   const Tensor p = ops::exp(ops::sub(block_scores(q, k, scale, how), lse));  // (B, H, c, c)
   ops::add_(dv, ops::matmul(ops::transpose(p, -2, -1), dout));
   const Tensor dp = ops::matmul(dout, ops::transpose(v, -2, -1));
@@ -106,6 +133,7 @@ struct Ring : autograd::Function<Ring> {
     const int64_t qid[2] = {a, b};
     Tensor kv = ops::stack({repeat_heads(k_in, H), repeat_heads(v_in, H)}, 0);
     Partial acc[2];
+    std::vector<Tensor> block_lses;  // each block's own lse, in compute order (for backward)
     for (int64_t step = 0; step < n; ++step) {
       Tensor next;
       std::optional<Work> moving;
@@ -118,7 +146,9 @@ struct Ring : autograd::Function<Ring> {
           if (how == Visible::kNone) continue;
           const Tensor k = ops::narrow(ops::select(kv, 0, 0), 2, j * c, c);
           const Tensor v = ops::narrow(ops::select(kv, 0, 1), 2, j * c, c);
-          merge(acc[i], block_forward(qc[i], k, v, scale, how));
+          const Partial block = block_forward(qc[i], k, v, scale, how);
+          block_lses.push_back(block.lse);
+          merge(acc[i], block);
           g_blocks.fetch_add(1);
         }
       }
@@ -132,6 +162,7 @@ struct Ring : autograd::Function<Ring> {
     ctx.save_for_backward({q, k_in, v_in, out, lse});
     ctx.set("group", g);
     ctx.set("scale", scale);
+    ctx.set("block_lses", std::move(block_lses));
     return out;
   }
 
@@ -145,6 +176,8 @@ struct Ring : autograd::Function<Ring> {
     const int64_t n = g->size(), r = g->rank(), H = q.size(1), c = q.size(2) / 2;
     const Tensor dout = ops::contiguous(grads[0]);
     const Tensor delta = ops::sum(ops::mul(dout, out), {-1}, true);  // (B, H, 2c, 1)
+    const std::vector<Tensor>& block_lses = ctx.get<std::vector<Tensor>>("block_lses");
+    size_t block = 0;
     const auto [a, b] = chunk_ids(n, r);
     const int64_t qid[2] = {a, b};
     Tensor dq = ops::zeros_like(q);
@@ -157,13 +190,15 @@ struct Ring : autograd::Function<Ring> {
       for (int i = 0; i < 2; ++i) {
         const Tensor qi = ops::narrow(q, 2, i * c, c), doi = ops::narrow(dout, 2, i * c, c);
         const Tensor li = ops::narrow(lse, 2, i * c, c), di = ops::narrow(delta, 2, i * c, c);
+        const Tensor oi = ops::narrow(out, 2, i * c, c);
         Tensor dqi = ops::narrow(dq, 2, i * c, c);
         for (int j = 0; j < 2; ++j) {
           const Visible how = visibility(qid[i], kid[j]);
           if (how == Visible::kNone) continue;
           auto part = [&](int t) { return ops::narrow(ops::select(kvg, 0, t), 2, j * c, c); };
           Tensor dk = part(2), dv = part(3);
-          block_backward(qi, part(0), part(1), doi, li, di, scale, how, dqi, dk, dv);
+          block_backward(qi, part(0), part(1), doi, oi, li, block_lses[block++], di, scale, how,
+                         dqi, dk, dv);
         }
       }
       // After n passes every accumulator is back with its owner (a group of

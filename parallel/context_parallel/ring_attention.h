@@ -21,10 +21,12 @@
 //   lse = log(e^lse1 + e^lse2),  out = out1 e^(lse1 - lse) + out2 e^(lse2 - lse).
 // Every rank computes 2 cp + 1 blocks.
 //
-// Backward recomputes each block's probabilities from the saved global lse
-// (P = exp(s - lse)), so nothing of size T x T is kept: dQ accumulates
-// locally, dK and dV accumulate in buffers that travel the ring with their
-// keys and values and arrive home after cp steps.
+// Blocks run on the fused attention kernel (f64 in raw ops, for precision),
+// which never holds a block's probabilities. Backward recomputes each
+// block's probabilities against the saved global lse, so nothing of size
+// T x T is kept: dQ accumulates locally, dK and dV accumulate in buffers
+// that travel the ring with their keys and values and arrive home after cp
+// steps.
 //
 // Grouped-query attention: keys and values of fewer heads are repeated to
 // the query heads before the ring (their gradients summed back after).
