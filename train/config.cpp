@@ -110,7 +110,7 @@ std::string join(const std::vector<std::string>& items, const char* quote);
 
 // --- Collecting what was set ------------------------------------------------------------
 
-// A value given for a key, and where: "configs/x.toml:7" or "override --a.b=1".
+// A value given for a key, and where: "configs/ddp.toml:7" or "override --a.b=1".
 struct Setting {
   const toml::node* value;
   std::string where;

@@ -131,7 +131,7 @@ struct TrainConfig {
 // text (--data.path=shakespeare.txt). Returns the config with the model preset
 // resolved into its dims.
 // Throws InvalidArgument, the message starting with where the value came from
-// ("configs/x.toml:7: " or "override --training.steps=0: "), for: a file that
+// ("configs/ddp.toml:7: " or "override --training.steps=0: "), for: a file that
 // cannot be read or parsed, an unknown section or key, a value of the wrong
 // type, one out of its range or not among its choices, and dims that disagree
 // (global_batch not divisible by microbatches, d_model by n_heads, n_heads by

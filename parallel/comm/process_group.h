@@ -1,8 +1,9 @@
 // ProcessGroup: a set of ranks that run collectives together, as
 // torch.distributed's ProcessGroup. Every rank of the group calls the same
 // collectives in the same order (SPMD); each call returns at once with a
-// Work, and the collective runs in issue order on the group's worker thread
-// (TCP) or communication stream (NCCL), overlapping the caller's compute.
+// Work, and the collective runs in issue order (TCP: on the thread that
+// waits on it, else the group's worker; NCCL: on a communication stream),
+// overlapping the caller's compute.
 //
 // This class checks every call's arguments once, for every backend, numbers
 // each collective (the sequence number every message header and error

@@ -1,7 +1,8 @@
 // Work: the handle an asynchronous collective returns, as torch.distributed's
-// Work. The collective runs on its group's worker thread (TCP) or stream
-// (NCCL) while the caller computes; wait() joins it, is_completed() polls it.
-// A Work that failed carries its error (a CommError, TimeoutError or
+// Work. The call returns before the collective has run: TCP runs it on the
+// thread that waits on it, else on the group's worker after a moment; NCCL
+// queues it on a stream. wait() joins it, is_completed() polls it. A Work
+// that failed carries its error (a CommError, TimeoutError or
 // InvalidArgument naming the op, its sequence number and the group), which
 // wait() rethrows.
 //

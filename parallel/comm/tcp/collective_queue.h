@@ -12,17 +12,16 @@
 //     point-to-point exchange it must not block) still runs by itself.
 //
 // Why not wake the worker at once, as a thread pool would? Waking a sleeping
-// thread costs ~20 us on this VM (a cross-CPU interrupt), twice per
-// collective (waking the worker, then waking the waiter), and on two cores
-// the woken thread preempts a peer rank: it was most of a small all_reduce's
-// time. The worker sleeps on a timerfd instead, set to when the first
-// collective in line is due; launching sets it only when it would fire later
-// than that (so in a stream of collectives, about once per start_after), and
-// nothing disarms it: a worker woken for a collective its waiter took sleeps
-// again. The same holds for large collectives: handing even a 1 MiB
-// broadcast to the worker at once measured 7 GB/s against 9 run by its
-// waiter (2 ranks); one overlapped with compute (a DDP bucket) starts at
-// most start_after late.
+// thread costs a cross-CPU interrupt, twice per collective (waking the
+// worker, then waking the waiter), and on a machine with few cores the woken
+// thread preempts a peer rank: it was most of a small all_reduce's time. The
+// worker sleeps on a timerfd instead, set to when the first collective in
+// line is due; launching sets it only when it would fire later than that (so
+// in a stream of collectives, about once per start_after), and nothing
+// disarms it: a worker woken for a collective its waiter took sleeps again.
+// Large collectives run faster by their waiter too; one overlapped with
+// compute (a DDP bucket) starts at most start_after late. The figures:
+// docs/comm.md, "Measured".
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once

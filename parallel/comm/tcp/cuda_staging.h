@@ -3,7 +3,8 @@
 // collective on a CUDA tensor runs on a pinned host copy:
 //
 //   at the call (caller's thread):  mark the caller's current stream (an event)
-//   on the worker:  wait for the mark; copy device -> pinned host;
+//   on the thread that runs it (its waiter, else the queue's worker):
+//                   wait for the mark; copy device -> pinned host;
 //                   run the collective on the host copy;
 //                   copy pinned host -> device; then complete the Work.
 //
@@ -18,8 +19,9 @@
 
 namespace spmd::dist::tcp {
 
-// A point in the caller's stream that the worker waits for before reading a
-// tensor (taken at issue time, when the caller's work so far is queued).
+// A point in the caller's stream that the thread running the collective waits
+// for before reading a tensor (taken at issue time, when the caller's work so
+// far is queued).
 class StreamMark {
  public:
   // Records on the current stream of t's device.

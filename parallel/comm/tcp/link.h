@@ -12,7 +12,8 @@
 // (so it leaves in the same syscall) and the first recv() posts a slot for the
 // peer's, which is checked the moment it lands.
 //
-// Thread-safety: none; a Link belongs to its group's worker thread.
+// Thread-safety: none; a Link is used by the thread running the current
+// collective (one at a time: collective_queue.h).
 #pragma once
 
 #include <cstddef>

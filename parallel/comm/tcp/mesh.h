@@ -1,11 +1,12 @@
-// Mesh: a group's full mesh of Links (one per peer) and the progress loop
-// that moves their bytes. A collective algorithm runs on the group's worker
-// thread: it queues sends and posts receives on the links it needs, then
-// calls wait_recv()/wait_sent() for the ticket it depends on next. While it
-// waits, the Mesh pumps every link the collective has touched, so sends and
-// receives to all peers progress together, and sleeps in poll() when no
-// socket can move. It spins (pumps without sleeping) only when set_spin()
-// allowed it, for a bounded time without progress (tuning.h, docs/comm.md).
+// Mesh: a group's full mesh of Links (one per peer) and the progress loop that
+// moves their bytes. A collective algorithm runs on the thread that runs the
+// collective (collective_queue.h; one at a time): it queues sends and posts
+// receives on the links it needs, then calls wait_recv()/wait_sent() for the
+// ticket it depends on next. While it waits, the Mesh pumps every link the
+// collective has touched, so sends and receives to all peers progress
+// together, and sleeps in poll() when no socket can move. It spins (pumps
+// without sleeping) only when set_spin() allowed it, for a bounded time
+// without progress (tuning.h, docs/comm.md).
 //
 // While it waits, the Mesh also glances (MSG_PEEK) at the first bytes that
 // arrive on links the collective has not used: a header there with the

@@ -14,9 +14,10 @@
 // sockets itself, spinning for a bounded time and then sleeping in poll()
 // on them, so a message wakes the one thread that needs it. Only what no
 // thread waits on for `start_after` goes to the engine's thread (asleep on a
-// timerfd until then), which drives it through edge-triggered epoll. Waking
-// a thread costs ~20 us here; the old design (every operation handed to the
-// engine thread, every completion handed back) paid it twice per message.
+// timerfd until then), which drives it through edge-triggered epoll. The old
+// design (every operation handed to the engine thread, every completion
+// handed back) paid a thread's wake-up twice per message (docs/comm.md,
+// "Measured").
 //
 // Matching follows MPI: a message from rank p with tag t goes to the oldest
 // posted recv from p with tag t; messages between a pair with the same tag

@@ -1,5 +1,5 @@
-// The TCP backend's process group: the worker thread, the choice of
-// algorithm, and what happens when a collective fails.
+// The TCP backend's process group: issuing to the collective queue, the
+// choice of algorithm, and what happens when a collective fails.
 #include "parallel/comm/tcp/tcp_process_group.h"
 
 #include <algorithm>

@@ -14,12 +14,12 @@
 //   - a point-to-point engine with its own sockets and thread (p2p.h).
 //
 // Failure: when a collective fails (a peer is lost, the ranks disagree, the
-// timeout passes) the worker writes the reason under <group>/abort in the
-// store, shuts every socket down so the peers fail at once too, and fails
-// this and every later collective of the group. A timeout names the ranks
-// never seen at the collective: those that sent this rank nothing for it and
-// left no arrival record (a rank that waits long in a collective records its
-// arrival in the store, cheaply, once).
+// timeout passes) the thread running it writes the reason under <group>/abort
+// in the store, shuts every socket down so the peers fail at once too, and
+// fails this and every later collective of the group. A timeout names the
+// ranks never seen at the collective: those that sent this rank nothing for it
+// and left no arrival record (a rank that waits long in a collective records
+// its arrival in the store, cheaply, once).
 #pragma once
 
 #include <memory>
@@ -90,7 +90,7 @@ class TcpProcessGroup final : public ProcessGroup,
 
   // State of the thread running a collective (one at a time: queue_).
   std::string aborted_;       // the first failure; later collectives fail with it
-  uint64_t current_seq_ = 0;  // the collective the worker is running
+  uint64_t current_seq_ = 0;  // the collective being run
   bool announced_ = false;    // it recorded its arrival in the store
 };
 

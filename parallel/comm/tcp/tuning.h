@@ -1,8 +1,8 @@
 // The TCP backend's knobs: where it switches from latency-optimal algorithms
 // to bandwidth-optimal ones, and how finely the rings pipeline. The defaults
-// were measured on loopback (docs/comm.md); each can be overridden by an
-// environment variable of the same name in capitals (SPMD_TCP_CHUNK_BYTES=...)
-// to explore another machine.
+// were chosen on loopback (docs/comm.md, "Measured"); each can be overridden
+// by an environment variable of the same name in capitals
+// (SPMD_TCP_CHUNK_BYTES=...) to explore another machine.
 #pragma once
 
 #include <chrono>
@@ -31,21 +31,19 @@ struct Tuning {
   // SO_SNDBUF of every mesh socket (the kernel doubles it); 0 leaves it to
   // the kernel's autotuning. A small send buffer makes each rank alternate
   // between writing and reading in small steps, so the bytes it reads are
-  // still in cache: on loopback it measured 1.6x (2 ranks, 64 MiB) to 1.9x
-  // (4 ranks, 16 MiB) the all_reduce bandwidth of autotuned buffers (which
-  // grow to 4 MiB). The receive buffer is left to autotuning: capping it caps
-  // TCP's window.
+  // still in cache, which beats the autotuned buffers on loopback
+  // (docs/comm.md, "Measured"). The receive buffer is left to autotuning:
+  // capping it caps TCP's window.
   size_t send_buffer_bytes = 256 << 10;
   // How long a waiting rank keeps polling its sockets without sleeping
   // (non-blocking reads and writes) before it sleeps in poll(), restarted
   // whenever a byte moves (SpinPolicy), and whether each idle round yields
   // the core. The one exception to "a waiting rank never spins", and bounded:
-  // waking a sleeping thread costs ~20 us here, four times a loopback
-  // message. The defaults (docs/comm.md, measured): when this host's ranks
-  // (LOCAL_WORLD_SIZE) are known, a spin that yields each idle round, of
-  // kSpinMicros when they do not outnumber its hardware threads and
-  // proportionally less when they do (4 ranks on 2 threads: 25 us); no spin
-  // when they are unknown.
+  // waking a sleeping thread costs several times a loopback message. The
+  // defaults (docs/comm.md): when this host's ranks (LOCAL_WORLD_SIZE) are
+  // known, a spin that yields each idle round, of kSpinMicros when they do
+  // not outnumber its hardware threads and proportionally less when they do
+  // (4 ranks on 2 threads: 25 us); no spin when they are unknown.
   int spin_us = 0;
   bool spin_yield = true;
   static constexpr int kSpinMicros = 50;

@@ -6,8 +6,8 @@
 // (and, in a VM, an exit to the hypervisor), so it is set only when it would
 // otherwise fire later than the new deadline, and it is never disarmed. A
 // thread woken for work that another thread has already taken just sleeps
-// again. Measured: disarming it per collective doubled a small all_reduce's
-// time on this VM.
+// again. (Disarming it per collective cost more than twice a small
+// all_reduce's time: docs/comm.md, "Measured".)
 //
 // Thread-safety: none of its own. The owner calls arm_by() and fired() under
 // its own mutex; consume(), which may block, without it.
