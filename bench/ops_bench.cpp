@@ -1,17 +1,22 @@
 // spmd-bench-ops: how fast the CPU tensor ops run beside the libraries under
-// them. For each thread count it prints
+// them. It opens with the CPU, the capability the kernels run with and the
+// BLAS core (tensor/cpu/capability.h, blas.h; --info prints only these
+// lines), then for each thread count prints
 //   GEMM GFLOP/s of ops::matmul, of the same product through Eigen directly
 //   (the library tensor/cpu/matmul.cpp calls), and of OpenBLAS's cblas_sgemm
-//   (the BLAS Eigen hands the product to), with the ratios;
+//   (the BLAS Eigen hands the product to), with the ratios, at square sizes
+//   and at the GEMM shapes of bench/train_bench.py's small config;
 //   the bandwidth of an elementwise add over 64 MiB (bytes read + written per
-//   second) beside memcpy of the same bytes.
+//   second) beside memcpy of the same bytes;
+//   the milliseconds of the non-GEMM ops of a small-config training step
+//   under each capability this machine has, and the ratio to the first.
 // The peers run interleaved with ours, repetition by repetition, and each
 // figure is the best of the repetitions: on a shared machine another
 // process can only add time, so the minimum is the least noisy estimate of
 // what the code itself costs (and interleaving exposes all contenders to the
 // same noise).
 //
-//   spmd-bench-ops [--threads 1,2] [--min-time 0.3]
+//   spmd-bench-ops [--threads 1,2] [--min-time 0.3] [--info]
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
 #include <algorithm>
@@ -25,6 +30,9 @@
 #include <cblas.h>
 #endif
 
+#include "tensor/attention.h"
+#include "tensor/cpu/blas.h"
+#include "tensor/cpu/capability.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -107,6 +115,66 @@ void bench_elementwise(double min_time) {
   std::printf("  memcpy            %6.2f GiB/s  %5.2f ms\n", memcpy_bw, t[2] * 1e3);
 }
 
+// A hot op of the training step and its inputs, made once.
+struct HotOp {
+  const char* name;
+  std::string shape;
+  std::function<void()> run;
+};
+
+// The non-GEMM ops of a small-config step (B 8, T 256, C 384, 6 heads).
+std::vector<HotOp> hot_ops() {
+  const int64_t BT = 8 * 256, C = 384;
+  const Tensor h = ops::randn({BT, 4 * C}), dh = ops::randn({BT, 4 * C});
+  const Tensor x = ops::randn({BT, C}), dx = ops::randn({BT, C});
+  const Tensor w = ops::ones({C}), b = ops::zeros({C});
+  const Tensor scores = ops::randn({8 * 6 * 256, 256});
+  const Tensor logits = ops::randn({BT, 256}), targets = ops::randint(0, 256, {BT});
+  const Tensor q = ops::randn({8, 6, 256, 64}), k = ops::randn({8, 6, 256, 64});
+  const Tensor v = ops::randn({8, 6, 256, 64}), dout = ops::randn({8, 6, 256, 64});
+  const std::string mlp = "(2048, 1536)", model = "(2048, 384)";
+  return {
+      {"gelu_tanh", mlp, [=] { ops::gelu(h, true); }},
+      {"gelu_tanh_backward", mlp, [=] { ops::binary(BinaryOp::kGeluTanhBackward, dh, h); }},
+      {"exp", mlp, [=] { ops::exp(h); }},
+      {"add", mlp, [=] { ops::add(h, dh); }},
+      {"sum over rows", mlp, [=] { ops::sum(h, {0}); }},
+      {"softmax", "(12288, 256)", [=] { ops::softmax(scores); }},
+      {"layer_norm", model, [=] { ops::layer_norm(x, w, b); }},
+      {"layer_norm fwd+bwd", model,
+       [=] { ops::layer_norm_backward(dx, x, w, ops::layer_norm(x, w, b), true); }},
+      {"cross_entropy", "(2048, 256)", [=] { ops::cross_entropy(logits, targets); }},
+      {"attention", "(8, 6, 256, 64)", [=] { ops::attention(q, k, v, true); }},
+      {"attention fwd+bwd", "(8, 6, 256, 64)",
+       [=] { ops::attention_backward(dout, q, k, v, ops::attention(q, k, v, true), true); }},
+  };
+}
+
+// Each hot op under each capability, interleaved capability by capability.
+void bench_capabilities(double min_time) {
+  const std::vector<cpu::CpuCapability> caps = cpu::available_capabilities();
+  const cpu::CpuCapability before = cpu::cpu_capability();
+  std::printf("  %-20s %-16s", "op", "shape");
+  for (cpu::CpuCapability c : caps) std::printf("  %7s ms", cpu::capability_name(c));
+  for (size_t i = 1; i < caps.size(); ++i)
+    std::printf("  %s/%s", cpu::capability_name(caps[0]), cpu::capability_name(caps[i]));
+  std::printf("\n");
+  for (const HotOp& op : hot_ops()) {
+    std::vector<std::function<void()>> contenders;
+    for (cpu::CpuCapability c : caps)
+      contenders.push_back([&, c] {
+        cpu::set_cpu_capability(c);
+        op.run();
+      });
+    const std::vector<double> t = race(contenders, min_time);
+    std::printf("  %-20s %-16s", op.name, op.shape.c_str());
+    for (double seconds : t) std::printf("  %10.3f", seconds * 1e3);
+    for (size_t i = 1; i < t.size(); ++i) std::printf("  %9.2fx", t[0] / t[i]);
+    std::printf("\n");
+  }
+  cpu::set_cpu_capability(before);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,13 +183,15 @@ int main(int argc, char** argv) {
   double min_time = 0.3;
   app.add_option("--threads", thread_counts, "thread counts to run with")->delimiter(',');
   app.add_option("--min-time", min_time, "seconds per measurement, about");
+  bool info_only = false;
+  app.add_flag("--info", info_only, "print the CPU, capability and BLAS lines only");
   CLI11_PARSE(app, argc, argv);
   try {
-    const std::vector<Gemm> shapes = {{512, 512, 512},
-                                      {1024, 1024, 1024},
-                                      {2048, 2048, 2048},
-                                      {1024, 384, 1536},
-                                      {1024, 1536, 384}};
+    std::printf("# cpu: %s\n# blas: %s\n", cpu::describe_cpu().c_str(),
+                cpu::describe_blas().c_str());
+    if (info_only) return 0;
+    const std::vector<Gemm> shapes = {{512, 512, 512},   {1024, 1024, 1024}, {2048, 2048, 2048},
+                                      {2048, 384, 1152}, {2048, 384, 1536},  {2048, 1536, 384}};
     for (int threads : thread_counts) {
       set_num_threads(threads);
       std::printf("threads=%d  f32 GEMM GFLOP/s (best of the repetitions)\n", threads);
@@ -131,6 +201,9 @@ int main(int argc, char** argv) {
       std::printf("threads=%d  elementwise, 64 MiB f32 (bytes read + written per second)\n",
                   threads);
       bench_elementwise(min_time);
+      std::printf("threads=%d  hot ops of a training step under each capability (best ms)\n",
+                  threads);
+      bench_capabilities(min_time);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "spmd-bench-ops: %s\n", e.what());

@@ -1,20 +1,50 @@
 #!/usr/bin/python3
-"""Runs spmd-bench-train and its PyTorch peer side by side and prints the ratios.
+"""Runs spmd-bench-train and its PyTorch peer in interleaved pairs and prints the ratios.
 
-For each config (tiny, small) and thread count (1, 2) it runs both programs
---rounds times, alternating spmd and torch so that a noisy shared machine
-slows both alike, keeps each side's best round (the least disturbed), and
-prints tokens/s, peak RSS and the ratios spmd/torch.
+For each config (tiny, small) and thread count (1, 2) it runs --pairs pairs,
+spmd then torch, then spmd, then torch... (A B A B), so that a noisy shared
+machine slows both sides alike, and reports the median of the pairwise
+ratios spmd/torch of tokens/s with their range, beside each side's median
+tokens/s and peak RSS. The header names the CPU model, the capability spmd's
+kernels ran with and the BLAS core each side ran its GEMMs on.
+
+The torch side's OpenBLAS core: Debian's PyTorch uses Debian's OpenBLAS,
+which picks its SSE3 core (Prescott) on CPUs newer than its table; spmd
+picks the right one itself (tensor/cpu/blas.h). So that the ratio measures
+the code and not the GEMM kernels, --torch-coretype match (the default) sets
+OPENBLAS_CORETYPE for torch to the core spmd runs; keep leaves torch's
+environment as it is (what a user who sets nothing gets).
+
+--baseline PATH runs another spmd-bench-train (an older build, or this one)
+as the B side instead of torch: before/after figures of a change, pair by
+pair; --baseline-capability NAME runs it with SPMD_CPU_CAPABILITY=NAME (the
+gain of one capability over another, with the same binary on both sides).
 
   bench/train_bench.py [--build build] [--configs tiny,small] [--threads 1,2]
-                       [--rounds 2] [--steps 20]
+                       [--pairs 5] [--steps 20] [--torch-coretype match|keep]
+                       [--baseline path/to/spmd-bench-train [--baseline-capability avx2]]
 """
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TORCH_INFO = r"""
+import ctypes, torch
+core = "?"
+try:
+    lib = ctypes.CDLL("libopenblas.so.0")
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    core = lib.openblas_get_corename().decode()
+except OSError:
+    pass
+cap = [l.split(":", 1)[1].strip() for l in torch.__config__.show().splitlines()
+       if "CPU capability usage" in l]
+print(torch.__version__, core, cap[0] if cap else "?")
+"""
 
 
 def parse(line):
@@ -30,42 +60,108 @@ def run(cmd, env):
     return [l for l in lines if l.startswith("#")], parse(lines[-1])
 
 
+def spmd_info(build):
+    """spmd's '# cpu:' and '# blas:' lines, from spmd-bench-ops of the same build."""
+    ops = os.path.join(build, "bench", "spmd-bench-ops")
+    if os.path.exists(ops):
+        out = subprocess.run([ops, "--info"], capture_output=True, text=True)
+        if out.returncode == 0:
+            return out.stdout.strip().splitlines()
+    model = "?"
+    with open("/proc/cpuinfo") as f:
+        model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
+    return [f"# cpu: {model} (no {ops}: capability and BLAS core unknown)"]
+
+
+def spmd_core(info):
+    """The OpenBLAS core named on the '# blas:' line, or None."""
+    for line in info:
+        if line.startswith("# blas:") and " core " in line:
+            return line.split(" core ", 1)[1].split()[0]
+    return None
+
+
+def torch_info(env):
+    out = subprocess.run(["/usr/bin/python3", "-c", TORCH_INFO], capture_output=True, text=True,
+                         env=env)
+    if out.returncode != 0:
+        return "torch: not importable"
+    version, core, cap = out.stdout.split()
+    return f"torch {version}, OpenBLAS core {core}, CPU capability {cap}"
+
+
+def side_b(args, peer, common):
+    if args.baseline:
+        return [args.baseline] + common
+    return ["/usr/bin/python3", peer] + common
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--configs", default="tiny,small")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--torch-coretype", choices=["match", "keep"], default="match")
+    ap.add_argument("--baseline", help="another spmd-bench-train to run as the B side")
+    ap.add_argument("--baseline-capability", help="SPMD_CPU_CAPABILITY for the baseline")
     args = ap.parse_args()
+    if args.pairs < 5:
+        sys.exit("train_bench: --pairs must be at least 5 (a median of fewer ratios is noise)")
     spmd_bin = os.path.join(args.build, "bench", "spmd-bench-train")
     peer = os.path.join(ROOT, "bench", "peers", "torch_train.py")
+    b_name = "baseline" if args.baseline else "torch"
+
+    info = spmd_info(args.build)
+    b_env = dict(os.environ)
+    core = spmd_core(info)
+    if not args.baseline and args.torch_coretype == "match" and core:
+        b_env["OPENBLAS_CORETYPE"] = core.upper()
+    if args.baseline and args.baseline_capability:
+        b_env["SPMD_CPU_CAPABILITY"] = args.baseline_capability
+    header = info + [f"# spmd kernels forced by SPMD_CPU_CAPABILITY={os.environ['SPMD_CPU_CAPABILITY']}"
+                     if os.environ.get("SPMD_CPU_CAPABILITY") else "# spmd kernels: the best "
+                     "capability of the CPU (SPMD_CPU_CAPABILITY unset)"]
+    if args.baseline:
+        forced = f" with SPMD_CPU_CAPABILITY={args.baseline_capability}" \
+            if args.baseline_capability else ""
+        header.append(f"# B side: {args.baseline}{forced}")
+    else:
+        how = (f"OPENBLAS_CORETYPE={b_env['OPENBLAS_CORETYPE']} set to match spmd"
+               if "OPENBLAS_CORETYPE" in b_env and args.torch_coretype == "match"
+               else "its environment as given")
+        header.append(f"# {torch_info(b_env)} ({how})")
+    header.append(f"# {args.pairs} interleaved pairs (spmd, {b_name}) per row; ratio: the median "
+                  f"of the pairwise spmd/{b_name} tokens/s ratios (min-max)")
 
     rows, notes = [], set()
     for config in args.configs.split(","):
         steps = args.steps if config == "tiny" else max(3, args.steps // 4)
         for threads in (int(t) for t in args.threads.split(",")):
-            env = dict(os.environ, OMP_NUM_THREADS=str(threads))
             common = ["--config", config, "--threads", str(threads), "--steps", str(steps)]
-            best = {"spmd": (0, 0, 0), "torch": (0, 0, 0)}
-            for _ in range(args.rounds):
-                _, s = run([spmd_bin] + common, env)
-                info, t = run(["/usr/bin/python3", peer] + common, env)
-                notes.update(info)
-                best["spmd"] = max(best["spmd"], s)
-                best["torch"] = max(best["torch"], t)
-            rows.append((config, threads, best["spmd"], best["torch"]))
-            print(f"{config} {threads}: spmd {best['spmd'][0]:.0f} tok/s, "
-                  f"torch {best['torch'][0]:.0f} tok/s", file=sys.stderr)
+            a_runs, b_runs = [], []
+            for _ in range(args.pairs):
+                _, a = run([spmd_bin] + common, dict(os.environ, OMP_NUM_THREADS=str(threads)))
+                b_info, b = run(side_b(args, peer, common), dict(b_env, OMP_NUM_THREADS=str(threads)))
+                notes.update(b_info)
+                a_runs.append(a)
+                b_runs.append(b)
+            ratios = [a[0] / b[0] for a, b in zip(a_runs, b_runs)]
+            rows.append((config, threads, a_runs, b_runs, ratios))
+            print(f"{config} {threads}: ratios " + " ".join(f"{r:.2f}" for r in ratios),
+                  file=sys.stderr)
 
-    for n in sorted(notes):
-        print(n)
-    print(f"| config | params | threads | spmd tok/s | torch tok/s | speed ratio | "
-          f"spmd peak RSS MB | torch peak RSS MB | RSS ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for config, threads, (s_tok, s_rss, params), (t_tok, t_rss, _) in rows:
-        print(f"| {config} | {params:,} | {threads} | {s_tok:,.0f} | {t_tok:,.0f} | "
-              f"{s_tok / t_tok:.2f}x | {s_rss:.0f} | {t_rss:.0f} | {s_rss / t_rss:.2f} |")
+    for line in header + sorted(notes):
+        print(line)
+    print(f"| config | params | threads | spmd tok/s | {b_name} tok/s | spmd/{b_name} (min-max) | "
+          f"spmd peak RSS MB | {b_name} peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for config, threads, a_runs, b_runs, ratios in rows:
+        med = lambda runs, k: statistics.median(r[k] for r in runs)
+        print(f"| {config} | {a_runs[0][2]:,} | {threads} | {med(a_runs, 0):,.0f} | "
+              f"{med(b_runs, 0):,.0f} | {statistics.median(ratios):.2f}x "
+              f"({min(ratios):.2f}-{max(ratios):.2f}) | {med(a_runs, 1):.0f} | {med(b_runs, 1):.0f} |")
 
 
 if __name__ == "__main__":

@@ -23,18 +23,20 @@
 // backward recomputes each row's max and sum rather than reading lse, so f64
 // stays exact for gradient checks. f32 and f64 only; the half types take the
 // default implementation (which computes through f32).
+//
+// Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "tensor/cpu/cpu_backend.h"
-#include "tensor/cpu/gemm.h"
 #include "tensor/cpu/eigen_maps.h"
+#include "tensor/cpu/gemm.h"
+#include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 
-namespace spmd::cpu {
+namespace spmd::cpu::SPMD_CPU_CAP {
 namespace {
 
 constexpr int64_t kBlock = 32;  // query rows per block
@@ -179,8 +181,8 @@ void for_each_task(int64_t n, const F& task) {
 
 }  // namespace
 
-void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                           double scale, const Tensor& out, const Tensor& lse) {
+void KernelBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                              double scale, const Tensor& out, const Tensor& lse) {
   if (!fusable({&q, &k, &v, &out})) return Backend::attention(q, k, v, causal, scale, out, lse);
   const Geometry n = geometry_of(q, k, causal);
   if (n.B * n.H * n.T == 0 || n.S == 0) return;
@@ -191,10 +193,10 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bo
   });
 }
 
-void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                    const Tensor& v, const Tensor& out, const Tensor& lse,
-                                    bool causal, double scale, const Tensor& dq, const Tensor& dk,
-                                    const Tensor& dv) {
+void KernelBackend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const Tensor& out, const Tensor& lse,
+                                       bool causal, double scale, const Tensor& dq,
+                                       const Tensor& dk, const Tensor& dv) {
   if (!fusable({&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
     return Backend::attention_backward(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
   }
@@ -213,4 +215,4 @@ void CpuBackend::attention_backward(const Tensor& dout, const Tensor& q, const T
   });
 }
 
-}  // namespace spmd::cpu
+}  // namespace spmd::cpu::SPMD_CPU_CAP

@@ -1,21 +1,15 @@
 // The CPU backend's memory (allocator.h), copies that convert
 // between any two dtypes, fill and arange. The other methods live in the
-// files cpu_backend.h lists.
+// files cpu_backend.h lists; cpu_backend() itself in capability.cpp.
 #include "tensor/cpu/cpu_backend.h"
 
 #include <cstring>
 
 #include "tensor/cpu/allocator.h"
+#include "tensor/cpu/blas.h"
 #include "tensor/cpu/loops.h"
 
-namespace spmd {
-
-Backend& cpu_backend() {
-  static cpu::CpuBackend backend;
-  return backend;
-}
-
-namespace cpu {
+namespace spmd::cpu {
 namespace {
 
 // One row of dst[i] = convert(src[i]).
@@ -42,6 +36,8 @@ void copy_row(char* const* p, const int64_t* s, int64_t n) {
 }
 
 }  // namespace
+
+CpuBackend::CpuBackend() { blas_info(); }
 
 DataPtr CpuBackend::allocate(size_t nbytes, Device device) {
   SPMD_CHECK(device.is_cpu(), "cpu backend: cannot allocate on ", device);
@@ -90,5 +86,4 @@ void CpuBackend::arange(const Tensor& out, double start, double step) {
   });
 }
 
-}  // namespace cpu
-}  // namespace spmd
+}  // namespace spmd::cpu

@@ -1,15 +1,20 @@
 // The CPU backend: loops over strided memory with OpenMP across elements or
 // rows, and Eigen (with OpenBLAS underneath when present) for matrix products.
 //
-// One class, its methods spread over one file per idea:
+// Two classes. CpuBackend holds the methods every CPU capability shares;
+// each capability's KernelBackend (kernels.h) derives from it and adds the
+// hot loops, compiled for that capability's vector ISA (capability.h picks
+// one at start-up). The methods are spread over one file per idea:
 //   cpu_backend.cpp  memory (through allocator.h), copy/convert, fill, arange
-//   elementwise.cpp  unary and binary ops (scalar_ops.cpp: integers, comparisons)
 //   select.cpp       where, masked_fill, triangle
-//   reduce.cpp       reductions and arg-reductions
-//   matmul.cpp       GEMM through Eigen (the only Eigen GEMM translation unit)
-//   nn.cpp           softmax, cross-entropy, RoPE (norm.cpp: layer and RMS norm)
+//   matmul.cpp       GEMM through Eigen (the only Eigen GEMM translation unit;
+//                    blas.cpp: the OpenBLAS core)
 //   indexing.cpp     index_select/index_add, gather/scatter_add
 //   random.cpp       Philox draws and the fused AdamW step
+// and, once per capability (kernels.h):
+//   elementwise.cpp  unary and binary ops (scalar_ops.cpp: integers, comparisons)
+//   reduce.cpp       reductions and arg-reductions
+//   nn.cpp           softmax, cross-entropy, RoPE (norm.cpp: layer and RMS norm)
 //   attention.cpp    fused causal attention, forward and backward
 // The strided-iteration helpers they share are in loops.h.
 #pragma once
@@ -18,49 +23,28 @@
 
 namespace spmd {
 
+// The CPU backend of the capability in use (capability.h).
 Backend& cpu_backend();
 
 namespace cpu {
 
-class CpuBackend final : public Backend {
+// The methods every capability shares. Abstract: the hot methods are
+// KernelBackend's.
+class CpuBackend : public Backend {
  public:
+  CpuBackend();  // makes sure OpenBLAS's core is checked first (blas.h)
+
   DataPtr allocate(size_t nbytes, Device device) override;
   void copy(const Tensor& src, const Tensor& dst) override;
 
   void fill(const Tensor& out, double value) override;
   void arange(const Tensor& out, double start, double step) override;
-  void unary(UnaryOp op, const Tensor& x, const Tensor& out) override;
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out,
-                     bool scalar_first) override;
   void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
   void masked_fill(const Tensor& x, const Tensor& mask, double value, const Tensor& out) override;
   void triangle(const Tensor& x, int64_t diagonal, bool upper, const Tensor& out) override;
 
-  void reduce(Reduction op, const Tensor& x, const Tensor& out) override;
-  void arg_reduce(bool is_max, const Tensor& x, int dim, const Tensor& out) override;
-
   void matmul(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
               double beta) override;
-
-  void softmax(const Tensor& x, const Tensor& out, bool log) override;
-  void softmax_backward(const Tensor& dy, const Tensor& y, const Tensor& dx, bool log) override;
-  void layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                  const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
-  void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                           const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                           const Tensor& dweight, const Tensor& dbias) override;
-  void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
-                const Tensor& rstd) override;
-  void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight) override;
-  void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                     const Tensor& loss, const Tensor& lse) override;
-  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              const Tensor& dloss, int64_t ignore_index,
-                              const Tensor& dlogits) override;
-  void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
-            bool inverse) override;
 
   void index_select(const Tensor& x, int dim, const Tensor& index, const Tensor& out) override;
   void index_add(const Tensor& out, int dim, const Tensor& index, const Tensor& src) override;
@@ -74,12 +58,6 @@ class CpuBackend final : public Backend {
 
   void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                   const Tensor& exp_avg_sq, const AdamWStep& hp) override;
-
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                 const Tensor& out, const Tensor& lse) override;
-  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, bool causal, double scale,
-                          const Tensor& dq, const Tensor& dk, const Tensor& dv) override;
 };
 
 }  // namespace cpu

@@ -7,18 +7,77 @@
 // dense and already of the compute type, and otherwise gathered (and, for
 // bf16/f16, converted to f32) into a stack buffer first. Integer arithmetic,
 // comparisons and logical ops take the scalar path (scalar_ops.cpp).
+//
+// The same bits under every capability (capability.h). Eigen's loops write
+// a scalar head up to the first address aligned for its packets, whole
+// packets, then a scalar tail, and the scalar elements go through libm
+// (std::exp) where the others take Eigen's vector code; where the head and
+// tail end depends on the packet width. So a kernel only ever sees whole
+// 64-byte vectors starting on a 64-byte boundary: the block's own memory
+// when it is dense, aligned and whole, else a buffer padded with ones (a
+// value every op is defined at). And where Eigen's packet code itself
+// differs by ISA, the kernels avoid it: exp takes Eigen's generic algorithm
+// (Eigen 3.4 gives AVX-512 an older one of its own), sqrt and rsqrt the
+// exact instructions (Eigen's fast-math ones refine an approximation the
+// ISAs compute differently), f64 pow libm's.
+//
+// Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <Eigen/Core>
+#include <cmath>
+#include <cstdint>
 #include <unsupported/Eigen/SpecialFunctions>
 
-#include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/eigen_maps.h"
+#include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/scalar_ops.h"
 
-namespace spmd::cpu {
+namespace spmd::cpu::SPMD_CPU_CAP {
 namespace {
 
 constexpr int64_t kBlock = 1024;
+constexpr int64_t kVectorBytes = 64;  // one AVX-512 register, two AVX2 ones
+template <class C>
+constexpr int64_t kLanes = kVectorBytes / int64_t(sizeof(C));
+
+// exp through Eigen's generic packet algorithm (pexp_float, pexp_double),
+// whatever the ISA. Only whole packets reach it, so the scalar operator()
+// exists for Eigen's sake alone.
+struct GenericExp {
+  template <class C>
+  C operator()(const C& x) const {
+    return std::exp(x);
+  }
+  template <class Packet>
+  Packet packetOp(const Packet& x) const {
+    if constexpr (std::is_same_v<typename Eigen::internal::unpacket_traits<Packet>::type, float>)
+      return Eigen::internal::pexp_float(x);
+    else
+      return Eigen::internal::pexp_double(x);
+  }
+};
+
+}  // namespace
+}  // namespace spmd::cpu::SPMD_CPU_CAP
+
+template <>
+struct Eigen::internal::functor_traits<spmd::cpu::SPMD_CPU_CAP::GenericExp> {
+  enum { Cost = 20, PacketAccess = true };
+};
+
+namespace spmd::cpu::SPMD_CPU_CAP {
+namespace {
+
+// y = sqrt(x) or 1 / sqrt(x), correctly rounded: a loop GCC turns into the
+// vector sqrt and divide instructions.
+template <class C>
+void sqrt_block(const C* x, C* y, int64_t n, bool reciprocal) {
+  if (reciprocal) {
+    for (int64_t i = 0; i < n; ++i) y[i] = C(1) / std::sqrt(x[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+  }
+}
 
 template <class T>
 constexpr bool is_float_v =
@@ -39,17 +98,15 @@ void unary_block(UnaryOp op, const C* px, C* py, int64_t n) {
       y = x.abs();
       break;
     case UnaryOp::kExp:
-      y = x.exp();
+      y = x.unaryExpr(GenericExp());
       break;
     case UnaryOp::kLog:
       y = x.log();
       break;
     case UnaryOp::kSqrt:
-      y = x.sqrt();
-      break;
+      return sqrt_block(px, py, n, false);
     case UnaryOp::kRsqrt:
-      y = x.rsqrt();
-      break;
+      return sqrt_block(px, py, n, true);
     case UnaryOp::kTanh:
       y = x.tanh();
       break;
@@ -110,8 +167,12 @@ void binary_block(BinaryOp op, const C* pa, const C* pb, C* po, int64_t n) {
     case BinaryOp::kDiv:
       o = a / b;
       break;
-    case BinaryOp::kPow:
-      o = a.pow(b);
+    case BinaryOp::kPow:  // f64 through libm: Eigen's vector pow for doubles rounds by ISA
+      if constexpr (std::is_same_v<C, double>) {
+        for (int64_t i = 0; i < n; ++i) po[i] = std::pow(pa[i], pb[i]);
+      } else {
+        o = a.pow(b);
+      }
       break;
     case BinaryOp::kMaximum:
       o = (a > b || a != a).select(a, b);
@@ -129,7 +190,7 @@ void binary_block(BinaryOp op, const C* pa, const C* pb, C* po, int64_t n) {
       break;
     case BinaryOp::kGeluErfBackward:  // Phi(x) + x phi(x)
       o = a * (C(0.5) * (C(1) + (b * kInvSqrt2).erf()) +
-               b * kInvSqrt2Pi * (C(-0.5) * b.square()).exp());
+               b * kInvSqrt2Pi * (C(-0.5) * b.square()).unaryExpr(GenericExp()));
       break;
     case BinaryOp::kSiluBackward:  // s (1 + x (1 - s)), s = sigmoid(x)
       tmp = b.logistic();
@@ -154,21 +215,32 @@ bool is_costly(BinaryOp op) { return op == BinaryOp::kPow || op >= BinaryOp::kRe
 
 // --- Moving blocks in and out of the compute type ----------------------------
 
-// m elements of T at p (byte stride s) as the compute type: read in place
-// when they already are dense elements of it, else converted into buf.
+// The block length a kernel runs on: m rounded up to whole vectors.
+template <class C>
+int64_t whole_vectors(int64_t m) {
+  return (m + kLanes<C> - 1) / kLanes<C> * kLanes<C>;
+}
+
+// m elements of T at p (byte stride s) as the compute type, padded to
+// whole vectors: read in place when they already are dense elements of it
+// and whole (loads need no alignment), else converted into buf.
 template <class T, class C = compute_t<T>>
 const C* load_block(const char* p, int64_t s, int64_t m, C* buf) {
   if constexpr (std::is_same_v<T, C>) {
-    if (s == int64_t(sizeof(T))) return reinterpret_cast<const C*>(p);
+    if (s == int64_t(sizeof(T)) && m == whole_vectors<C>(m)) return reinterpret_cast<const C*>(p);
   }
   for (int64_t j = 0; j < m; ++j) buf[j] = C(*reinterpret_cast<const T*>(p + j * s));
+  std::fill(buf + m, buf + whole_vectors<C>(m), C(1));
   return buf;
 }
-// Where a kernel should write a block bound for p: p itself when dense, else buf.
+// Where a kernel should write the m elements bound for p: p itself when
+// dense, whole and 64-byte aligned, else buf.
 template <class T, class C = compute_t<T>>
-C* out_block(char* p, int64_t s, C* buf) {
+C* out_block(char* p, int64_t s, int64_t m, C* buf) {
   if constexpr (std::is_same_v<T, C>) {
-    if (s == int64_t(sizeof(T))) return reinterpret_cast<C*>(p);
+    if (s == int64_t(sizeof(T)) && m == whole_vectors<C>(m) &&
+        reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0)
+      return reinterpret_cast<C*>(p);
   }
   return buf;
 }
@@ -194,8 +266,8 @@ void unary_float_row(UnaryOp op, char* const* p, const int64_t* s, int64_t n) {
   for (int64_t i = 0; i < n; i += kBlock) {
     const int64_t m = std::min(kBlock, n - i);
     const C* x = load_block<T>(p[1] + i * s[1], s[1], m, xbuf);
-    C* y = out_block<T>(p[0] + i * s[0], s[0], ybuf);
-    unary_block<C>(op, x, y, m);
+    C* y = out_block<T>(p[0] + i * s[0], s[0], m, ybuf);
+    unary_block<C>(op, x, y, whole_vectors<C>(m));
     store_block<T>(p[0] + i * s[0], s[0], m, y);
   }
 }
@@ -205,14 +277,14 @@ void binary_float_row(BinaryOp op, const Source<T>& a, const Source<T>& b, char*
                       int64_t out_stride, int64_t n) {
   using C = compute_t<T>;
   alignas(64) C abuf[kBlock], bbuf[kBlock], obuf[kBlock];
-  if (a.constant) std::fill_n(abuf, std::min(kBlock, n), a.value);
-  if (b.constant) std::fill_n(bbuf, std::min(kBlock, n), b.value);
+  if (a.constant) std::fill_n(abuf, kBlock, a.value);
+  if (b.constant) std::fill_n(bbuf, kBlock, b.value);
   for (int64_t i = 0; i < n; i += kBlock) {
     const int64_t m = std::min(kBlock, n - i);
     const C* x = a.constant ? abuf : load_block<T>(a.p + i * a.stride, a.stride, m, abuf);
     const C* y = b.constant ? bbuf : load_block<T>(b.p + i * b.stride, b.stride, m, bbuf);
-    C* o = out_block<T>(out + i * out_stride, out_stride, obuf);
-    binary_block<C>(op, x, y, o, m);
+    C* o = out_block<T>(out + i * out_stride, out_stride, m, obuf);
+    binary_block<C>(op, x, y, o, whole_vectors<C>(m));
     store_block<T>(out + i * out_stride, out_stride, m, o);
   }
 }
@@ -221,7 +293,7 @@ void binary_float_row(BinaryOp op, const Source<T>& a, const Source<T>& b, char*
 
 }  // namespace
 
-void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out) {
+void KernelBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   const StridedLoop<2> loop = make_loop<2>({&out, &x});
   visit_dtype(x.dtype(), [&]<class T>() {
     if (op == UnaryOp::kLogicalNot) {
@@ -236,7 +308,7 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   });
 }
 
-void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
+void KernelBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   const StridedLoop<3> loop = make_loop<3>({&out, &a, &b});
   visit_dtype(a.dtype(), [&]<class T>() {
     if constexpr (is_float_v<T>) {
@@ -253,8 +325,8 @@ void CpuBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Ten
   });
 }
 
-void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out,
-                               bool scalar_first) {
+void KernelBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, const Tensor& out,
+                                  bool scalar_first) {
   const StridedLoop<2> loop = make_loop<2>({&out, &a});
   visit_dtype(a.dtype(), [&]<class T>() {
     if constexpr (is_float_v<T>) {
@@ -274,4 +346,4 @@ void CpuBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, const Ten
   });
 }
 
-}  // namespace spmd::cpu
+}  // namespace spmd::cpu::SPMD_CPU_CAP

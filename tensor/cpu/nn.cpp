@@ -6,14 +6,16 @@
 // threads, each row computed in f32 (f64 for f64) with Eigen's vectorized exp
 // and log. A softmax row is max, exp(x - max) and its sum, a scale: the max
 // keeps exp from overflowing.
+//
+// Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <Eigen/Core>
 #include <cmath>
 
-#include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/eigen_maps.h"
+#include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 
-namespace spmd::cpu {
+namespace spmd::cpu::SPMD_CPU_CAP {
 namespace {
 
 template <class C>
@@ -53,7 +55,7 @@ void check_targets(const Tensor& targets, int64_t V, int64_t ignore_index) {
 
 }  // namespace
 
-void CpuBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
+void KernelBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
   const int64_t n = x.ndim() ? x.size(-1) : 1, rows = n ? x.numel() / n : 0;
   visit_floating(x.dtype(), "softmax", [&]<class T>() {
     using C = compute_t<T>;
@@ -70,7 +72,8 @@ void CpuBackend::softmax(const Tensor& x, const Tensor& out, bool log) {
   });
 }
 
-void CpuBackend::softmax_backward(const Tensor& dy, const Tensor& y, const Tensor& dx, bool log) {
+void KernelBackend::softmax_backward(const Tensor& dy, const Tensor& y, const Tensor& dx,
+                                     bool log) {
   const int64_t n = y.ndim() ? y.size(-1) : 1, rows = n ? y.numel() / n : 0;
   visit_floating(y.dtype(), "softmax_backward", [&]<class T>() {
     using C = compute_t<T>;
@@ -89,8 +92,8 @@ void CpuBackend::softmax_backward(const Tensor& dy, const Tensor& y, const Tenso
   });
 }
 
-void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                               const Tensor& loss, const Tensor& lse) {
+void KernelBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                                  const Tensor& loss, const Tensor& lse) {
   const int64_t N = logits.size(0), V = logits.size(1);
   check_targets(targets, V, ignore_index);
   const int64_t* t = targets.data<int64_t>();
@@ -112,9 +115,9 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, int6
   });
 }
 
-void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                                        const Tensor& lse, const Tensor& dloss,
-                                        int64_t ignore_index, const Tensor& dlogits) {
+void KernelBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                           const Tensor& lse, const Tensor& dloss,
+                                           int64_t ignore_index, const Tensor& dlogits) {
   const int64_t N = logits.size(0), V = logits.size(1);
   check_targets(targets, V, ignore_index);
   const int64_t* t = targets.data<int64_t>();
@@ -142,8 +145,8 @@ void CpuBackend::cross_entropy_backward(const Tensor& logits, const Tensor& targ
   });
 }
 
-void CpuBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
-                      bool inverse) {
+void KernelBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
+                         bool inverse) {
   SPMD_CHECK(x.ndim() >= 3, "rope: expected x of shape (..., T, H, D), got ", x.shape());
   const int64_t T_ = x.size(-3), H = x.size(-2), D = x.size(-1), half = D / 2;
   const int64_t rows = D ? x.numel() / D : 0;
@@ -171,4 +174,4 @@ void CpuBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, con
   });
 }
 
-}  // namespace spmd::cpu
+}  // namespace spmd::cpu::SPMD_CPU_CAP

@@ -11,14 +11,16 @@
 // Rows are split over threads. The weight gradients sum over rows, so each
 // thread sums its rows into its own partial, and the partials are added at
 // the end (no atomics, and the same result for a given thread count).
+//
+// Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <Eigen/Core>
 #include <cmath>
 
-#include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/eigen_maps.h"
+#include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 
-namespace spmd::cpu {
+namespace spmd::cpu::SPMD_CPU_CAP {
 namespace {
 
 // A norm costs a few cycles per element (no exp): twice the costly grain.
@@ -99,8 +101,9 @@ void norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, cons
 
 }  // namespace
 
-void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                            const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+void KernelBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                               double eps, const Tensor& y, const Tensor& mean,
+                               const Tensor& rstd) {
   const int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
   visit_floating(x.dtype(), "layer_norm", [&]<class T>() {
     using C = compute_t<T>;
@@ -126,16 +129,16 @@ void CpuBackend::layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
   });
 }
 
-void CpuBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                     const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                                     const Tensor& dweight, const Tensor& dbias) {
+void KernelBackend::layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                        const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                                        const Tensor& dweight, const Tensor& dbias) {
   visit_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
     norm_backward<T>(dy, x, weight, mean, rstd, dx, dweight, dbias);
   });
 }
 
-void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
-                          const Tensor& rstd) {
+void KernelBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
+                             const Tensor& rstd) {
   const int64_t n = x.size(-1), rows = n ? x.numel() / n : 0;
   visit_floating(x.dtype(), "rms_norm", [&]<class T>() {
     using C = compute_t<T>;
@@ -157,11 +160,11 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& weight, double eps, con
   });
 }
 
-void CpuBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+void KernelBackend::rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                      const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
   visit_floating(x.dtype(), "rms_norm_backward", [&]<class T>() {
     norm_backward<T>(dy, x, weight, Tensor(), rstd, dx, dweight, Tensor());
   });
 }
 
-}  // namespace spmd::cpu
+}  // namespace spmd::cpu::SPMD_CPU_CAP

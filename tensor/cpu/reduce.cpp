@@ -14,12 +14,14 @@
 //     tiles.
 // Accumulators: f32 for f32 and the half types, f64 for f64, i64 for
 // integers and bool (wrapping on overflow). Max and min propagate NaN.
+//
+// Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <limits>
 
-#include "tensor/cpu/cpu_backend.h"
+#include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 
-namespace spmd::cpu {
+namespace spmd::cpu::SPMD_CPU_CAP {
 namespace {
 
 template <class T>
@@ -262,7 +264,7 @@ void reduce_op(const Tensor& x, const Tensor& out) {
 
 }  // namespace
 
-void CpuBackend::reduce(Reduction op, const Tensor& x, const Tensor& out) {
+void KernelBackend::reduce(Reduction op, const Tensor& x, const Tensor& out) {
   SPMD_CHECK(out.ndim() == x.ndim(), "reduce: out has ", out.ndim(), " dims, x has ", x.ndim());
   switch (op) {
     case Reduction::kSum:
@@ -278,7 +280,7 @@ void CpuBackend::reduce(Reduction op, const Tensor& x, const Tensor& out) {
   }
 }
 
-void CpuBackend::arg_reduce(bool is_max, const Tensor& x, int dim, const Tensor& out) {
+void KernelBackend::arg_reduce(bool is_max, const Tensor& x, int dim, const Tensor& out) {
   const int nd = x.ndim();
   const int64_t L = x.size(dim), step = x.stride(dim);
   // Views with `dim` moved last, so output o's run starts at byte_offset(.., o).
@@ -312,4 +314,4 @@ void CpuBackend::arg_reduce(bool is_max, const Tensor& x, int dim, const Tensor&
   });
 }
 
-}  // namespace spmd::cpu
+}  // namespace spmd::cpu::SPMD_CPU_CAP
