@@ -1,5 +1,5 @@
 // Modules: names, parameter counts, state dicts through safetensors, hooks,
-// train/eval, checkpoint wrappers; and the Transformer learning: initial loss
+// train() and eval(), checkpoint wrappers; and the Transformer learning: initial loss
 // near ln(vocab), one batch overfit to near zero.
 #include <catch2/catch.hpp>
 #include <cmath>

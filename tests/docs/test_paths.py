@@ -15,7 +15,7 @@ Allowed without a check: patterns (a path with * ? { [ < or $ in it, such as
 "configs/*.toml"), outputs (a path with a build*, runs or out folder in it),
 and paths in code outside comments (a string literal names what a program
 opens, not what the reader should look at). Not checked: paths without an
-extension or a trailing slash ("train/eval" is as often a phrase as a path),
+extension or a trailing slash (a word pair with a slash is as often a phrase as a path),
 and paths relative to another folder ("tcp/ring.h" in docs/comm.md).
 
 Before scanning, it checks its own comment extraction on a few snippets.
@@ -199,11 +199,11 @@ def missing_paths(root):
 
 
 def self_test():
-    cpp = ('const char* p = "docs/a.md";  // docs/b.md\n'
-           "/* tests/c.h\n   tests/d/ */ int x = 1'000; // tensor/e.cpp\n"
-           'auto r = R"(docs/f.md // docs/g.md)"; // docs/h.md\n')
+    cpp = ('const char* p = "docs/fsdp.md";  // docs/train.md\n'
+           "/* tests/skip.h\n   tests/docs/ */ int x = 1'000; // tensor/tensor.cpp\n"
+           'auto r = R"(docs/cuda.md // docs/comm.md)"; // docs/ddp.md\n')
     got = [p for _, t in c_comments(cpp) for p in named_paths(t)]
-    assert got == ["docs/b.md", "tests/c.h", "tests/d/", "tensor/e.cpp", "docs/h.md"], got
+    assert got == ["docs/train.md", "tests/skip.h", "tests/docs/", "tensor/tensor.cpp", "docs/ddp.md"], got
     sh = 'echo "docs/a.md # docs/b.md" $# # docs/c.md\n# docs/d/\n'
     got = [p for _, t in hash_comments(sh) for p in named_paths(t)]
     assert got == ["docs/c.md", "docs/d/"], got
