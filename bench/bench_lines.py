@@ -1,5 +1,5 @@
-"""What the training benchmarks' drivers (ddp_bench.py, tp_bench.py,
-pp_bench.py) share: running one side's command and reading its
+"""What the training benchmarks' drivers (ddp, tp, pp, fsdp, train_layouts)
+share: running one side's command and reading its
 `name key=value ...` result lines."""
 import subprocess
 import sys
@@ -17,3 +17,12 @@ def run_lines(cmd, env, tool, timeout=3600):
     if out.returncode != 0:
         sys.exit(f"{tool}: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
     return [l.split("]: ", 1)[-1] for l in out.stdout.strip().splitlines()]
+
+
+def last_result(cmd, env, tool, prefix, timeout=1800):
+    """{key: value} of the command's last line starting with `prefix`; exits
+    naming `tool` and the command when there is none."""
+    lines = [l for l in run_lines(cmd, env, tool, timeout=timeout) if l.startswith(prefix)]
+    if not lines:
+        sys.exit(f"{tool}: no result line from {' '.join(cmd)}")
+    return parse(lines[-1])

@@ -17,17 +17,13 @@ import os
 import statistics
 import sys
 
-from bench_lines import parse, run_lines
+from bench_lines import last_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(cmd, env):
-    lines = [l for l in run_lines(cmd, env, "fsdp_bench", timeout=1800)
-             if l.startswith("spmd-fsdp ")]
-    if not lines:
-        sys.exit(f"fsdp_bench: no result line from {' '.join(cmd)}")
-    return parse(lines[-1])
+    return last_result(cmd, env, "fsdp_bench", "spmd-fsdp ")
 
 
 def main():

@@ -19,16 +19,13 @@ import os
 import statistics
 import sys
 
-from bench_lines import parse, run_lines
+from bench_lines import last_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run(cmd, env):
-    result = [l for l in run_lines(cmd, env, "tp_bench", timeout=1800) if l.startswith("spmd-tp ")]
-    if not result:
-        sys.exit(f"tp_bench: no result line from {' '.join(cmd)}")
-    return parse(result[-1])
+    return last_result(cmd, env, "tp_bench", "spmd-tp ")
 
 
 def main():
