@@ -428,6 +428,9 @@ void check_layout(const TrainConfig& c, int world_size) {
                "))");
     SPMD_CHECK(p.pp <= m.n_layers, "parallel: pp ", p.pp, " is more than model.n_layers ",
                m.n_layers, " (every stage needs a layer)");
+    SPMD_CHECK(!m.tie_embeddings, "parallel: pp ", p.pp,
+               " with model.tie_embeddings = true: the head would live on the last stage and "
+               "its embedding on the first; set model.tie_embeddings = false");
   }
 
   const int64_t kv = m.n_kv_heads == 0 ? m.n_heads : m.n_kv_heads;

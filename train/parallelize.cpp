@@ -9,9 +9,10 @@
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1, "parallel.pp = ", p.pp,
-             ": spmd-train does not build pipeline stages (parallel/pipeline and "
-             "examples/07_pipeline do); set parallel.pp = 1");
+  SPMD_CHECK(p.pp == 1 || (p.tp == 1 && p.cp == 1 && p.dp_shard == 1), "parallel: pp ", p.pp,
+             " with tp ", p.tp, ", cp ", p.cp, ", dp_shard ", p.dp_shard,
+             ": spmd-train combines pipeline stages with dp_replicate only (set tp, cp and "
+             "dp_shard to 1)");
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
@@ -21,8 +22,8 @@ void check_supported(const ParallelConfig& p) {
 dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
                             const ParallelConfig& p) {
   check_supported(p);
-  return dist::DeviceMesh(world, {p.dp_replicate, p.dp_shard, p.cp, p.tp},
-                          {"dp_replicate", "dp_shard", "cp", "tp"});
+  return dist::DeviceMesh(world, {p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp},
+                          {"pp", "dp_replicate", "dp_shard", "cp", "tp"});
 }
 
 Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
@@ -37,6 +38,15 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   out.dp_rank = dp.coordinate()[0];
   out.dp_size = dp.size();
   out.loss_group = mesh.flatten({"dp_replicate", "dp_shard", "cp"}, "dp_cp").group_ptr("dp_cp");
+
+  // 0. Pipeline: this rank's stage of the model, run by an executor.
+  if (p.pp > 1) {
+    out.pp = mesh.group_ptr("pp");
+    out.stage = std::make_shared<dist::pp::TransformerStage>(
+        dist::pp::split_model(model, out.pp->rank(), out.pp->size()));
+    out.stage_replicas = std::make_shared<dist::DeviceMesh>(
+        mesh.flatten({"dp_replicate", "dp_shard", "cp", "tp"}, "stage_replicas"));
+  }
 
   // 1. Tensor (and sequence) parallel: every block's projections split over tp.
   if (p.tp > 1) dist::tp::parallelize_transformer(*model, mesh["tp"], p.sequence_parallel);
@@ -59,15 +69,28 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     for (size_t i = 0; i < model->layers->size(); ++i)
       dist::fully_shard(model->layers->at(i), mesh, o);
     out.fsdp_root = dist::fully_shard(model, mesh, o);
+  } else if (p.pp > 1) {
+    // The stage's gradients are averaged over dp_replicate after each step
+    // (pipeline_train.h): DDP's hooks would wait for the other stages' too.
   } else if (p.dp_replicate > 1 || p.cp > 1) {
     const std::string axis = p.cp > 1 ? "dp_replicate_cp" : "dp_replicate";
     if (p.cp > 1) mesh.flatten({"dp_replicate", "cp"}, axis);
     out.ddp = std::make_shared<dist::DistributedDataParallel>(model, mesh.group_ptr(axis));
   }
-  for (const char* axis : {"dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp", "dp_shard_cp",
+  if (p.pp > 1) {
+    const int m = int(p.pp_microbatches == 0 ? p.pp : p.pp_microbatches);
+    out.pipeline = std::make_shared<dist::pp::PipelineExecutor>(
+        *out.stage, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
+  }
+  for (const char* axis : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp", "dp_shard_cp",
                            "dp_replicate_cp"})
     if (mesh.has_axis(axis)) out.groups.push_back(mesh.group_ptr(axis));
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Parallelized::named_parameters() const {
+  if (stage) return stage->named_parameters();
+  return ddp ? ddp->named_parameters() : model->named_parameters();
 }
 
 }  // namespace spmd::train

@@ -18,8 +18,15 @@
 // the ranks of one tp or cp group see the same sequences (cp ranks then keep
 // their chunks of each).
 //
-// Not here: pipeline and expert parallelism, and HSDP together with context
-// parallelism (check_supported() refuses them, naming the dims).
+// Pipeline parallelism is the outermost axis, "pp", and the first step: each
+// rank keeps the stage at its pp coordinate (parallel/pipeline), runs it
+// through a PipelineExecutor, and its stage's gradients are averaged over
+// dp_replicate once per step (train/pipeline_train.h). It combines with
+// dp_replicate and activation checkpointing.
+//
+// Not here: pipeline stages with tp, cp or FSDP, expert parallelism, and
+// HSDP together with context parallelism (check_supported() refuses them,
+// naming the dims).
 #pragma once
 
 #include <memory>
@@ -28,6 +35,7 @@
 #include "parallel/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/pipeline/executor.h"
 #include "train/config.h"
 
 namespace spmd::train {
@@ -44,11 +52,24 @@ struct Parallelized {
   int64_t dp_rank = 0, dp_size = 1;                    // this rank's data shard
   std::vector<std::shared_ptr<dist::ProcessGroup>> groups;  // every group a strategy uses
 
+  // Under pipeline parallelism (pp > 1): this rank's stage, its executor,
+  // the pp group, and the 1-D mesh of the ranks that hold copies of this
+  // stage (every axis but pp), which a checkpoint writes once per stage.
+  std::shared_ptr<dist::pp::TransformerStage> stage;
+  std::shared_ptr<dist::pp::PipelineExecutor> pipeline;
+  std::shared_ptr<dist::ProcessGroup> pp;
+  std::shared_ptr<dist::DeviceMesh> stage_replicas;
+
+  // The parameters this rank trains, with the model's names: the stage's
+  // under pp, else the (parallelized) model's.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+
   // The module a forward goes through.
   nn::Module& module() { return ddp ? static_cast<nn::Module&>(*ddp) : *model; }
 };
 
-// Refuses a layout this trainer does not build (pp or ep > 1, HSDP with cp).
+// Refuses a layout this trainer does not build (pp with tp, cp or dp_shard;
+// ep > 1; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

@@ -10,6 +10,7 @@
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
 #include "autograd/optim/adamw.h"
+#include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/placement.h"
@@ -19,6 +20,7 @@
 #include "tensor/threads.h"
 #include "train/data_loader.h"
 #include "train/parallelize.h"
+#include "train/pipeline_train.h"
 #include "train/train_checkpoint.h"
 
 namespace spmd::train {
@@ -87,7 +89,9 @@ TrainResult run_training(const TrainConfig& config,
   dist::DeviceMesh mesh = build_mesh(world, config.parallel);
   auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), t.seed);
   Parallelized par = parallelize(model, mesh, config);
-  const std::vector<Tensor> params = par.module().parameters();
+  const NamedTensors named = par.named_parameters();
+  std::vector<Tensor> params;
+  for (const auto& [name, p] : named) params.push_back(p);
   optim::AdamW opt(params, {.lr = config.optimizer.lr,
                             .beta1 = config.optimizer.beta1,
                             .beta2 = config.optimizer.beta2,
@@ -103,7 +107,7 @@ TrainResult run_training(const TrainConfig& config,
   const CheckpointConfig& ck = config.checkpoint;
   if (!ck.folder.empty() && ck.resume) {
     const auto load_start = Clock::now();
-    if (auto state = load_latest_checkpoint(ck.folder, *model, opt)) {
+    if (auto state = load_latest_checkpoint(ck.folder, named, opt, par.stage_replicas.get())) {
       result.first_step = state->step;
       loader.set_samples_consumed(state->samples_consumed);
       if (lead)
@@ -129,7 +133,15 @@ TrainResult run_training(const TrainConfig& config,
     opt.zero_grad();
     const data::Batch batch = loader.next();
     double loss_sum = 0;
-    for (int64_t m = 0; m < t.microbatches; ++m) {
+    for (int64_t m = 0; m < t.microbatches && par.pipeline; ++m) {  // pp: the executor's step
+      const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
+      loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
+    }
+    if (par.pipeline) {
+      average_stage_gradients(params, *par.dp, t.microbatches);
+      loss_sum = from_last_stage(loss_sum, par.stage->is_last(), *par.pp);
+    }
+    for (int64_t m = 0; m < t.microbatches && !par.pipeline; ++m) {
       const bool sync = m + 1 == t.microbatches;  // gradients are reduced on the last only
       const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
       if (par.fsdp_root) par.fsdp_root->set_requires_gradient_sync(sync);
@@ -144,8 +156,9 @@ TrainResult run_training(const TrainConfig& config,
       }
       loss_sum += loss.item<double>() / double(t.microbatches);
     }
-    const double grad_norm = t.grad_clip > 0 ? dist::clip_grad_norm_(params, t.grad_clip)
-                                             : dist::grad_norm(params);
+    const double grad_norm =
+        par.pipeline ? pipeline_grad_norm(params, *par.pp) : dist::grad_norm(params);
+    if (t.grad_clip > 0) optim::clip_grads_with_norm_(params, t.grad_clip, grad_norm);
     const double lr = schedule_lr(config, step);
     opt.set_lr(lr);
     opt.step();
@@ -169,13 +182,14 @@ TrainResult run_training(const TrainConfig& config,
                            {"mem_allocated", mem.allocated},
                            {"mem_peak", mem.peak_allocated}};
     const bool eval = config.metrics.eval_every > 0 && (step + 1) % config.metrics.eval_every == 0;
-    if (eval) line["val_loss"] = val_loss(par, dataset, T);
+    if (eval)
+      line["val_loss"] = par.pipeline ? pipeline_val_loss(par, dataset, T) : val_loss(par, dataset, T);
     const bool save_now = !ck.folder.empty() &&
                           ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
     if (save_now) {
       const auto save_start = Clock::now();
-      save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, *model, opt, *world,
-                      ck.keep);
+      save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, named, opt, *world,
+                      ck.keep, par.stage_replicas.get());
       line["checkpoint_ms"] =
           std::chrono::duration<double>(Clock::now() - save_start).count() * 1e3;
       line["checkpoint_bytes"] = checkpoint_bytes_of_rank(ck.folder, step + 1, world->rank());
@@ -195,7 +209,8 @@ void export_model(const TrainConfig& config, const std::string& out, bool with_l
   SPMD_CHECK(!config.checkpoint.folder.empty(), "export: set checkpoint.folder to the run's folder");
   auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
   optim::AdamW opt(model->parameters(), {});
-  const auto state = load_latest_checkpoint(config.checkpoint.folder, *model, opt);
+  const auto state =
+      load_latest_checkpoint(config.checkpoint.folder, model->named_parameters(), opt);
   SPMD_CHECK(state.has_value(), "export: ", config.checkpoint.folder, " holds no checkpoint (no latest)");
   model->save(out);
   std::printf("exported step %lld of %s to %s (%lld parameters)\n", (long long)state->step,

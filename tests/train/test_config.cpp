@@ -380,7 +380,12 @@ TEST_CASE("check_layout: the dims' product is the world; every split divides", "
         "parallel: dp_replicate 1 x dp_shard 2 x cp 1 x tp 2 x pp 1 = 4 ranks, but the world "
         "has 2");
   // dp x tp x pp on 8 ranks: 2 x 2 x 2.
-  CHECK(layout_error({"parallel.dp_shard=2", "parallel.tp=2", "parallel.pp=2"}, 8) == "");
+  CHECK(layout_error({"parallel.dp_shard=2", "parallel.tp=2", "parallel.pp=2",
+                      "model.tie_embeddings=false"},
+                     8) == "");
+  CHECK(layout_error({"parallel.pp=2"}, 2) ==
+        "parallel: pp 2 with model.tie_embeddings = true: the head would live on the last stage "
+        "and its embedding on the first; set model.tie_embeddings = false");
   // ep borrows from dp_shard x cp and adds no ranks.
   CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=2"}, 4) == "");
   CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=3"}, 4) ==
@@ -396,7 +401,7 @@ TEST_CASE("check_layout: the dims' product is the world; every split divides", "
         "parallel: tp 2 must divide model.vocab_size 257");
   CHECK(layout_error({"parallel.pp=8", "training.global_batch=8"}, 8) ==
         "parallel: pp 8 is more than model.n_layers 4 (every stage needs a layer)");
-  CHECK(layout_error({"parallel.pp=2", "parallel.pp_microbatches=3"}, 2) ==
+  CHECK(layout_error({"parallel.pp=2", "parallel.pp_microbatches=3", "model.tie_embeddings=false"}, 2) ==
         "parallel: pp_microbatches 3 must divide each rank's batch of 8 sequences "
         "(global_batch 8 / (dp 1 x microbatches 1))");
   CHECK(layout_error({"model.seq_len=100", "parallel.cp=8", "parallel.dp_shard=1"}, 8) ==

@@ -71,12 +71,15 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   }
 }
 
-void check_layout(int world_size, const std::vector<std::string>& layout, const std::string& name) {
+// `model`: overrides both runs share (the model, the training).
+void check_layout(int world_size, std::vector<std::string> layout, const std::string& name,
+                  const std::vector<std::string>& model = {}) {
+  layout.insert(layout.end(), model.begin(), model.end());
   const train::TrainConfig c = base(4, layout);
   run_world(
       world_size,
       [&](dist::ProcessGroup& world) {
-        const std::vector<double> want = run_single(base(4, {}));
+        const std::vector<double> want = run_single(base(4, model));
         const auto got = train::run_training(c, dist::testing::borrow(world)).losses;
         expect_close(got, want, 1e-5, str_cat(name, " (rank ", world.rank(), ")"));
       },
@@ -99,35 +102,46 @@ TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP, FSDP x TP and CP trains as one 
   check_layout(4, {"parallel.cp=2", "parallel.tp=2"}, "cp 2 x tp 2 (heads split, sequence split)");
 }
 
-TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
-          "[train][checkpoint]") {
+TEST_CASE("spmd-train with pipeline stages (and dp) trains as one process", "[train][pp][equivalence]") {
+  const std::vector<std::string> untied = {"model.tie_embeddings=false", "model.n_layers=4"};
+  check_layout(2, {"parallel.pp=2"}, "pp 2, 1f1b over 2 microbatches", untied);
+  std::vector<std::string> clipped = untied;
+  clipped.push_back("training.grad_clip=0.05");  // every step clipped: the norm over the stages
+  check_layout(4, {"parallel.pp=4", "parallel.pp_schedule=\"gpipe\"", "parallel.pp_microbatches=4"},
+               "pp 4, gpipe over 4 microbatches, clipped", clipped);
+  check_layout(4, {"parallel.pp=2", "parallel.dp_replicate=2", "training.microbatches=2",
+                   "training.activation_checkpointing=\"full\""},
+               "pp 2 x ddp 2, 2 accumulation chunks, activation checkpointing", untied);
+}
+
+namespace {
+
+struct Resume {
+  int world;
+  std::vector<std::string> layout;
+  double tol;  // 0: the same layout as the save, compared with an uninterrupted run of it
+  const char* name;
+};
+
+// Saved under `saved` on 2 ranks after 2 of 4 steps, resumed under each
+// case's layout; `shared` overrides apply to every run, the reference's too.
+void check_resumes(const std::vector<std::string>& saved, const std::vector<std::string>& shared,
+                   const std::vector<Resume>& resumes) {
   const std::string folder = "/tmp/spmd_test_trainer_ckpt_" + std::to_string(::getpid());
-  // Saved under FSDP on 2 ranks after 2 of 4 steps, resumed under each layout.
+  const auto with = [&](std::vector<std::string> o, const std::vector<std::string>& more) {
+    o.insert(o.end(), more.begin(), more.end());
+    o.insert(o.end(), shared.begin(), shared.end());
+    return o;
+  };
   const auto ck = [&](int64_t steps, const std::vector<std::string>& layout) {
-    std::vector<std::string> o = layout;
-    o.push_back("checkpoint.folder=\"" + folder + "\"");
-    o.push_back("checkpoint.interval=2");
-    return base(steps, o);
+    return base(steps, with(layout, {"checkpoint.folder=\"" + folder + "\"", "checkpoint.interval=2"}));
   };
-  struct Case {
-    int world;
-    std::vector<std::string> layout;
-    double tol;
-    const char* name;
-  };
-  const Case resumes[] = {
-      {2, {"parallel.dp_shard=2"}, 0.0, "fsdp 2 -> fsdp 2"},
-      {4, {"parallel.dp_shard=4"}, 1e-5, "fsdp 2 -> fsdp 4"},
-      {2, {"parallel.tp=2"}, 1e-5, "fsdp 2 -> tp 2"},
-      {1, {}, 1e-5, "fsdp 2 -> one process"},
-  };
-  for (const Case& r : resumes) {
+  for (const Resume& r : resumes) {
     fs::remove_all(folder);
     fs::remove_all(folder + "_whole");
-    std::vector<double> uninterrupted;
     run_world(2, [&](dist::ProcessGroup& world) {
       const auto w = dist::testing::borrow(world);
-      train::run_training(ck(4, {"parallel.dp_shard=2"}), w, /*stop_after=*/2);  // saves at 2
+      train::run_training(ck(4, saved), w, /*stop_after=*/2);  // saves at 2
     }, std::chrono::seconds(60));
     run_world(2, [&](dist::ProcessGroup& world) {
       const auto w = dist::testing::borrow(world);
@@ -136,8 +150,8 @@ TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
         // its own. (It saves too because the step after a save can differ
         // from the same step without one in the last bit: the save's
         // allocations move where later buffers land.)
-        std::vector<std::string> o = {"parallel.dp_shard=2", "checkpoint.interval=2",
-                                      "checkpoint.folder=\"" + folder + "_whole\""};
+        const auto o = with(saved, {"checkpoint.interval=2",
+                                    "checkpoint.folder=\"" + folder + "_whole\""});
         const auto full = train::run_training(base(4, o), w).losses;
         std::ofstream out(folder + "/want_rank" + std::to_string(world.rank()));
         out << std::setprecision(17) << full[2] << " " << full[3];  // round-trips a double
@@ -157,7 +171,7 @@ TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
         // so the first step after a restart may differ by one ulp.
         expect_close(res.losses, want, 2.5e-7, r.name);
       } else {
-        const auto single = run_single(base(4, {}));
+        const auto single = run_single(base(4, shared));
         want = {single[2], single[3]};
         expect_close(res.losses, want, r.tol, r.name);
       }
@@ -165,4 +179,31 @@ TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
   }
   fs::remove_all(folder);
   fs::remove_all(folder + "_whole");
+}
+
+}  // namespace
+
+TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
+          "[train][checkpoint]") {
+  check_resumes({"parallel.dp_shard=2"}, {},
+                {
+                    {2, {"parallel.dp_shard=2"}, 0.0, "fsdp 2 -> fsdp 2"},
+                    {4, {"parallel.dp_shard=4"}, 1e-5, "fsdp 2 -> fsdp 4"},
+                    {2, {"parallel.tp=2"}, 1e-5, "fsdp 2 -> tp 2"},
+                    {1, {}, 1e-5, "fsdp 2 -> one process"},
+                });
+}
+
+TEST_CASE("a run saved with pipeline stages resumes with or without them",
+          "[train][checkpoint][pp]") {
+  check_resumes({"parallel.pp=2"}, {"model.tie_embeddings=false", "model.n_layers=4"},
+                {
+                    {2, {"parallel.pp=2"}, 0.0, "pp 2 -> pp 2"},
+                    {4, {"parallel.pp=2", "parallel.dp_replicate=2"}, 1e-5, "pp 2 -> pp 2 x ddp 2"},
+                    {2, {"parallel.dp_shard=2"}, 1e-5, "pp 2 -> fsdp 2"},
+                    {1, {}, 1e-5, "pp 2 -> one process"},
+                });
+  // And the other way: a run saved without stages resumes on 4 of them.
+  check_resumes({"parallel.tp=2"}, {"model.tie_embeddings=false", "model.n_layers=4"},
+                {{4, {"parallel.pp=4"}, 1e-5, "tp 2 -> pp 4"}});
 }
