@@ -16,7 +16,9 @@ void check_supported(const ParallelConfig& p) {
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
-  SPMD_CHECK(p.ep == 1, "parallel.ep = ", p.ep, ": expert parallelism is not in spmd-train");
+  SPMD_CHECK(p.ep == 1 || (p.dp_shard == 1 && p.cp == 1 && p.tp == 1 && p.pp == 1), "parallel: ep ",
+             p.ep, " with dp_shard ", p.dp_shard, ", cp ", p.cp, ", tp ", p.tp, ", pp ", p.pp,
+             ": spmd-train borrows the expert ranks from dp_replicate only (set the others to 1)");
 }
 
 dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
@@ -54,6 +56,15 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   // 2. Context parallel: ring attention over cp, global positions.
   if (p.cp > 1) dist::cp::parallelize_context(*model, out.cp);
 
+  // 2b. Expert parallel: each MoE's experts split over ep ranks of dp_replicate.
+  if (p.ep > 1) {
+    out.ep_mesh = std::make_shared<dist::DeviceMesh>(
+        mesh.group_ptr("dp_replicate"), std::vector<int64_t>{p.dp_replicate / p.ep, p.ep},
+        std::vector<std::string>{"dp", "ep"});
+    out.ep = std::make_shared<dist::ep::ExpertParallelism>(
+        dist::ep::parallelize_experts(*model, *out.ep_mesh));
+  }
+
   // 3. Activation checkpointing: each block recomputed in backward.
   if (config.training.activation_checkpointing == "full")
     nn::apply_activation_checkpointing(*model->layers);
@@ -69,6 +80,9 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     for (size_t i = 0; i < model->layers->size(); ++i)
       dist::fully_shard(model->layers->at(i), mesh, o);
     out.fsdp_root = dist::fully_shard(model, mesh, o);
+  } else if (p.ep > 1) {
+    // ep::sync_gradients after the step's backwards: the experts' gradients
+    // are not DDP's average.
   } else if (p.pp > 1) {
     // The stage's gradients are averaged over dp_replicate after each step
     // (pipeline_train.h): DDP's hooks would wait for the other stages' too.
@@ -82,6 +96,7 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     out.pipeline = std::make_shared<dist::pp::PipelineExecutor>(
         *out.stage, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
   }
+  if (out.ep) out.groups.push_back(out.ep->ep);
   for (const char* axis : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp", "dp_shard_cp",
                            "dp_replicate_cp"})
     if (mesh.has_axis(axis)) out.groups.push_back(mesh.group_ptr(axis));
@@ -90,7 +105,7 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
 
 std::vector<std::pair<std::string, Tensor>> Parallelized::named_parameters() const {
   if (stage) return stage->named_parameters();
-  return ddp ? ddp->named_parameters() : model->named_parameters();
+  return model->named_parameters();  // under DDP the same tensors, which it names "module.*"
 }
 
 }  // namespace spmd::train

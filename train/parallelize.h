@@ -24,9 +24,15 @@
 // dp_replicate once per step (train/pipeline_train.h). It combines with
 // dp_replicate and activation checkpointing.
 //
-// Not here: pipeline stages with tp, cp or FSDP, expert parallelism, and
-// HSDP together with context parallelism (check_supported() refuses them,
-// naming the dims).
+// Expert parallelism (parallel.ep > 1) splits the experts of every MoE
+// block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
+// ep} over the same ranks, whose "ep" lines trade tokens by all_to_all
+// (parallel/expert_parallel); the gradients are then synchronized by
+// ep::sync_gradients after the step's backwards, in place of DDP.
+//
+// Not here: pipeline stages with tp, cp or FSDP, expert parallelism with any
+// axis but dp_replicate, and HSDP together with context parallelism
+// (check_supported() refuses them, naming the dims).
 #pragma once
 
 #include <memory>
@@ -34,6 +40,7 @@
 #include "autograd/nn/transformer.h"
 #include "parallel/ddp.h"
 #include "parallel/device_mesh.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/pipeline/executor.h"
 #include "train/config.h"
@@ -60,6 +67,11 @@ struct Parallelized {
   std::shared_ptr<dist::ProcessGroup> pp;
   std::shared_ptr<dist::DeviceMesh> stage_replicas;
 
+  // Under expert parallelism (ep > 1): the {dp, ep} mesh and what
+  // parallelize_experts set up.
+  std::shared_ptr<dist::DeviceMesh> ep_mesh;
+  std::shared_ptr<dist::ep::ExpertParallelism> ep;
+
   // The parameters this rank trains, with the model's names: the stage's
   // under pp, else the (parallelized) model's.
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
@@ -69,7 +81,7 @@ struct Parallelized {
 };
 
 // Refuses a layout this trainer does not build (pp with tp, cp or dp_shard;
-// ep > 1; HSDP with cp).
+// ep with any axis but dp_replicate; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

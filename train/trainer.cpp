@@ -48,25 +48,31 @@ double wait_ms(const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups) {
   return double(ns) / 1e6;
 }
 
-// The loss of this rank's tokens: under context parallelism its chunks of
-// each sequence.
-Tensor loss_of(Parallelized& p, Tensor x, Tensor y) {
+// The loss of this rank's tokens (under context parallelism its chunks of
+// each sequence), and the objective: the same plus, with experts,
+// moe_aux_coef x the load-balancing loss.
+struct Losses {
+  Tensor loss, objective;
+};
+Losses loss_of(Parallelized& p, const ModelConfig& m, Tensor x, Tensor y) {
   if (p.cp->size() > 1) {
     x = dist::cp::shard_sequence(x, 1, *p.cp);
     y = dist::cp::shard_sequence(y, 1, *p.cp);
   }
   const Tensor logits = p.module()(x);
-  return p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, y, *p.tp)
-                          : cross_entropy(logits, y);
+  const Tensor loss = p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, y, *p.tp)
+                                       : cross_entropy(logits, y);
+  if (m.n_experts == 0) return {loss, loss};
+  return {loss, add(loss, mul(nn::moe_aux_loss(*p.model), m.moe_aux_coef))};
 }
 
 // The held-out loss: the same windows on every rank (tp and FSDP ranks must
 // all run each forward).
-double val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T) {
+double val_loss(Parallelized& p, const ModelConfig& m, const data::TextDataset& ds, int64_t T) {
   NoGradGuard no_grad;
   const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
   double total = 0;
-  for (const data::Batch& b : batches) total += loss_of(p, b.x, b.y).item<double>();
+  for (const data::Batch& b : batches) total += loss_of(p, m, b.x, b.y).loss.item<double>();
   Tensor mean = ops::scalar_tensor(batches.empty() ? 0.0 : total / double(batches.size()),
                                    {DType::kF64});
   if (p.cp->size() > 1)  // each cp rank saw its chunks: the sequence's loss is their mean
@@ -145,17 +151,18 @@ TrainResult run_training(const TrainConfig& config,
       const bool sync = m + 1 == t.microbatches;  // gradients are reduced on the last only
       const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
       if (par.fsdp_root) par.fsdp_root->set_requires_gradient_sync(sync);
-      Tensor loss;
+      Losses l;
       if (par.ddp && !sync) {
         auto local = par.ddp->no_sync();
-        loss = loss_of(par, x, y);
-        backward(div(loss, double(t.microbatches)));
+        l = loss_of(par, config.model, x, y);
+        backward(div(l.objective, double(t.microbatches)));
       } else {
-        loss = loss_of(par, x, y);
-        backward(div(loss, double(t.microbatches)));
+        l = loss_of(par, config.model, x, y);
+        backward(div(l.objective, double(t.microbatches)));
       }
-      loss_sum += loss.item<double>() / double(t.microbatches);
+      loss_sum += l.loss.item<double>() / double(t.microbatches);
     }
+    if (par.ep) dist::ep::sync_gradients(*model, *par.ep);
     const double grad_norm =
         par.pipeline ? pipeline_grad_norm(params, *par.pp) : dist::grad_norm(params);
     if (t.grad_clip > 0) optim::clip_grads_with_norm_(params, t.grad_clip, grad_norm);
@@ -183,7 +190,7 @@ TrainResult run_training(const TrainConfig& config,
                            {"mem_peak", mem.peak_allocated}};
     const bool eval = config.metrics.eval_every > 0 && (step + 1) % config.metrics.eval_every == 0;
     if (eval)
-      line["val_loss"] = par.pipeline ? pipeline_val_loss(par, dataset, T) : val_loss(par, dataset, T);
+      line["val_loss"] = par.pipeline ? pipeline_val_loss(par, dataset, T) : val_loss(par, config.model, dataset, T);
     const bool save_now = !ck.folder.empty() &&
                           ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
     if (save_now) {

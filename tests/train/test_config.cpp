@@ -83,6 +83,8 @@ n_heads = 8
 n_kv_heads = 2
 d_model = 256
 dropout = 0.1
+n_experts = 4
+moe_every = 2
 
 [data]
 path = "data/tiny.txt"
@@ -145,6 +147,9 @@ run_folder = "runs/full"
   CHECK(c.model.d_model == 256);
   CHECK(c.model.dropout == 0.1);
   CHECK(c.model.tie_embeddings == false);  // Llama's default when not given
+  CHECK(c.model.n_experts == 4);
+  CHECK(c.model.moe_every == 2);
+  CHECK(c.model.moe_top_k == 2);  // the default
   CHECK(c.data.path == "data/tiny.txt");
   CHECK(c.data.tokenizer == "byte");
   CHECK(c.data.eval_fraction == 0.05);
@@ -323,6 +328,11 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
         "override --optimizer.beta2=1.0: optimizer.beta2 must be in [0, 1), got 1.0");
   CHECK(load_error("", {"optimizer.beta1=-0.1"}) ==
         "override --optimizer.beta1=-0.1: optimizer.beta1 must be in [0, 1), got -0.1");
+  CHECK(load_error("", {"model.n_experts=4", "model.moe_top_k=5"}) ==
+        "override --model.moe_top_k=5: model.moe_top_k must be in [1, n_experts 4], got 5");
+  CHECK(load_error("", {"model.moe_aux_coef=-1"}) ==
+        "override --model.moe_aux_coef=-1: model.moe_aux_coef must be a finite number at least 0, "
+        "got -1.0");
   CHECK(load_error("", {"schedule.decay=cos"}) ==
         "override --schedule.decay=cos: schedule.decay must be one of \"cosine\", \"linear\", "
         "\"constant\", got \"cos\"");
@@ -386,11 +396,16 @@ TEST_CASE("check_layout: the dims' product is the world; every split divides", "
   CHECK(layout_error({"parallel.pp=2"}, 2) ==
         "parallel: pp 2 with model.tie_embeddings = true: the head would live on the last stage "
         "and its embedding on the first; set model.tie_embeddings = false");
-  // ep borrows from dp_shard x cp and adds no ranks.
-  CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=2"}, 4) == "");
-  CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=3"}, 4) ==
-        "parallel: ep 3 must divide dp_shard 4 x cp 1 = 4 (expert parallel borrows its ranks "
-        "from those axes)");
+  // ep borrows from the data-parallel axes and adds no ranks.
+  CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=2", "model.n_experts=4"}, 4) == "");
+  CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=3", "model.n_experts=3"}, 4) ==
+        "parallel: ep 3 must divide dp_replicate 1 x dp_shard 4 x cp 1 = 4 (expert parallel "
+        "borrows its ranks from those axes)");
+  CHECK(layout_error({"parallel.dp_replicate=2", "parallel.ep=2"}, 2) ==
+        "parallel: ep 2 must divide model.n_experts 0 (a model without experts has nothing to "
+        "split)");
+  CHECK(layout_error({"parallel.dp_replicate=4", "parallel.ep=4", "model.n_experts=6"}, 4) ==
+        "parallel: ep 4 must divide model.n_experts 6");
   CHECK(layout_error({"parallel.dp_replicate=2", "parallel.dp_shard=2", "training.microbatches=4"},
                      4) ==
         "parallel: training.global_batch 8 is not divisible by dp_replicate 2 x dp_shard 2 x "

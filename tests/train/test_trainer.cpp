@@ -114,6 +114,15 @@ TEST_CASE("spmd-train with pipeline stages (and dp) trains as one process", "[tr
                "pp 2 x ddp 2, 2 accumulation chunks, activation checkpointing", untied);
 }
 
+TEST_CASE("spmd-train with experts split over ranks trains as one process", "[train][ep][equivalence]") {
+  const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2"};
+  check_layout(2, {"parallel.dp_replicate=2", "parallel.ep=2"}, "ep 2", moe);
+  std::vector<std::string> every_other = moe;
+  every_other.push_back("model.moe_every=2");
+  check_layout(4, {"parallel.dp_replicate=4", "parallel.ep=2", "training.microbatches=2"},
+               "dp 2 x ep 2, MoE every other block, 2 accumulation chunks", every_other);
+}
+
 namespace {
 
 struct Resume {
@@ -206,4 +215,14 @@ TEST_CASE("a run saved with pipeline stages resumes with or without them",
   // And the other way: a run saved without stages resumes on 4 of them.
   check_resumes({"parallel.tp=2"}, {"model.tie_embeddings=false", "model.n_layers=4"},
                 {{4, {"parallel.pp=4"}, 1e-5, "tp 2 -> pp 4"}});
+}
+
+TEST_CASE("a run saved with experts split resumes split or whole", "[train][checkpoint][ep]") {
+  check_resumes({"parallel.dp_replicate=2", "parallel.ep=2"}, {"model.n_experts=4"},
+                {
+                    {2, {"parallel.dp_replicate=2", "parallel.ep=2"}, 0.0, "ep 2 -> ep 2"},
+                    {2, {"parallel.dp_replicate=2"}, 1e-5, "ep 2 -> ddp 2"},
+                    {4, {"parallel.dp_replicate=4", "parallel.ep=4"}, 1e-5, "ep 2 -> ep 4"},
+                    {1, {}, 1e-5, "ep 2 -> one process"},
+                });
 }
