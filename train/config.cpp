@@ -82,6 +82,7 @@ void for_each_field(F&& f, C&... c) {
   f("metrics", "log_every", c.metrics.log_every...);
   f("metrics", "eval_every", c.metrics.eval_every...);
   f("metrics", "run_folder", c.metrics.run_folder...);
+  f("metrics", "peak_tflops", c.metrics.peak_tflops...);
 }
 
 // Each section's keys in order, and whether a key holds a string.
@@ -367,6 +368,7 @@ void check(const TrainConfig& t, const Checker& c) {
 
   c.at_least("metrics.log_every", t.metrics.log_every, 1);
   c.at_least("metrics.eval_every", t.metrics.eval_every, 0);
+  c.finite_at_least("metrics.peak_tflops", t.metrics.peak_tflops, 0);
   c.require(t.metrics.eval_every == 0 || t.data.eval_fraction > 0,
             {"metrics.eval_every", "data.eval_fraction"}, "metrics.eval_every ",
             t.metrics.eval_every, " needs held-out data, but data.eval_fraction is 0");

@@ -120,6 +120,7 @@ struct MetricsConfig {
   int64_t log_every = 1;                   // steps between console lines
   int64_t eval_every = 0;                  // steps between held-out evals; 0: none
   std::string run_folder = "runs/latest";  // JSON lines per rank, the resolved config
+  double peak_tflops = 0;  // per rank, for MFU (train/flops.h); 0: an f32 GEMM's, measured at start
   bool operator==(const MetricsConfig&) const = default;
 };
 

@@ -19,6 +19,7 @@
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 #include "train/data_loader.h"
+#include "train/flops.h"
 #include "train/parallelize.h"
 #include "train/pipeline_train.h"
 #include "train/train_checkpoint.h"
@@ -129,6 +130,14 @@ TrainResult run_training(const TrainConfig& config,
                         result.first_step > 0 ? std::ios::app : std::ios::trunc);
   const int64_t rows = t.global_batch / par.dp_size, mb = rows / t.microbatches;
   const double tokens_per_step = double(t.global_batch * T);
+  // MFU: the model's FLOPs per step over what every rank's peak allows.
+  const double peak = config.metrics.peak_tflops > 0 ? config.metrics.peak_tflops * 1e12
+                                                     : measured_gemm_flops();
+  const double flops_per_step = flops_per_token(model->config) * tokens_per_step;
+  if (lead)
+    std::printf("mfu against %.1f GFLOP/s per rank (%s), %.2f MFLOP per token\n", peak / 1e9,
+                config.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "an f32 GEMM, measured",
+                flops_per_token(model->config) / 1e6);
 
   const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
   for (int64_t step = result.first_step; step < last; ++step) {
@@ -184,6 +193,7 @@ TrainResult run_training(const TrainConfig& config,
                            {"grad_norm", grad_norm},
                            {"lr", lr},
                            {"tokens_per_s", tokens_per_step / step_s},
+                           {"mfu", flops_per_step / step_s / (peak * world->size())},
                            {"step_ms", step_s * 1e3},
                            {"comm_wait_ms", wait_ms(par.groups)},
                            {"mem_allocated", mem.allocated},
@@ -203,8 +213,10 @@ TrainResult run_training(const TrainConfig& config,
     }
     metrics << line.dump() << "\n" << std::flush;
     if (lead && (step % config.metrics.log_every == 0 || step + 1 == t.steps || eval)) {
-      std::printf("step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  %.0f ms%s\n",
-                  (long long)step, loss, grad_norm, lr, tokens_per_step / step_s, step_s * 1e3,
+      std::printf("step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  mfu %4.1f%%  "
+                  "%.0f ms%s\n",
+                  (long long)step, loss, grad_norm, lr, tokens_per_step / step_s,
+                  100 * line["mfu"].get<double>(), step_s * 1e3,
                   eval ? str_cat("  val_loss ", line["val_loss"].get<double>()).c_str() : "");
       std::fflush(stdout);
     }

@@ -11,7 +11,8 @@
 // Metrics go to the console (rank 0, one line per log step) and, per rank,
 // to <run_folder>/metrics_rank<R>.jsonl: step, loss (the mean over the dp
 // ranks; with experts the objective adds moe_aux_coef x the balancing
-// loss, which `loss` leaves out), grad_norm, lr, tokens_per_s, step_ms,
+// loss, which `loss` leaves out), grad_norm, lr, tokens_per_s, mfu (model
+// FLOPs utilization, train/flops.h), step_ms,
 // comm_wait_ms (time blocked in the groups' collectives), mem_allocated and mem_peak (bytes,
 // this rank's allocator), val_loss on eval steps, and on save steps
 // checkpoint_ms and checkpoint_bytes (the save's time and this rank's file).

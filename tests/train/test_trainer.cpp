@@ -15,6 +15,7 @@
 #include "parallel/comm/init.h"
 #include "runtime/hash_store.h"
 #include "train/config.h"
+#include "train/flops.h"
 #include "train/trainer.h"
 
 using namespace spmd;
@@ -87,6 +88,23 @@ void check_layout(int world_size, std::vector<std::string> layout, const std::st
 }
 
 }  // namespace
+
+TEST_CASE("flops_per_token: 6 x the weights a token meets + 12 L C T, by hand", "[train][mfu]") {
+  // tiny: C 128, L 4, V 256, T 128, MLP 512. Per block: wq, wk, wv, wo
+  // 4 x 128^2 = 65,536 and the MLP 2 x 128 x 512 = 131,072; the head
+  // 256 x 128 = 32,768: 819,200 weights. 6 x 819,200 + 12 x 4 x 128 x 128.
+  nn::TransformerConfig c = nn::TransformerConfig::preset("tiny");
+  CHECK(train::flops_per_token(c) == 6.0 * 819200 + 786432);
+  // Four experts, top 2: each block's router 128 x 4 and two MLPs.
+  c.n_experts = 4;
+  CHECK(train::flops_per_token(c) == 6.0 * (32768 + 4 * (65536 + 512 + 2 * 131072)) + 786432);
+  // Grouped-query attention: wk and wv shrink to the kv heads' width.
+  c = nn::TransformerConfig::preset("tiny");
+  c.n_kv_heads = 2;
+  CHECK(train::flops_per_token(c) == 6.0 * (32768 + 4 * (128 * (128 + 2 * 64) + 16384 + 131072)) +
+                                         786432);
+  CHECK(train::measured_gemm_flops(64, 1) > 0);
+}
 
 TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP, FSDP x TP and CP trains as one process",
           "[train][equivalence]") {
