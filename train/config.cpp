@@ -320,7 +320,10 @@ void check_model(const ModelConfig& m, const Checker& c) {
 void check(const TrainConfig& t, const Checker& c) {
   check_model(t.model, c);
 
-  c.one_of("data.tokenizer", t.data.tokenizer, {"byte"});
+  c.one_of("data.tokenizer", t.data.tokenizer, {"byte", "bpe"});
+  c.require(t.data.tokenizer != "bpe" || !t.data.path.empty(), {"data.tokenizer", "data.path"},
+            "data.tokenizer = \"bpe\" reads a token file: set data.path to the .bin that "
+            "spmd-tokenize wrote");
   c.require(t.data.tokenizer != "byte" || t.model.vocab_size >= 256,
             {"model.vocab_size", "data.tokenizer"}, "model.vocab_size ", t.model.vocab_size,
             " is less than the byte tokenizer's 256 tokens");

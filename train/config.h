@@ -56,8 +56,11 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string path = "";  // a UTF-8 text file; "": the embedded text (train/CMakeLists.txt)
-  std::string tokenizer = "byte";
+  // "byte": a text file, each byte a token ("": the embedded text,
+  // train/CMakeLists.txt). "bpe": the .bin token file spmd-tokenize wrote
+  // (model.vocab_size at least its vocabulary's).
+  std::string path = "";
+  std::string tokenizer = "byte";  // "byte" or "bpe"
   double eval_fraction = 0.1;  // the tail of the tokens held out for eval
   bool operator==(const DataConfig&) const = default;
 };

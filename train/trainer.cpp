@@ -9,6 +9,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/data/token_file.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
@@ -81,6 +82,21 @@ double val_loss(Parallelized& p, const ModelConfig& m, const data::TextDataset& 
   return mean.item<double>();
 }
 
+// The text's bytes, or a BPE token file's tokens (data.tokenizer).
+data::TextDataset load_dataset(const TrainConfig& c) {
+  if (c.data.tokenizer == "byte") {
+    const std::string path = c.data.path.empty() ? SPMD_EMBEDDED_TEXT : c.data.path;
+    return data::TextDataset::from_file(path, c.data.eval_fraction);
+  }
+  data::TokenFile file = data::read_token_file(c.data.path);
+  int64_t needed = file.vocab_size;  // 0 in llm.c's files: the largest token's id + 1
+  for (int64_t t : file.tokens) needed = std::max(needed, file.vocab_size > 0 ? 0 : t + 1);
+  SPMD_CHECK(needed <= c.model.vocab_size, "model.vocab_size ", c.model.vocab_size,
+             " is less than the vocabulary of ", c.data.path, " (", needed,
+             " tokens): set model.vocab_size to at least that");
+  return data::TextDataset::from_tokens(std::move(file.tokens), c.data.eval_fraction);
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainConfig& config,
@@ -105,8 +121,7 @@ TrainResult run_training(const TrainConfig& config,
                             .eps = config.optimizer.eps,
                             .weight_decay = config.optimizer.weight_decay});
 
-  const std::string path = config.data.path.empty() ? SPMD_EMBEDDED_TEXT : config.data.path;
-  const data::TextDataset dataset = data::TextDataset::from_file(path, config.data.eval_fraction);
+  const data::TextDataset dataset = load_dataset(config);
   const int64_t T = model->config.max_seq_len;
   DataLoader loader(dataset, T, t.global_batch, par.dp_size, par.dp_rank, t.seed);
 

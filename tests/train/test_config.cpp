@@ -333,6 +333,9 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
   CHECK(load_error("", {"model.moe_aux_coef=-1"}) ==
         "override --model.moe_aux_coef=-1: model.moe_aux_coef must be a finite number at least 0, "
         "got -1.0");
+  CHECK(load_error("", {"data.tokenizer=bpe"}) ==
+        "override --data.tokenizer=bpe: data.tokenizer = \"bpe\" reads a token file: set "
+        "data.path to the .bin that spmd-tokenize wrote");
   CHECK(load_error("", {"schedule.decay=cos"}) ==
         "override --schedule.decay=cos: schedule.decay must be one of \"cosine\", \"linear\", "
         "\"constant\", got \"cos\"");

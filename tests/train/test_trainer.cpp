@@ -16,6 +16,8 @@
 #include "runtime/hash_store.h"
 #include "train/config.h"
 #include "train/flops.h"
+#include "autograd/data/bpe.h"
+#include "autograd/data/token_file.h"
 #include "train/trainer.h"
 
 using namespace spmd;
@@ -118,6 +120,33 @@ TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP, FSDP x TP and CP trains as one 
   check_layout(4, {"parallel.dp_shard=2", "parallel.cp=2"}, "fsdp 2 x cp 2");
   check_layout(4, {"parallel.dp_replicate=2", "parallel.cp=2"}, "ddp 2 x cp 2");
   check_layout(4, {"parallel.cp=2", "parallel.tp=2"}, "cp 2 x tp 2 (heads split, sequence split)");
+}
+
+TEST_CASE("spmd-train on BPE tokens (spmd-tokenize's files) trains as one process",
+          "[train][bpe][equivalence]") {
+  std::ifstream in(text_file());
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  const data::BpeTokenizer bpe = data::BpeTokenizer::train(text, 300);
+  const std::string tokens = "/tmp/spmd_test_trainer_bpe_" + std::to_string(::getpid()) + ".bin";
+  data::write_token_file(tokens, bpe.encode(text), bpe.vocab_size());
+  const std::vector<std::string> shared = {"data.tokenizer=\"bpe\"", "data.path=\"" + tokens + "\"",
+                                           "model.vocab_size=" + std::to_string(bpe.vocab_size())};
+  check_layout(2, {"parallel.dp_replicate=2"}, "ddp 2 on bpe tokens", shared);
+  // A vocabulary smaller than the file's is refused, naming both.
+  std::vector<std::string> small = shared;
+  small.back() = "model.vocab_size=256";
+  const std::string error = [&] {
+    try {
+      run_single(base(1, small));
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  CHECK(error == "model.vocab_size 256 is less than the vocabulary of " + tokens + " (" +
+                     std::to_string(bpe.vocab_size()) +
+                     " tokens): set model.vocab_size to at least that");
+  fs::remove(tokens);
 }
 
 TEST_CASE("spmd-train with pipeline stages (and dp) trains as one process", "[train][pp][equivalence]") {
