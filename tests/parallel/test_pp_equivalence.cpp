@@ -272,10 +272,12 @@ TEST_CASE("pp x dp = 2 x 2 trains as one process on both batches", "[pp][dp][equ
 
 // On a GPU: two stages share it over the TCP backend (NCCL refuses two ranks
 // on one device), the reference runs on the same GPU.
-TEST_CASE("1F1B on 2 stages sharing one GPU trains as one process on it",
+TEST_CASE("1F1B, interleaved and ZB-H1 on 2 ranks sharing one GPU train as one process on it",
           "[pp][gpu][equivalence]") {
   if (!have_gpu()) SPMD_SKIP_WITHOUT_GPU("no GPU: skipping");
   run_world(2, [](ProcessGroup& world) {
     check_pipeline(world, 1, pp::ScheduleKind::k1F1B, 2, Device::cuda(0));
+    check_pipeline(world, 1, pp::ScheduleKind::kInterleaved1F1B, 2, Device::cuda(0), 2);
+    check_pipeline(world, 1, pp::ScheduleKind::kZeroBubbleH1, 2, Device::cuda(0));
   });
 }
