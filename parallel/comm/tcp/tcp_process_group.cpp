@@ -2,6 +2,8 @@
 // choice of algorithm, and what happens when a collective fails.
 #include "parallel/comm/tcp/tcp_process_group.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -12,6 +14,8 @@
 #include "parallel/comm/tcp/gather_scatter.h"
 #include "parallel/comm/tcp/recursive_doubling.h"
 #include "parallel/comm/tcp/ring.h"
+#include "parallel/comm/tcp/shm_channel.h"
+#include "parallel/comm/tcp/transport.h"
 #include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
 #include "tensor/copy.h"
@@ -53,19 +57,36 @@ TcpProcessGroup::TcpProcessGroup(std::shared_ptr<Store> store, int rank, int siz
       route_hint_(std::move(route_hint)),
       tuning_(Tuning::from_env()) {}
 
+// The sockets first (every pair), then shared memory for the pairs on one
+// host (transport.h): their sockets stay, as doorbells.
 void TcpProcessGroup::connect() {
+  const TransportChoice choice = transport_from_env();  // a bad value fails before any I/O
   MeshSockets sockets = connect_mesh(store(), name(), rank(), size(), timeout(), route_hint_,
                                      tuning_.send_buffer_bytes);
+  std::vector<bool> shm;
+  try {
+    shm = shm_peers(store(), name(), rank(), size(), timeout(), choice);
+  } catch (...) {
+    for (int fd : sockets.collective)
+      if (fd >= 0) ::close(fd);
+    for (int fd : sockets.p2p)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  const auto deadline = Mesh::Clock::now() + timeout();
+  auto p2p_fds = std::move(sockets.p2p);
+  auto collective =
+      make_channels(std::move(sockets.collective), shm, rank(), tuning_.shm_ring_bytes, deadline);
+  auto p2p = make_channels(std::move(p2p_fds), shm, rank(), tuning_.shm_ring_bytes, deadline);
   std::vector<std::unique_ptr<Link>> links(size());
   for (int peer = 0; peer < size(); ++peer) {
-    if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);
+    if (peer != rank()) links[peer] = std::make_unique<Link>(peer, std::move(collective[peer]));
   }
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
   mesh_->set_spin(tuning_.spin());
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
-  p2p_ =
-      std::make_shared<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout(), tuning_.spin(),
-                                  std::chrono::microseconds(tuning_.start_after_us));
+  p2p_ = std::make_shared<P2PEngine>(name(), rank(), std::move(p2p), timeout(), tuning_.spin(),
+                                     std::chrono::microseconds(tuning_.start_after_us));
   queue_ = std::make_unique<CollectiveQueue>(std::chrono::microseconds(tuning_.start_after_us));
 }
 
