@@ -282,6 +282,44 @@ TEST_CASE("a rank killed by SIGKILL over shared memory: the others fail fast, no
   CHECK(leaked.empty());
 }
 
+TEST_CASE("point-to-point over shared memory: a peer's death fails its pending send and recv",
+          "[comm][shm][failure][p2p]") {
+  auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+    ScopedEnv transport("SPMD_TRANSPORT", "shm");
+    auto g = join(rank, 2, store, std::chrono::seconds(10));
+    g->barrier().wait();
+    if (rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ::kill(::getpid(), SIGKILL);
+    }
+    // Larger than the ring: the send waits for room its receiver never makes.
+    Work s = g->send(floats(1 << 20, 1.f), 0, 3);
+    Work r = g->recv(floats(10, 0.f), 0, 4);
+    const auto start = Clock::now();
+    std::string seen;
+    for (Work* w : {&s, &r}) {
+      try {
+        w->wait();
+        seen += "ok;";
+      } catch (const CommError& e) {
+        seen += str_cat("comm: ", e.what(), ";");
+      }
+    }
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    report(str_cat(ms, "|", seen));
+  });
+  CHECK(outcomes[0].killed());
+  INFO(outcomes[1].report);
+  CHECK(outcomes[1].exited_ok());
+  const std::string& rep = outcomes[1].report;
+  REQUIRE(rep.find('|') != std::string::npos);
+  CHECK(std::stol(rep) < 5000);
+  CHECK_THAT(rep, Catch::Contains("send to rank 0 with tag 3") &&
+                      Catch::Contains("recv from rank 0 with tag 4") &&
+                      Catch::Contains("lost rank 0") && !Catch::Contains("ok;"));
+}
+
 TEST_CASE("stress: 10,000 small collectives with point-to-point traffic both ways in between",
           "[comm][shm]") {
   ScopedEnv transport("SPMD_TRANSPORT", "shm");
