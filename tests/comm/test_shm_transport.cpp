@@ -41,7 +41,8 @@ class ScopedEnv {
   const char* name_;
 };
 
-// The shared-memory segments this process maps: one per channel.
+// The shared-memory segments this process maps: one per channel, and one
+// for a group whose ranks all share a host.
 int mapped_segments() {
   std::ifstream maps("/proc/self/maps");
   int n = 0;
@@ -180,18 +181,20 @@ TEST_CASE("same-host pairs map shared memory; tcp forces sockets; a host split m
     const char* transport;
     const char* split;
     int peers_over_shm[4];
+    int group_segment;
   };
-  const Case cases[] = {{"auto", "", {3, 3, 3, 3}},
-                        {"shm", "", {3, 3, 3, 3}},
-                        {"tcp", "", {0, 0, 0, 0}},
-                        {"auto", "2", {1, 1, 1, 1}},
-                        {"auto", "1", {0, 2, 2, 2}}};
+  const Case cases[] = {{"auto", "", {3, 3, 3, 3}, 1},
+                        {"shm", "", {3, 3, 3, 3}, 1},
+                        {"tcp", "", {0, 0, 0, 0}, 0},
+                        {"auto", "2", {1, 1, 1, 1}, 0},
+                        {"auto", "1", {0, 2, 2, 2}, 0}};
   for (const Case& c : cases) {
     INFO("SPMD_TRANSPORT=" << c.transport << " SPMD_TRANSPORT_HOST_SPLIT=" << c.split);
     ScopedEnv transport("SPMD_TRANSPORT", c.transport);
     ScopedEnv split("SPMD_TRANSPORT_HOST_SPLIT", c.split);
     REQUIRE_NOTHROW(run_world(4, [&](ProcessGroup& g) {
-      const int want = 2 * c.peers_over_shm[g.rank()];  // a collective and a p2p channel each
+      // A collective and a p2p channel per peer, and the group's own segment.
+      const int want = 2 * c.peers_over_shm[g.rank()] + c.group_segment;
       expect(mapped_segments() == want, "rank ", g.rank(), " maps ", mapped_segments(),
              " segments, expected ", want);
       Tensor t = floats(1000, float(g.rank() + 1));
@@ -247,7 +250,7 @@ TEST_CASE("a rank killed by SIGKILL over shared memory: the others fail fast, no
     ScopedEnv transport("SPMD_TRANSPORT", "shm");
     auto g = join(rank, world, store, std::chrono::seconds(10));
     g->barrier().wait();
-    if (mapped_segments() != 2 * (world - 1)) report("not over shared memory");
+    if (mapped_segments() != 2 * (world - 1) + 1) report("not over shared memory");
     Tensor big = floats(16 << 20, 1.f);
     Work w = g->all_reduce(big);
     if (rank == victim) {

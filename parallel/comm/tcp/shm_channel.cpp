@@ -2,18 +2,16 @@
 // set-up of the segments (see the header).
 #include "parallel/comm/tcp/shm_channel.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
 
+#include "parallel/comm/tcp/shm_segment.h"
 #include "runtime/error.h"
 
 namespace spmd::dist::tcp {
@@ -38,77 +36,24 @@ struct Offer {
   char name[48] = {};
 };
 
-[[noreturn]] void fail_sys(const char* call, const std::string& name, int peer, int err) {
-  SPMD_THROW(CommError, "shared memory with rank ", peer, ": ", call, "(", name,
-             ") failed: ", std::strerror(err),
-             " (is /dev/shm mounted and large enough? SPMD_TRANSPORT=tcp avoids shared memory)");
-}
-
-void* map_fd(int fd, size_t bytes, const std::string& name, int peer) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) fail_sys("mmap", name, peer, errno);
-  return p;
-}
-
-// A segment this (lower) rank created and offered, not yet acknowledged.
-struct Created {
-  std::string name;
-  void* base = nullptr;
-  size_t bytes = 0;
-};
-
-Created create_segment(size_t ring_bytes, int rank, int peer) {
-  static std::atomic<uint64_t> counter{0};
-  Created c;
-  c.name = str_cat("/spmd-", ::getpid(), "-", rank, "-", peer, "-", counter.fetch_add(1));
-  c.bytes = segment_bytes(ring_bytes);
-  const int fd = ::shm_open(c.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) fail_sys("shm_open", c.name, peer, errno);
-  if (::ftruncate(fd, off_t(c.bytes)) != 0) {
-    const int err = errno;
-    ::close(fd);
-    ::shm_unlink(c.name.c_str());
-    fail_sys("ftruncate", c.name, peer, err);
-  }
-  try {
-    c.base = map_fd(fd, c.bytes, c.name, peer);
-  } catch (...) {
-    ::close(fd);
-    ::shm_unlink(c.name.c_str());
-    throw;
-  }
-  ::close(fd);  // the mapping keeps the memory
-  auto* h = new (c.base) SegmentHeader{kSegmentMagic, ring_bytes};
+// Makes the segment of one pair and sets up its two rings.
+SharedSegment create_pair_segment(size_t ring_bytes, int rank, int peer) {
+  SharedSegment c =
+      create_segment(segment_bytes(ring_bytes), str_cat(rank, "-", peer), str_cat("rank ", peer));
+  new (c.base) SegmentHeader{kSegmentMagic, ring_bytes};
   for (int which = 0; which < 2; ++which) {
     new (static_cast<char*>(c.base) + ring_offset(which, ring_bytes)) RingControl();
   }
-  (void)h;
   return c;
 }
 
 // Opens the segment the lower rank offered and unlinks its name at once.
-void* open_segment(const Offer& offer, int peer, size_t& bytes) {
+void* open_pair_segment(const Offer& offer, int peer, size_t& bytes) {
   const std::string name(offer.name, strnlen(offer.name, sizeof offer.name));
   SPMD_CHECK(offer.magic == kSegmentMagic && !name.empty(), "shared memory with rank ", peer,
              ": the peer sent a malformed offer (is it another version of spmd?)");
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) fail_sys("shm_open", name, peer, errno);
-  ::shm_unlink(name.c_str());  // from now on only the two mappings hold it
   bytes = segment_bytes(size_t(offer.ring_bytes));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || size_t(st.st_size) != bytes) {
-    ::close(fd);
-    SPMD_THROW(CommError, "shared memory with rank ", peer, ": segment ", name, " has ", st.st_size,
-               " bytes, expected ", bytes);
-  }
-  void* base = nullptr;
-  try {
-    base = map_fd(fd, bytes, name, peer);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
+  void* base = open_segment(name, bytes, /*unlink=*/true, str_cat("rank ", peer));
   const auto* h = static_cast<const SegmentHeader*>(base);
   if (h->magic != kSegmentMagic || h->ring_bytes != offer.ring_bytes) {
     ::munmap(base, bytes);
@@ -222,11 +167,11 @@ std::vector<std::unique_ptr<Channel>> make_channels(std::vector<int> fds,
   SPMD_CHECK(ring_bytes >= 4096 && (ring_bytes & (ring_bytes - 1)) == 0, "shared-memory ring of ",
              ring_bytes, " bytes: must be a power of two >= 4096");
   std::vector<std::unique_ptr<Channel>> channels(size);
-  std::vector<Created> created(size);
+  std::vector<SharedSegment> created(size);
   try {
     for (int peer = rank + 1; peer < size; ++peer) {
       if (!use_shm[peer]) continue;
-      created[peer] = create_segment(ring_bytes, rank, peer);
+      created[peer] = create_pair_segment(ring_bytes, rank, peer);
       Offer offer;
       offer.ring_bytes = ring_bytes;
       std::memcpy(offer.name, created[peer].name.c_str(), created[peer].name.size());
@@ -237,7 +182,7 @@ std::vector<std::unique_ptr<Channel>> make_channels(std::vector<int> fds,
       Offer offer;
       net::recv_all(fds[peer], &offer, sizeof offer, deadline);
       size_t bytes = 0;
-      void* base = open_segment(offer, peer, bytes);
+      void* base = open_pair_segment(offer, peer, bytes);
       channels[peer] = std::make_unique<ShmChannel>(fds[peer], base, bytes, /*lower=*/false);
       fds[peer] = -1;
       const char ack = 1;
@@ -250,14 +195,14 @@ std::vector<std::unique_ptr<Channel>> make_channels(std::vector<int> fds,
       ::shm_unlink(created[peer].name.c_str());
       channels[peer] = std::make_unique<ShmChannel>(fds[peer], created[peer].base,
                                                     created[peer].bytes, /*lower=*/true);
-      created[peer] = Created{};
+      created[peer] = SharedSegment{};
       fds[peer] = -1;
     }
   } catch (...) {
-    for (Created& c : created) {
+    for (const SharedSegment& c : created) {
       if (c.base == nullptr) continue;
       ::shm_unlink(c.name.c_str());
-      ::munmap(c.base, c.bytes);
+      unmap_segment(c);
     }
     for (int fd : fds)
       if (fd >= 0) ::close(fd);

@@ -8,7 +8,7 @@
 //     wakes and the next read sees EOF, as over TCP.
 // Spinning on a ring costs no system call; sleeping costs one on each side.
 //
-// The segment (a POSIX shm object under /dev/shm): the lower rank of the pair
+// The segment (a POSIX shm object under /dev/shm, shm_segment.h): the lower rank of the pair
 // creates it (O_EXCL, mode 0600), sizes and maps it, and sends its name over
 // the socket; the higher rank opens it, unlinks it at once, maps it and
 // acknowledges; the lower rank unlinks it too (a no-op by then) and on any

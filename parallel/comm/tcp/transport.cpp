@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
+#include "parallel/comm/tcp/bootstrap.h"
+#include "parallel/comm/tcp/shm_channel.h"
 #include "runtime/error.h"
 
 namespace spmd::dist::tcp {
@@ -94,6 +97,38 @@ std::vector<bool> shm_peers(Store& store, const std::string& group, int rank, in
     shm[peer] = same_host && choice.transport != Transport::kTcp;
   }
   return shm;
+}
+
+GroupChannels connect_channels(Store& store, const std::string& group, int rank, int size,
+                               std::chrono::milliseconds timeout, const std::string& route_hint,
+                               const Tuning& tuning) {
+  const TransportChoice choice = transport_from_env();  // a bad value fails before any I/O
+  MeshSockets sockets =
+      connect_mesh(store, group, rank, size, timeout, route_hint, tuning.send_buffer_bytes);
+  std::vector<bool> shm;
+  try {
+    shm = shm_peers(store, group, rank, size, timeout, choice);
+  } catch (...) {
+    for (int fd : sockets.collective)
+      if (fd >= 0) ::close(fd);
+    for (int fd : sockets.p2p)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  const auto deadline = net::Clock::now() + timeout;
+  GroupChannels out;
+  std::vector<int> p2p = std::move(sockets.p2p);
+  try {
+    out.collective =
+        make_channels(std::move(sockets.collective), shm, rank, tuning.shm_ring_bytes, deadline);
+  } catch (...) {
+    for (int fd : p2p)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  out.p2p = make_channels(std::move(p2p), shm, rank, tuning.shm_ring_bytes, deadline);
+  out.one_host = std::count(shm.begin(), shm.end(), true) == size - 1;
+  return out;
 }
 
 }  // namespace spmd::dist::tcp

@@ -20,9 +20,12 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "parallel/comm/tcp/channel.h"
+#include "parallel/comm/tcp/tuning.h"
 #include "runtime/store.h"
 
 namespace spmd::dist::tcp {
@@ -45,5 +48,20 @@ std::string host_identity();
 // identity and reads the others'.
 std::vector<bool> shm_peers(Store& store, const std::string& group, int rank, int size,
                             std::chrono::milliseconds timeout, const TransportChoice& choice);
+
+// A group's channels to its peers ([rank] is null), for collectives and for
+// point-to-point messages.
+struct GroupChannels {
+  std::vector<std::unique_ptr<Channel>> collective, p2p;
+  bool one_host = false;  // every peer is reached through shared memory
+};
+
+// Connects the group: the sockets of every pair first (bootstrap.h), then,
+// per SPMD_TRANSPORT, shared memory for the pairs on one host
+// (shm_channel.h), whose sockets stay as doorbells. Every rank calls it; a
+// bad setting fails before any connection is made.
+GroupChannels connect_channels(Store& store, const std::string& group, int rank, int size,
+                               std::chrono::milliseconds timeout, const std::string& route_hint,
+                               const Tuning& tuning);
 
 }  // namespace spmd::dist::tcp
