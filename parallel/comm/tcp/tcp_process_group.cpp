@@ -7,11 +7,13 @@
 
 #include "parallel/comm/tcp/all_to_all.h"
 #include "parallel/comm/tcp/barrier.h"
-#include "parallel/comm/tcp/bootstrap.h"
 #include "parallel/comm/tcp/chain.h"
 #include "parallel/comm/tcp/gather_scatter.h"
+#include "parallel/comm/tcp/group_segment.h"
 #include "parallel/comm/tcp/recursive_doubling.h"
 #include "parallel/comm/tcp/ring.h"
+#include "parallel/comm/tcp/segment_all_reduce.h"
+#include "parallel/comm/tcp/transport.h"
 #include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
 #include "tensor/copy.h"
@@ -53,19 +55,28 @@ TcpProcessGroup::TcpProcessGroup(std::shared_ptr<Store> store, int rank, int siz
       route_hint_(std::move(route_hint)),
       tuning_(Tuning::from_env()) {}
 
+// The channels to every peer (transport.h: sockets, shared memory for the
+// peers on this host), then, when every peer is on this host, the segment
+// the whole group shares (group_segment.h).
 void TcpProcessGroup::connect() {
-  MeshSockets sockets = connect_mesh(store(), name(), rank(), size(), timeout(), route_hint_,
-                                     tuning_.send_buffer_bytes);
+  GroupChannels channels =
+      connect_channels(store(), name(), rank(), size(), timeout(), route_hint_, tuning_);
   std::vector<std::unique_ptr<Link>> links(size());
   for (int peer = 0; peer < size(); ++peer) {
-    if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);
+    if (peer != rank()) {
+      links[peer] = std::make_unique<Link>(peer, std::move(channels.collective[peer]));
+    }
+  }
+  if (size() > 1 && channels.one_host && tuning_.shm_slot_bytes > 0) {
+    segment_ =
+        GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes, timeout());
   }
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
   mesh_->set_spin(tuning_.spin());
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
-  p2p_ =
-      std::make_shared<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout(), tuning_.spin(),
-                                  std::chrono::microseconds(tuning_.start_after_us));
+  p2p_ = std::make_shared<P2PEngine>(name(), rank(), std::move(channels.p2p), timeout(),
+                                     tuning_.spin(),
+                                     std::chrono::microseconds(tuning_.start_after_us));
   queue_ = std::make_unique<CollectiveQueue>(std::chrono::microseconds(tuning_.start_after_us));
 }
 
@@ -76,6 +87,7 @@ void TcpProcessGroup::shutdown() {
   if (p2p_) p2p_->stop();
   p2p_.reset();
   mesh_.reset();
+  segment_.reset();
 }
 
 std::shared_ptr<ProcessGroup> TcpProcessGroup::make_group(std::shared_ptr<Store> store, int rank,
@@ -244,6 +256,7 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
       if (bytes <= tuning_.small_all_reduce_bytes) {
         return RecursiveDoublingAllReduce(ctx, whole, op.reduce_op).run();
       }
+      if (segment_) return SegmentAllReduce(ctx, *segment_, whole, op.reduce_op).run();
       return Ring::all_reduce(ctx, whole, op.reduce_op).run();
     case OpType::kReduce:
       if (bytes <= tuning_.small_rooted_bytes)
