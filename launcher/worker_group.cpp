@@ -209,16 +209,19 @@ bool WorkerGroup::pipes_open() const {
 void WorkerGroup::stop(int sig, std::chrono::milliseconds grace, SignalChannel& signals) {
   for (Worker& w : workers_)
     if (w.running) signal_worker(w.pid, sig);
-  auto deadline = std::chrono::steady_clock::now() + grace;
+  const auto begun = std::chrono::steady_clock::now();
+  auto deadline = begun + grace;
   while (!all_exited() && std::chrono::steady_clock::now() < deadline) {
     auto left = std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now());
     pump(std::min(left, Ms(100)), signals);
     if (signals.has_termination()) break;  // asked (again) to stop: no more grace
   }
+  // The time actually waited: a second termination signal cuts the grace short.
+  const auto waited = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - begun);
   for (Worker& w : workers_) {
     if (!w.running) continue;
-    SPMD_LOG_WARN("rank ", w.rank, " (pid ", w.pid, ") still running after ", grace.count(),
-                  " ms: SIGKILL");
+    SPMD_LOG_WARN("rank ", w.rank, " (pid ", w.pid, ") still running after ", waited.count(), " ms",
+                  waited < grace ? " (asked again to stop)" : "", ": SIGKILL");
     signal_worker(w.pid, SIGKILL);
   }
   while (!all_exited()) pump(Ms(50), signals);
