@@ -49,6 +49,10 @@ std::string cgroup_dir() {
   return "";
 }
 
+uint64_t saturating_product(uint64_t a, uint64_t b) {
+  return b != 0 && a > kUnlimited / b ? kUnlimited : a * b;
+}
+
 void take_smaller(MemoryBudget& b, uint64_t bytes, const std::string& source) {
   if (bytes < b.bytes) b = {bytes, source};
 }
@@ -97,7 +101,7 @@ std::string read_file_bounded(const std::string& path, const std::string& what,
             "reading ", what, " ", path, " (", format_bytes(uint64_t(st.st_size)),
             bytes_per_byte > 1 ? str_cat(", ", bytes_per_byte, " bytes of memory per byte") : "",
             ")"),
-        uint64_t(st.st_size) * bytes_per_byte);
+        saturating_product(uint64_t(st.st_size), bytes_per_byte));
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) SPMD_THROW(InvalidArgument, what, " ", path, ": cannot open: ", std::strerror(errno));
   // A stream's size is known only at its end: bound it by the stated limit

@@ -85,10 +85,12 @@ class TCPStoreServer::Loop {
   std::atomic<Clock::time_point> stop_deadline_{Clock::time_point::max()};
   KeyValueTable table_;
   std::vector<std::unique_ptr<Conn>> conns_;
-  // Out of descriptors: the listener is not polled before this (and the
-  // condition is logged once until an accept succeeds again).
+  // Out of descriptors: the listener is not polled before accept_resume_.
+  // The condition is said once, and its end once; a new shortage within a
+  // minute of the last one said is not said again.
   Clock::time_point accept_resume_ = Clock::time_point::min();
-  bool out_of_fds_logged_ = false;
+  Clock::time_point out_of_fds_quiet_until_ = Clock::time_point::min();
+  bool out_of_fds_said_ = false;
 };
 
 // ---- set-up and the loop ----
@@ -157,17 +159,20 @@ void TCPStoreServer::Loop::accept_all() {
     if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
       // The pending client stays in the backlog; polling the listener now
       // would report it again at once and spin a core.
+      const int err = errno;
       accept_resume_ = Clock::now() + kAcceptBackoff;
-      if (!out_of_fds_logged_)
-        SPMD_LOG_WARN("TCPStoreServer: cannot accept a client (", std::strerror(errno), ", ",
+      if (!out_of_fds_said_ && Clock::now() >= out_of_fds_quiet_until_) {
+        SPMD_LOG_WARN("TCPStoreServer: cannot accept a client (", std::strerror(err), ", ",
                       conns_.size(), " connected): new clients wait, retrying every ",
                       kAcceptBackoff.count(), " ms; raise `ulimit -n`");
-      out_of_fds_logged_ = true;
+        out_of_fds_said_ = true;
+        out_of_fds_quiet_until_ = Clock::now() + std::chrono::minutes(1);
+      }
       return;
     }
     if (fd < 0) return;  // EAGAIN: no more; other errors: retry next turn
-    if (out_of_fds_logged_) SPMD_LOG_WARN("TCPStoreServer: accepting clients again");
-    out_of_fds_logged_ = false;
+    if (out_of_fds_said_) SPMD_LOG_WARN("TCPStoreServer: accepting clients again");
+    out_of_fds_said_ = false;
     auto c = std::make_unique<Conn>();
     c->sock = net::Socket(fd);
     c->peer = net::peer_name(fd);

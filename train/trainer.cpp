@@ -11,6 +11,7 @@
 #include "autograd/data/text_dataset.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "parallel/agreement.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/placement.h"
 #include "parallel/tensor_parallel/loss.h"
@@ -79,6 +80,8 @@ TrainResult run_training(const TrainConfig& config,
   const TrainingConfig& t = config.training;
   if (t.threads > 0) set_num_threads(t.threads);
   check_layout(config, world->size());
+  // Every strategy below assumes the same config on every rank: checked once, here.
+  dist::check_same_text_on_every_rank(*world, "the config", to_toml(config));
   SPMD_CHECK(config.optimizer.name == "adamw", "optimizer.name = \"", config.optimizer.name,
              "\": spmd-train steps with AdamW only");
   const bool lead = world->rank() == 0;

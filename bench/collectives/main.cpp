@@ -111,9 +111,9 @@ int run(const BenchOptions& o) {
   if (device.is_cuda()) init.device = device.index;
   if (o.timeout_s > 0) init.timeout = std::chrono::seconds(o.timeout_s);
   // Known from the environment, so refused before any rank connects.
-  SPMD_CHECK(o.root < env.world_size, "spmd-bench: -r/--root ", o.root, " is not a rank of the ",
+  SPMD_CHECK(o.root < env.world_size, "-r/--root ", o.root, " is not a rank of the ",
              env.world_size, " ranks");
-  SPMD_CHECK(count_rows(o, env.world_size) > 0, "spmd-bench: no size from -b ", o.min_bytes,
+  SPMD_CHECK(count_rows(o, env.world_size) > 0, "no size from -b ", o.min_bytes,
              " to -e ", o.max_bytes, " bytes gives the ", env.world_size,
              " ranks an element each: nothing to measure (raise -b and -e)");
   auto group = dist::init_process_group(init);

@@ -85,8 +85,8 @@ class ShardedBatches {
       : ds_(ds),
         B_(B),
         T_(T),
-        sampler_((ds.size(data::Split::kTrain) - 1) / T, world.size(), world.rank(),
-                 /*shuffle=*/true, seed, /*drop_last=*/true) {
+        sampler_((ds.size(data::Split::kTrain) - 1) / T, world, /*shuffle=*/true, seed,
+                 /*drop_last=*/true) {  // checks that every rank passes the same seed and sizes
     SPMD_CHECK(sampler_.num_samples() >= B, "the training text has only ", sampler_.num_samples(),
                " windows per rank, fewer than a batch of ", B);
   }

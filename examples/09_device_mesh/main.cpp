@@ -145,8 +145,8 @@ class ReplicaBatches {
       : ds_(ds),
         B_(B),
         T_(T),
-        sampler_((ds.size(data::Split::kTrain) - 1) / T, int(mesh.size("dp")),
-                 int(mesh.coordinate("dp")), /*shuffle=*/true, seed, /*drop_last=*/true) {
+        sampler_((ds.size(data::Split::kTrain) - 1) / T, mesh.group("dp"), /*shuffle=*/true, seed,
+                 /*drop_last=*/true) {
     SPMD_CHECK(sampler_.num_samples() >= B, "the training text has only ", sampler_.num_samples(),
                " windows per replica, fewer than a batch of ", B);
   }

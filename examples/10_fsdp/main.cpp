@@ -169,8 +169,8 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
                 (long long)tokens_per_step);
 
   // This rank's windows of T + 1 tokens (window i starts at token i * T), as in 05_ddp.
-  dist::DistributedSampler sampler((ds.size(data::Split::kTrain) - 1) / T, world->size(),
-                                   world->rank(), /*shuffle=*/true, kSeed, /*drop_last=*/true);
+  dist::DistributedSampler sampler((ds.size(data::Split::kTrain) - 1) / T, *world,
+                                   /*shuffle=*/true, kSeed, /*drop_last=*/true);
   SPMD_CHECK(sampler.num_samples() >= B, "the text has only ", sampler.num_samples(),
              " windows per rank, fewer than a batch of ", B);
   std::vector<int64_t> order, starts;
