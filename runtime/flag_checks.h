@@ -9,7 +9,7 @@
 //
 // Every check refuses nan and inf; a count refuses a fraction. Not here:
 // checks that relate two flags or a flag and the machine (the binaries do
-// those after parsing, e.g. runtime/memory_limits.h for what must fit).
+// those after parsing, e.g. runtime/resource_limits.h for what must fit).
 #pragma once
 
 #include <CLI/CLI.hpp>
