@@ -83,20 +83,23 @@ void ConsoleWriter::run() {
   }
 }
 
-bool ConsoleWriter::drain(std::chrono::milliseconds limit) {
+bool ConsoleWriter::flush(std::chrono::milliseconds limit) {
   std::unique_lock<std::mutex> lock(mu_);
-  const bool done = idle_.wait_for(lock, limit, [&] {
+  return idle_.wait_for(lock, limit, [&] {
     return queues_[0].lines.empty() && queues_[1].lines.empty() && !writing_;
   });
-  const uint64_t dropped = queues_[0].dropped_total + queues_[1].dropped_total +
-                           (done ? 0 : queues_[0].lines.size() + queues_[1].lines.size());
+}
+
+void ConsoleWriter::drain(std::chrono::milliseconds limit) {
+  flush(limit);
+  std::unique_lock<std::mutex> lock(mu_);
+  uint64_t dropped = 0;
+  for (const Queue& q : queues_) dropped += q.dropped_total + q.lines.size();
   lock.unlock();
-  if (dropped > 0) {
-    const std::string note = dropped_note(dropped);
-    pollfd p{2, POLLOUT, 0};  // best effort: stderr may be the console that is stuck
-    if (::poll(&p, 1, 0) == 1 && (p.revents & POLLOUT)) (void)!::write(2, note.data(), note.size());
-  }
-  return done;
+  if (dropped == 0) return;
+  const std::string note = dropped_note(dropped);
+  pollfd p{2, POLLOUT, 0};  // best effort: stderr may be the console that is stuck
+  if (::poll(&p, 1, 0) == 1 && (p.revents & POLLOUT)) (void)!::write(2, note.data(), note.size());
 }
 
 }  // namespace spmd::launcher

@@ -30,9 +30,12 @@ class ConsoleWriter {
   // Queues `text` for fd 1 or 2; never blocks. Drops it (and counts a line)
   // when the stream already has kMaxQueuedBytes waiting.
   void write(int fd, std::string text);
-  // Waits up to `limit` for both queues to empty; then says on stderr how
-  // many lines were dropped in all, if any. Returns true when nothing is left.
-  bool drain(std::chrono::milliseconds limit);
+  // Waits up to `limit` for both queues to empty (before the launcher writes
+  // something that must follow the workers' lines). True when nothing is left.
+  bool flush(std::chrono::milliseconds limit);
+  // flush(limit), then says on stderr how many lines were dropped in all, if
+  // any (those still queued count as dropped): the last call, at exit.
+  void drain(std::chrono::milliseconds limit);
 
  private:
   struct Queue {

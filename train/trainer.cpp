@@ -1,6 +1,7 @@
 // run_training(): the loop of trainer.h, top to bottom.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -9,12 +10,14 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
 #include "parallel/agreement.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/placement.h"
 #include "parallel/tensor_parallel/loss.h"
+#include "runtime/resource_limits.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -73,6 +76,21 @@ double val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T) {
   return mean.item<double>();
 }
 
+// Refuses, before any parameter moves, a step that cannot fit in this rank's
+// memory: the lower bound of one micro-batch's step, split as evenly as tp,
+// cp and pp could split it (each rank holds at least that share).
+void check_fits(const TrainConfig& config, const nn::Transformer& model) {
+  const ParallelConfig& p = config.parallel;
+  const TrainingConfig& t = config.training;
+  const int64_t rows = std::max<int64_t>(
+      1, t.global_batch / (p.dp_replicate * p.dp_shard) / std::max<int64_t>(1, t.microbatches));
+  const uint64_t whole =
+      nn::training_step_bytes_lower_bound(model.config, model.num_parameters(), rows);
+  check_memory_fits(str_cat("training.global_batch ", t.global_batch, " (", rows,
+                            " rows per rank per micro-batch)"),
+                    whole / uint64_t(std::max<int64_t>(1, p.tp * p.cp * p.pp)));
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainConfig& config,
@@ -89,6 +107,7 @@ TrainResult run_training(const TrainConfig& config,
   // The layout, then the model on it.
   dist::DeviceMesh mesh = build_mesh(world, config.parallel);
   auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), t.seed);
+  check_fits(config, *model);
   Parallelized par = parallelize(model, mesh, config);
   const std::vector<Tensor> params = par.module().parameters();
   optim::AdamW opt(params, {.lr = config.optimizer.lr,

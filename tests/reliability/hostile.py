@@ -174,6 +174,12 @@ def group_files():
     Case("--batch 100000", [single, "--data", TEXT, "--batch", "100000"], prlimit=cap).run().expect(
         code=1, says=r"--batch 100000 .* needs about [0-9.]+ GiB, but only [0-9.]+ [GM]iB can be "
                      r"allocated \(RLIMIT_AS", within_s=15)
+    train = os.path.join(BUILD, "train", "spmd-train")
+    Case("spmd-train training.global_batch 100000",
+         [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
+          "--parallel.dp_shard=1", "--training.global_batch=100000"], prlimit=cap).run().expect(
+        code=1, says=r"training.global_batch 100000 \(100000 rows per rank per micro-batch\) "
+                     r"needs about [0-9.]+ GiB, but only", within_s=15)
     Case("--batch 100000 uncapped", [single, "--data", TEXT, "--batch", "100000"]).run().expect(
         code=1, says=r"needs about [0-9.]+ GiB, but only", within_s=15)
 
