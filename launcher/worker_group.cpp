@@ -93,7 +93,13 @@ WorkerCommand resolve_command(const std::string& program, const std::vector<std:
 WorkerGroup::WorkerGroup(const WorkerCommand& command, std::vector<WorkerSetup> setups)
     : started_(std::chrono::system_clock::now()) {
   workers_.reserve(setups.size());
-  for (const WorkerSetup& s : setups) start(command, s);
+  try {
+    for (const WorkerSetup& s : setups) start(command, s);
+  } catch (...) {  // a failed fork or pipe midway: no worker outlives the group, none a zombie
+    for (Worker& w : workers_) signal_worker(w.pid, SIGKILL);
+    for (Worker& w : workers_) ::waitpid(w.pid, &w.status, 0);
+    throw;
+  }
 }
 
 void WorkerGroup::start(const WorkerCommand& command, const WorkerSetup& setup) {
@@ -104,12 +110,15 @@ void WorkerGroup::start(const WorkerCommand& command, const WorkerSetup& setup) 
   std::vector<char*> argv = c_array(command.argv), envp = c_array(setup.env);
   pid_t launcher = ::getpid();
   pid_t pid = ::fork();
+  const int fork_errno = errno;  // before the close() calls below can change it
   if (pid == 0)
     exec_worker(command.path.c_str(), argv.data(), envp.data(), out[1], err[1], exec_error[1],
                 launcher);
   for (int fd : {out[1], err[1], exec_error[1]}) ::close(fd);
   net::Socket out_read(out[0]), err_read(err[0]), error_read(exec_error[0]);
-  SPMD_CHECK(pid > 0, "spmdrun: fork failed: ", std::strerror(errno));
+  SPMD_CHECK(pid > 0, "spmdrun: cannot start rank ", setup.rank,
+             ": fork failed: ", std::strerror(fork_errno),
+             fork_errno == EAGAIN ? " (the process limit, ulimit -u, is reached)" : "");
   ::setpgid(pid, pid);  // also here, so the group exists before any signal is sent
   int exec_errno = 0;
   ssize_t k;

@@ -156,6 +156,15 @@ def group_flags():
                                    "all_reduce", "-b", "8", "-e", "8"],
          env={"SPMD_PG_TIMEOUT_S": "abc"}).run().expect(
         says=r"SPMD_PG_TIMEOUT_S must be a number, got 'abc'", within_s=15)
+    # ... and honoured: a rank that never joins is reported after 2 s, not 5 minutes;
+    # spmd-bench's -T says the same as a flag.
+    late = "if [ $RANK = 1 ]; then sleep 30; else exec {} all_reduce -b 8 -e 8 {}; fi"
+    for env, extra in (({"SPMD_PG_TIMEOUT_S": "2"}, ""), ({}, "-T 2")):
+        Case(f"a rank that never joins, {env or extra}",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", "/bin/sh", "-c",
+              late.format(BENCH, extra)], env=env).run().expect(
+            code=1, says=r"only 1 of 2 ranks arrived within 2000 ms; missing rank\(s\) 1",
+            within_s=10)
 
 
 # ---- files and memory ----
