@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 
@@ -47,6 +49,22 @@ std::string cgroup_dir() {
   for (std::string line; std::getline(in, line);)
     if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
   return "";
+}
+
+// The tasks (threads) that `uid` runs now, from /proc/<pid>/status.
+int64_t tasks_of_user(uid_t uid) {
+  int64_t tasks = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream in(entry.path() / "status");
+    bool mine = false;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("Uid:", 0) == 0) mine = std::stoul(line.substr(4)) == uid;
+      if (mine && line.rfind("Threads:", 0) == 0) tasks += std::stoll(line.substr(8));
+    }
+  }
+  return tasks;
 }
 
 uint64_t saturating_product(uint64_t a, uint64_t b) {
@@ -145,10 +163,15 @@ std::string format_bytes(uint64_t bytes) {
 
 void check_process_limits(const std::string& what, int64_t processes, int64_t fds_per_process) {
   rlimit nproc{}, nofile{};
-  if (::getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY)
-    SPMD_CHECK(uint64_t(processes) < uint64_t(nproc.rlim_cur), what, " starts ", processes,
-               " processes, but this user may run at most ", nproc.rlim_cur,
-               " (ulimit -u): raise it or start fewer");
+  // The kernel counts every task (thread) of the real user against
+  // RLIMIT_NPROC, and does not enforce it for root.
+  if (::getuid() != 0 && ::getrlimit(RLIMIT_NPROC, &nproc) == 0 &&
+      nproc.rlim_cur != RLIM_INFINITY) {
+    const int64_t running = tasks_of_user(::getuid());
+    SPMD_CHECK(uint64_t(running + processes) <= uint64_t(nproc.rlim_cur), what, " starts ",
+               processes, " processes, but this user may run at most ", nproc.rlim_cur,
+               " (ulimit -u) and runs ", running, " already: raise it or start fewer");
+  }
   constexpr int64_t kSpareFds = 64;  // the launcher's own: store, logs, signalfd...
   const int64_t fds = processes * fds_per_process + kSpareFds;
   if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY)

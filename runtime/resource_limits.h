@@ -48,7 +48,8 @@ std::string format_bytes(uint64_t bytes);
 
 // Throws InvalidArgument naming `what` when starting `processes` children
 // that keep `fds_per_process` descriptors open here would pass RLIMIT_NPROC
-// or RLIMIT_NOFILE (`ulimit -u`, `ulimit -n`).
+// (`ulimit -u`, counting the tasks the user already runs; not enforced for
+// root) or RLIMIT_NOFILE (`ulimit -n`).
 void check_process_limits(const std::string& what, int64_t processes, int64_t fds_per_process);
 
 }  // namespace spmd
