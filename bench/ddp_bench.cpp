@@ -33,6 +33,7 @@
 #include "bench/step_stats.h"
 #include "parallel/comm/init.h"
 #include "parallel/ddp.h"
+#include "runtime/flag_checks.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -103,11 +104,13 @@ int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"Tokens per second of DDP training of GPT-2 (f32, CPU); run under spmdrun."};
   app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
-  app.add_option("--steps", f.steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", f.batch, "sequences per rank")->check(CLI::PositiveNumber);
-  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket size")->check(CLI::PositiveNumber);
+  app.add_option("--threads", f.threads, "CPU threads per rank")
+      ->check(spmd::flags::count(1, 1024));
+  app.add_option("--steps", f.steps, "timed steps")->check(spmd::flags::count(1));
+  app.add_option("--warmup", f.warmup, "untimed steps first")->check(spmd::flags::count(0));
+  app.add_option("--batch", f.batch, "sequences per rank")->check(spmd::flags::count(1));
+  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket size")
+      ->check(spmd::flags::positive());
   CLI11_PARSE(app, argc, argv);
   try {
     auto world = dist::init_process_group();  // env://, the TCP backend

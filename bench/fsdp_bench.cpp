@@ -36,6 +36,7 @@
 #include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
+#include "runtime/flag_checks.h"
 
 using namespace spmd;
 
@@ -149,11 +150,11 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-after-forward", f.keep_after_forward,
                "fsdp: reshard_after_forward false (keep units gathered until backward)");
   app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
-  app.add_option("--steps", f.steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", f.threads, "CPU threads per rank")->check(spmd::flags::count(1, 1024));
+  app.add_option("--steps", f.steps, "timed steps")->check(spmd::flags::count(1));
+  app.add_option("--warmup", f.warmup, "untimed steps first")->check(spmd::flags::count(0));
   app.add_option("--batch", f.batch, "sequences per step, all ranks together")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
   CLI11_PARSE(app, argc, argv);
   try {
     auto world = dist::init_process_group({});

@@ -30,6 +30,7 @@
 #include <cblas.h>
 #endif
 
+#include "runtime/flag_checks.h"
 #include "tensor/attention.h"
 #include "tensor/cpu/blas.h"
 #include "tensor/cpu/capability.h"
@@ -181,8 +182,11 @@ int main(int argc, char** argv) {
   CLI::App app{"spmd-bench-ops: CPU tensor ops beside Eigen, OpenBLAS and memcpy"};
   std::vector<int> thread_counts = {1, 2};
   double min_time = 0.3;
-  app.add_option("--threads", thread_counts, "thread counts to run with")->delimiter(',');
-  app.add_option("--min-time", min_time, "seconds per measurement, about");
+  app.add_option("--threads", thread_counts, "thread counts to run with")
+      ->delimiter(',')
+      ->check(spmd::flags::count(1, 1024));
+  app.add_option("--min-time", min_time, "seconds per measurement, about")
+      ->check(spmd::flags::positive(60));
   bool info_only = false;
   app.add_flag("--info", info_only, "print the CPU, capability and BLAS lines only");
   CLI11_PARSE(app, argc, argv);

@@ -37,6 +37,7 @@
 #include "bench/step_stats.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/executor.h"
+#include "runtime/flag_checks.h"
 #include "runtime/trace.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
@@ -174,10 +175,11 @@ int main(int argc, char** argv) {
   app.add_option("--stages-per-rank", f.stages_per_rank, "the interleaved schedule's stages a rank")
       ->check(CLI::PositiveNumber);
   app.add_option("--microbatches", f.microbatches, "comma-separated microbatch counts");
-  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
-  app.add_option("--steps", f.steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", f.batch, "sequences per step")->check(CLI::PositiveNumber);
+  app.add_option("--threads", f.threads, "CPU threads per rank")
+      ->check(spmd::flags::count(1, 1024));
+  app.add_option("--steps", f.steps, "timed steps")->check(spmd::flags::count(1));
+  app.add_option("--warmup", f.warmup, "untimed steps first")->check(spmd::flags::count(0));
+  app.add_option("--batch", f.batch, "sequences per step")->check(spmd::flags::count(1));
   CLI11_PARSE(app, argc, argv);
   try {
     set_num_threads(f.threads);

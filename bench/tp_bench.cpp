@@ -37,6 +37,7 @@
 #include "parallel/device_mesh.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
+#include "runtime/flag_checks.h"
 #include "runtime/hash_store.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -140,11 +141,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"single", "ddp", "tp"}));
   app.add_flag("--sp", f.sp, "tp: sequence parallelism too");
   app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
-  app.add_option("--steps", f.steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", f.threads, "CPU threads per rank")
+      ->check(spmd::flags::count(1, 1024));
+  app.add_option("--steps", f.steps, "timed steps")->check(spmd::flags::count(1));
+  app.add_option("--warmup", f.warmup, "untimed steps first")->check(spmd::flags::count(0));
   app.add_option("--batch", f.batch, "sequences per step, all ranks together")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
   CLI11_PARSE(app, argc, argv);
   try {
     dist::InitOptions init;

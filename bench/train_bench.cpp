@@ -37,6 +37,7 @@
 #include "autograd/autograd.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "runtime/flag_checks.h"
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -197,12 +198,12 @@ int main(int argc, char** argv) {
   app.add_option("--device", f.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--autocast", f.autocast, "auto (bf16 on cuda), bf16 or none")
       ->check(CLI::IsMember({"auto", "bf16", "none"}));
-  app.add_option("--threads", f.threads, "CPU threads")->check(CLI::PositiveNumber);
-  app.add_option("--steps", f.steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", f.batch, "sequences per batch")->check(CLI::PositiveNumber);
+  app.add_option("--threads", f.threads, "CPU threads")->check(spmd::flags::count(1, 1024));
+  app.add_option("--steps", f.steps, "timed steps")->check(spmd::flags::count(1));
+  app.add_option("--warmup", f.warmup, "untimed steps first")->check(spmd::flags::count(0));
+  app.add_option("--batch", f.batch, "sequences per batch")->check(spmd::flags::count(1));
   app.add_option("--peak-tflops", f.peak_tflops, "the device's peak, for the MFU")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::positive());
   CLI11_PARSE(app, argc, argv);
   try {
     run(f);

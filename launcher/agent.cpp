@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "launcher/console_writer.h"
 #include "launcher/failure_report.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
@@ -225,6 +226,7 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
   }
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
   FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts};
+  ConsoleWriter::instance().flush(std::chrono::seconds(1));  // the workers' last lines first
   std::cerr << format_failure_report(group, failed, context) << std::flush;
 }
 

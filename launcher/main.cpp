@@ -10,21 +10,20 @@
 #include <iostream>
 
 #include "launcher/agent.h"
+#include "launcher/console_writer.h"
 #include "launcher/options.h"
 #include "launcher/signals.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/process.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(const spmd::launcher::LaunchOptions& options, spmd::launcher::SignalChannel& signals) {
   using namespace spmd;
   using namespace spmd::launcher;
-  SignalChannel signals;  // first: every later thread inherits the blocked signals
-  set_log_prefix("[spmdrun]");
-  ParseOutcome parsed = parse_options(argc, argv);
-  if (!parsed.options) return parsed.exit_code;
   try {
-    Agent agent(*parsed.options, signals);
+    Agent agent(options, signals);
     return agent.run();
   } catch (const Interrupted& i) {
     std::cerr << "spmdrun: interrupted by " << signal_name(i.signal) << "\n";
@@ -36,4 +35,20 @@ int main(int argc, char** argv) {
     std::cerr << "spmdrun: error: " << e.what() << "\n";
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace spmd;
+  using namespace spmd::launcher;
+  SignalChannel signals;  // first: every later thread inherits the blocked signals
+  set_log_prefix("[spmdrun]");
+  ParseOutcome parsed = parse_options(argc, argv);
+  if (!parsed.options) return parsed.exit_code;
+  const int code = run(*parsed.options, signals);
+  // The workers' last lines, for a second at most: a console that does not
+  // read must not keep the launcher from exiting.
+  ConsoleWriter::instance().drain(std::chrono::seconds(1));
+  return code;
 }

@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 
 namespace spmd::launcher {
 namespace {
@@ -67,6 +69,8 @@ void check_options(const LaunchOptions& o) {
   SPMD_CHECK(o.master_port >= 1 && o.master_port <= 65535, "--master-port ", o.master_port,
              " is not in 1..65535 (use --standalone for a free port)");
   SPMD_CHECK(o.rdzv_timeout_s > 0, "--rdzv-timeout must be positive");
+  // Each worker keeps two pipes and about two store connections open here.
+  check_process_limits(str_cat("--nproc-per-node ", o.nproc_per_node), o.nproc_per_node, 4);
   SPMD_CHECK(o.monitor_interval_s > 0, "--monitor-interval must be positive");
   SPMD_CHECK(o.stop_grace_s >= 0, "--stop-grace must not be negative");
   SPMD_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative");
@@ -89,12 +93,13 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
   app.add_option("--node-rank,--node_rank", o.node_rank,
                  "This node's index in 0..nnodes-1 (default: 0 for one node; for several, "
                  "the order in which the launchers join)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::count(0));
   app.add_option("--master-addr,--master_addr", o.master_addr,
                  "Address of node 0, where the store is hosted")
       ->capture_default_str();
   app.add_option("--master-port,--master_port", o.master_port, "Port of the store on node 0")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(flags::count(1, 65535));
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
                  "host:port of the store (instead of --master-addr/--master-port); with "
                  "no --node-rank, the launcher that can bind it hosts it");
@@ -105,18 +110,22 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
                  "Id of the job, shared by its nodes (default: none; random with --standalone)");
   app.add_option("--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout_s,
                  "Seconds to wait for every node to join (torchrun's join_timeout)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(flags::seconds());
   app.add_flag("--standalone", o.standalone,
                "One node, store on a free local port picked without a race");
   app.add_option("--max-restarts,--max_restarts", o.max_restarts,
                  "Restarts of the whole worker group after a failure")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(flags::count(0, 1000));
   app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval_s,
                  "Seconds between checks for failures on other nodes")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(flags::seconds(3600));
   app.add_option("--stop-grace,--stop_grace", o.stop_grace_s,
                  "Seconds between SIGTERM and SIGKILL when workers are stopped")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(flags::number(0, 3600));
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "Write worker output to LOG_DIR/RUN_ID/attempt_N/rank_R/{stdout,stderr}.log "
                  "(alone, it implies --tee 3)");

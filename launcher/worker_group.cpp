@@ -93,7 +93,13 @@ WorkerCommand resolve_command(const std::string& program, const std::vector<std:
 WorkerGroup::WorkerGroup(const WorkerCommand& command, std::vector<WorkerSetup> setups)
     : started_(std::chrono::system_clock::now()) {
   workers_.reserve(setups.size());
-  for (const WorkerSetup& s : setups) start(command, s);
+  try {
+    for (const WorkerSetup& s : setups) start(command, s);
+  } catch (...) {  // a failed fork or pipe midway: no worker outlives the group, none a zombie
+    for (Worker& w : workers_) signal_worker(w.pid, SIGKILL);
+    for (Worker& w : workers_) ::waitpid(w.pid, &w.status, 0);
+    throw;
+  }
 }
 
 void WorkerGroup::start(const WorkerCommand& command, const WorkerSetup& setup) {
@@ -104,12 +110,15 @@ void WorkerGroup::start(const WorkerCommand& command, const WorkerSetup& setup) 
   std::vector<char*> argv = c_array(command.argv), envp = c_array(setup.env);
   pid_t launcher = ::getpid();
   pid_t pid = ::fork();
+  const int fork_errno = errno;  // before the close() calls below can change it
   if (pid == 0)
     exec_worker(command.path.c_str(), argv.data(), envp.data(), out[1], err[1], exec_error[1],
                 launcher);
   for (int fd : {out[1], err[1], exec_error[1]}) ::close(fd);
   net::Socket out_read(out[0]), err_read(err[0]), error_read(exec_error[0]);
-  SPMD_CHECK(pid > 0, "spmdrun: fork failed: ", std::strerror(errno));
+  SPMD_CHECK(pid > 0, "spmdrun: cannot start rank ", setup.rank,
+             ": fork failed: ", std::strerror(fork_errno),
+             fork_errno == EAGAIN ? " (the process limit, ulimit -u, is reached)" : "");
   ::setpgid(pid, pid);  // also here, so the group exists before any signal is sent
   int exec_errno = 0;
   ssize_t k;
@@ -209,16 +218,19 @@ bool WorkerGroup::pipes_open() const {
 void WorkerGroup::stop(int sig, std::chrono::milliseconds grace, SignalChannel& signals) {
   for (Worker& w : workers_)
     if (w.running) signal_worker(w.pid, sig);
-  auto deadline = std::chrono::steady_clock::now() + grace;
+  const auto begun = std::chrono::steady_clock::now();
+  auto deadline = begun + grace;
   while (!all_exited() && std::chrono::steady_clock::now() < deadline) {
     auto left = std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now());
     pump(std::min(left, Ms(100)), signals);
     if (signals.has_termination()) break;  // asked (again) to stop: no more grace
   }
+  // The time actually waited: a second termination signal cuts the grace short.
+  const auto waited = std::chrono::duration_cast<Ms>(std::chrono::steady_clock::now() - begun);
   for (Worker& w : workers_) {
     if (!w.running) continue;
-    SPMD_LOG_WARN("rank ", w.rank, " (pid ", w.pid, ") still running after ", grace.count(),
-                  " ms: SIGKILL");
+    SPMD_LOG_WARN("rank ", w.rank, " (pid ", w.pid, ") still running after ", waited.count(), " ms",
+                  waited < grace ? " (asked again to stop)" : "", ": SIGKILL");
     signal_worker(w.pid, SIGKILL);
   }
   while (!all_exited()) pump(Ms(50), signals);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "launcher/console_writer.h"
 #include "runtime/error.h"
 
 namespace spmd::launcher {
@@ -14,8 +15,8 @@ namespace {
 
 constexpr size_t kMaxLine = 64 * 1024;
 
-// Writes all of s to fd; gives up quietly when the reader is gone (a closed
-// console must not stop the job).
+// Writes all of s to a log file (a regular file: a write there does not wait
+// on a reader).
 void write_fully(int fd, const std::string& s) {
   size_t done = 0;
   while (done < s.size()) {
@@ -57,26 +58,32 @@ void WorkerOutput::feed(int stream, const char* data, size_t n) {
   s.partial.append(data, n);
   size_t start = 0;
   for (size_t nl; (nl = s.partial.find('\n', start)) != std::string::npos; start = nl + 1)
-    emit(stream, s.partial.substr(start, nl - start));
+    emit(stream, s.partial.substr(start, nl - start), /*line_ends=*/true);
   s.partial.erase(0, start);
-  while (s.partial.size() >= kMaxLine) {
-    emit(stream, s.partial.substr(0, kMaxLine));
+  while (s.partial.size() >= kMaxLine) {  // a long line goes out in pieces as it comes
+    emit(stream, s.partial.substr(0, kMaxLine), /*line_ends=*/false);
     s.partial.erase(0, kMaxLine);
   }
 }
 
 void WorkerOutput::finish(int stream) {
   Stream& s = streams_[stream - 1];
-  if (!s.partial.empty()) emit(stream, s.partial);
+  if (!s.partial.empty() || s.mid_line) emit(stream, s.partial, /*line_ends=*/true);
   s.partial.clear();
 }
 
-void WorkerOutput::emit(int stream, const std::string& line) {
+void WorkerOutput::emit(int stream, const std::string& piece, bool line_ends) {
   Stream& s = streams_[stream - 1];
-  if (s.route.console) write_fully(stream, str_cat("[rank", rank_, "]: ", line, "\n"));
-  if (s.file_fd >= 0) write_fully(s.file_fd, line + "\n");
-  tail_.push_back(line);
-  if (tail_.size() > tail_lines_) tail_.pop_front();
+  // The console shows a long line cut into prefixed pieces; the log file
+  // gets it whole, its pieces written one after the other.
+  if (s.route.console && !(s.mid_line && piece.empty()))
+    ConsoleWriter::instance().write(stream, str_cat("[rank", rank_, "]: ", piece, "\n"));
+  if (s.file_fd >= 0) write_fully(s.file_fd, line_ends ? piece + "\n" : piece);
+  if (!s.mid_line) {
+    tail_.push_back(piece);
+    if (tail_.size() > tail_lines_) tail_.pop_front();
+  }
+  s.mid_line = !line_ends;
 }
 
 }  // namespace spmd::launcher

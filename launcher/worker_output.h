@@ -9,7 +9,9 @@
 //   tail      the last lines of both streams, kept for the failure report
 //
 // A line is written with one write(), so lines of different workers never
-// mix within a line. A line longer than 64 KiB is cut into pieces.
+// mix within a line. A line longer than 64 KiB reaches the log file whole
+// (written in 64 KiB pieces as it arrives) and the console in prefixed
+// pieces. Console lines go through ConsoleWriter, which never blocks.
 #pragma once
 
 #include <deque>
@@ -45,9 +47,10 @@ class WorkerOutput {
   struct Stream {
     OutputRoute route;
     int file_fd = -1;
-    std::string partial;  // bytes after the last newline
+    std::string partial;    // bytes after the last newline
+    bool mid_line = false;  // the head of a long line went out without its newline
   };
-  void emit(int stream, const std::string& line);
+  void emit(int stream, const std::string& piece, bool line_ends);
 
   int rank_;
   Stream streams_[2];

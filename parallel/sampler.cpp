@@ -8,6 +8,7 @@
 #include <numeric>
 #include <utility>
 
+#include "parallel/agreement.h"
 #include "runtime/error.h"
 #include "tensor/random.h"
 
@@ -31,6 +32,16 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
       drop_last ? dataset_size / num_replicas : (dataset_size + num_replicas - 1) / num_replicas;
   SPMD_CHECK(!drop_last || num_samples_ > 0, "DistributedSampler: with drop_last, a dataset of ",
              dataset_size, " examples gives nothing to each of ", num_replicas, " replicas");
+}
+
+DistributedSampler::DistributedSampler(int64_t dataset_size, ProcessGroup& group, bool shuffle,
+                                       uint64_t seed, bool drop_last)
+    : DistributedSampler(dataset_size, group.size(), group.rank(), shuffle, seed, drop_last) {
+  check_same_on_every_rank(group, "DistributedSampler",
+                           {{"dataset_size", dataset_size},
+                            {"seed", int64_t(seed)},
+                            {"shuffle", shuffle},
+                            {"drop_last", drop_last}});
 }
 
 std::vector<int64_t> DistributedSampler::indices() const {

@@ -29,11 +29,20 @@
 
 namespace spmd::dist {
 
+class ProcessGroup;
+
 class DistributedSampler {
  public:
   // REQUIRES: dataset_size >= 0, num_replicas >= 1, 0 <= rank < num_replicas;
   // with drop_last, dataset_size >= num_replicas (else no rank gets anything).
   DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle = true,
+                     uint64_t seed = 0, bool drop_last = false);
+  // The replicas are the ranks of `group` (PyTorch's default: the world).
+  // Collective: every rank of the group calls it, and it checks there, once,
+  // that all pass the same dataset_size, shuffle, seed and drop_last
+  // (InvalidArgument naming the value and the ranks that differ), since
+  // ranks that disagree would draw overlapping shards without a word.
+  DistributedSampler(int64_t dataset_size, ProcessGroup& group, bool shuffle = true,
                      uint64_t seed = 0, bool drop_last = false);
 
   // The indices of this rank for the current epoch, in the order to visit them.

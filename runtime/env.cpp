@@ -3,10 +3,12 @@
 #include "runtime/env.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "runtime/error.h"
+#include "runtime/flag_checks.h"
 #include "runtime/socket.h"
 
 namespace spmd {
@@ -196,6 +198,22 @@ int tasks_on_node(const std::string& tasks_per_node, int node) {
   }
   SPMD_THROW(InvalidArgument, "SLURM_TASKS_PER_NODE='", tasks_per_node, "' names ", seen,
              " nodes; node ", node, " is not among them");
+}
+
+std::chrono::milliseconds default_pg_timeout(const EnvLookup& lookup) {
+  const std::optional<std::string> text = lookup("SPMD_PG_TIMEOUT_S");
+  if (!text) return std::chrono::minutes(5);
+  const std::string err = flags::number_error(*text, 0, flags::kMaxTimeoutSeconds, true);
+  SPMD_CHECK(err.empty(), "SPMD_PG_TIMEOUT_S ", err, " (seconds, above 0 and at most ",
+             flags::kMaxTimeoutSeconds, ")");
+  return std::chrono::milliseconds(int64_t(std::ceil(std::stod(*text) * 1000)));
+}
+
+std::chrono::milliseconds default_pg_timeout() {
+  return default_pg_timeout([](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  });
 }
 
 }  // namespace spmd

@@ -22,6 +22,7 @@
 // names no host, needs MASTER_ADDR (`mpirun -x MASTER_ADDR=node0`).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -58,6 +59,12 @@ LaunchEnv launch_env_from_environment();
 // naming the variable when one is missing or malformed ("WORLD_SIZE='four' is
 // not an integer"), or when the values disagree (RANK 4 with WORLD_SIZE 4).
 LaunchEnv parse_launch_env(const EnvLookup& lookup);
+
+// The process-group timeout when a program names none (InitOptions::timeout):
+// SPMD_PG_TIMEOUT_S seconds (above 0, at most a week) when set, else 5
+// minutes. Throws InvalidArgument naming the variable when it is malformed.
+std::chrono::milliseconds default_pg_timeout(const EnvLookup& lookup);
+std::chrono::milliseconds default_pg_timeout();
 
 // The first host of a Slurm node list: "gpu[03-05,9],cpu1" -> "gpu03".
 std::string first_host_of_nodelist(const std::string& nodelist);

@@ -1,7 +1,9 @@
 // The TCPStore server loop. Each turn of run():
 //   1. poll() the wake pipe, the listener and every connection, sleeping at
 //      most until the earliest deadline of a parked get/wait;
-//   2. accept new clients, read what arrived, write what is pending;
+//   2. accept new clients, read what arrived, write what is pending (out of
+//      file descriptors, the listener rests kAcceptBackoff, said once, while
+//      the clients already connected are served);
 //   3. answer parked requests whose deadline passed with kTimeout;
 //   4. handle complete frames until no connection can make progress. A
 //      write (set/add/compare_set) answers every parked request whose keys
@@ -33,6 +35,8 @@ namespace {
 // Stop reading from a client whose replies pile up unread; drop it past the cap.
 constexpr size_t kOutputHighWater = 1u << 20;
 constexpr size_t kOutputCap = 4 * static_cast<size_t>(kMaxFrameBytes);
+// How long the listener rests when accept() finds no descriptor left.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(200);
 }  // namespace
 
 class TCPStoreServer::Loop {
@@ -81,6 +85,12 @@ class TCPStoreServer::Loop {
   std::atomic<Clock::time_point> stop_deadline_{Clock::time_point::max()};
   KeyValueTable table_;
   std::vector<std::unique_ptr<Conn>> conns_;
+  // Out of descriptors: the listener is not polled before accept_resume_.
+  // The condition is said once, and its end once; a new shortage within a
+  // minute of the last one said is not said again.
+  Clock::time_point accept_resume_ = Clock::time_point::min();
+  Clock::time_point out_of_fds_quiet_until_ = Clock::time_point::min();
+  bool out_of_fds_said_ = false;
 };
 
 // ---- set-up and the loop ----
@@ -107,7 +117,8 @@ void TCPStoreServer::Loop::run() {
   std::vector<pollfd> fds;
   for (;;) {
     if (stopping_.load() && (conns_.empty() || Clock::now() >= stop_deadline_.load())) return;
-    fds.assign({{wake_read_.fd(), POLLIN, 0}, {listener_.fd(), POLLIN, 0}});
+    const short listen_ev = Clock::now() >= accept_resume_ ? POLLIN : 0;
+    fds.assign({{wake_read_.fd(), POLLIN, 0}, {listener_.fd(), listen_ev, 0}});
     for (auto& c : conns_) {
       short ev = c->out.empty() ? 0 : POLLOUT;
       if (!c->closing && c->out.size() < kOutputHighWater) ev |= POLLIN;
@@ -145,7 +156,23 @@ void TCPStoreServer::Loop::run() {
 void TCPStoreServer::Loop::accept_all() {
   for (;;) {
     int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+      // The pending client stays in the backlog; polling the listener now
+      // would report it again at once and spin a core.
+      const int err = errno;
+      accept_resume_ = Clock::now() + kAcceptBackoff;
+      if (!out_of_fds_said_ && Clock::now() >= out_of_fds_quiet_until_) {
+        SPMD_LOG_WARN("TCPStoreServer: cannot accept a client (", std::strerror(err), ", ",
+                      conns_.size(), " connected): new clients wait, retrying every ",
+                      kAcceptBackoff.count(), " ms; raise `ulimit -n`");
+        out_of_fds_said_ = true;
+        out_of_fds_quiet_until_ = Clock::now() + std::chrono::minutes(1);
+      }
+      return;
+    }
     if (fd < 0) return;  // EAGAIN: no more; other errors: retry next turn
+    if (out_of_fds_said_) SPMD_LOG_WARN("TCPStoreServer: accepting clients again");
+    out_of_fds_said_ = false;
     auto c = std::make_unique<Conn>();
     c->sock = net::Socket(fd);
     c->peer = net::peer_name(fd);
@@ -360,6 +387,10 @@ void TCPStoreServer::Loop::expire_waiters() {
 int TCPStoreServer::Loop::poll_timeout() const {
   // No parked request and no stop pending: sleep until something happens.
   int ms = stopping_.load() ? net::poll_timeout_ms(stop_deadline_.load()) : -1;
+  if (Clock::now() < accept_resume_) {  // the listener rests: wake to poll it again
+    int left = net::poll_timeout_ms(accept_resume_);
+    ms = ms < 0 ? left : std::min(ms, left);
+  }
   for (const auto& c : conns_) {
     if (!c->waiting) continue;
     int left = net::poll_timeout_ms(c->wait_deadline);

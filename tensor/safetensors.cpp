@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/resource_limits.h"
 #include "tensor/copy.h"
 #include "tensor/factory.h"
 #include "tensor/views.h"
@@ -51,6 +52,8 @@ std::vector<unsigned char> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   SPMD_CHECK(in.good(), "load_safetensors: cannot open ", path);
   const std::streamsize size = in.tellg();
+  check_memory_fits(str_cat("load_safetensors: ", path, " (", format_bytes(uint64_t(size)), ")"),
+                    uint64_t(std::max<std::streamsize>(size, 0)));
   std::vector<unsigned char> bytes(size_t(std::max<std::streamsize>(size, 0)));
   in.seekg(0);
   in.read(reinterpret_cast<char*>(bytes.data()), size);

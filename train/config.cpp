@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <map>
@@ -22,6 +21,7 @@
 
 #include "autograd/nn/transformer.h"
 #include "runtime/error.h"
+#include "runtime/resource_limits.h"
 
 namespace spmd::train {
 namespace {
@@ -144,12 +144,9 @@ class Settings {
 };
 
 void Settings::read_file(const std::string& path) {
-  std::ifstream in(path);
-  SPMD_CHECK(in, "load_config: cannot open ", path);
-  std::stringstream text;
-  text << in.rdbuf();
+  constexpr uint64_t kMaxConfigBytes = 16 << 20;  // a TOML config is a few KiB
   try {
-    const std::string doc = text.str();
+    const std::string doc = read_file_bounded(path, "the config", 1, kMaxConfigBytes);
     docs_.push_back(toml::parse(std::string_view(doc), std::string_view(path)));
   } catch (const toml::parse_error& e) {
     SPMD_THROW(InvalidArgument, path, ":", e.source().begin.line, ":", e.source().begin.column,

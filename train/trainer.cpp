@@ -1,6 +1,7 @@
 // run_training(): the loop of trainer.h, top to bottom.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,13 +11,16 @@
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
 #include "autograd/data/token_file.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
+#include "parallel/agreement.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/placement.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "runtime/env.h"
+#include "runtime/resource_limits.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
@@ -121,6 +125,21 @@ void reset_peak_memory(const Device& device) {
   }
 }
 
+// Refuses, before any parameter moves, a step that cannot fit in this rank's
+// memory: the lower bound of one micro-batch's step, split as evenly as tp,
+// cp and pp could split it (each rank holds at least that share).
+void check_fits(const TrainConfig& config, const nn::Transformer& model) {
+  const ParallelConfig& p = config.parallel;
+  const TrainingConfig& t = config.training;
+  const int64_t rows = std::max<int64_t>(
+      1, t.global_batch / (p.dp_replicate * p.dp_shard) / std::max<int64_t>(1, t.microbatches));
+  const uint64_t whole =
+      nn::training_step_bytes_lower_bound(model.config, model.num_parameters(), rows);
+  check_memory_fits(str_cat("training.global_batch ", t.global_batch, " (", rows,
+                            " rows per rank per micro-batch)"),
+                    whole / uint64_t(std::max<int64_t>(1, p.tp * p.cp * p.pp)));
+}
+
 }  // namespace
 
 dist::CommBackend comm_backend(const TrainConfig& config) {
@@ -146,6 +165,8 @@ TrainResult run_training(const TrainConfig& config,
   const TrainingConfig& t = config.training;
   if (t.threads > 0) set_num_threads(t.threads);
   check_layout(config, world->size());
+  // Every strategy below assumes the same config on every rank: checked once, here.
+  dist::check_same_text_on_every_rank(*world, "the config", to_toml(config));
   SPMD_CHECK(config.optimizer.name == "adamw", "optimizer.name = \"", config.optimizer.name,
              "\": spmd-train steps with AdamW only");
   const bool lead = world->rank() == 0;
@@ -154,7 +175,11 @@ TrainResult run_training(const TrainConfig& config,
   dist::DeviceMesh mesh = build_mesh(world, config.parallel);
   const Device device = training_device(config, world->size());
   auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), t.seed);
-  if (device.is_cuda()) model->to(device);
+  if (device.is_cuda()) {
+    model->to(device);
+  } else {
+    check_fits(config, *model);  // the host's memory, which a CPU step uses
+  }
   Parallelized par = parallelize(model, mesh, config);
   const NamedTensors named = par.named_parameters();
   std::vector<Tensor> params;

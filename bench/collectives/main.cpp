@@ -110,6 +110,12 @@ int run(const BenchOptions& o) {
   init.backend = o.backend;
   if (device.is_cuda()) init.device = device.index;
   if (o.timeout_s > 0) init.timeout = std::chrono::seconds(o.timeout_s);
+  // Known from the environment, so refused before any rank connects.
+  SPMD_CHECK(o.root < env.world_size, "-r/--root ", o.root, " is not a rank of the ",
+             env.world_size, " ranks");
+  SPMD_CHECK(count_rows(o, env.world_size) > 0, "no size from -b ", o.min_bytes,
+             " to -e ", o.max_bytes, " bytes gives the ", env.world_size,
+             " ranks an element each: nothing to measure (raise -b and -e)");
   auto group = dist::init_process_group(init);
   const std::string impl = str_cat("spmd-", dist::backend_name(o.backend));
   const std::vector<RankInfo> ranks = rank_infos(*group, device);

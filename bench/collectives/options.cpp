@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/flag_checks.h"
 
 namespace spmd::bench {
 
@@ -101,29 +102,32 @@ void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
                  "all_to_all, all_to_allv, sendrecv, all, or a comma-separated list");
   app.add_option("-b,--minbytes", raw.min, "Smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", raw.max, "Largest size");
-  app.add_option("-f,--stepfactor", o.step_factor, "Multiply the size by this each step");
+  app.add_option("-f,--stepfactor", o.step_factor, "Multiply the size by this each step")
+      ->check(flags::number(1, 1024));
   app.add_option("-i,--stepbytes", raw.step, "Add this each step (when -f is 1)");
-  app.add_option("-n,--iters", o.iters, "Timed calls per size")->check(CLI::PositiveNumber);
+  app.add_option("-n,--iters", o.iters, "Timed calls per size")->check(flags::count(1));
   app.add_option("-w,--warmup_iters", o.warmup, "Untimed calls before them")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::count(0));
   app.add_option("-c,--check", o.checks, "Checked calls after the timed ones (0: no check)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::count(0));
   app.add_option("-o,--op", raw.redop, "Reduction: sum, prod, max, min, avg or all");
   app.add_option("-d,--datatype", raw.dtype, "float, double, bfloat16, half, int32, int64 or all");
-  app.add_option("-r,--root", o.root, "Root of broadcast, reduce, gather and scatter");
+  app.add_option("-r,--root", o.root, "Root of broadcast, reduce, gather and scatter")
+      ->check(flags::count(0));
   app.add_option("-a,--average", o.average,
                  "A row's time from the ranks': 0 rank 0's, 1 mean, 2 min, 3 max")
-      ->check(CLI::Range(0, 3));
+      ->check(flags::count(0, 3));
   app.add_option("-z,--blocking", o.blocking,
                  "0: issue the timed calls at once, then wait; 1: wait for each, then a barrier; "
                  "2: wait for each")
-      ->check(CLI::Range(0, 2));
+      ->check(flags::count(0, 2));
   app.add_option("-I,--per_iter_timing", o.per_iter,
-                 "1: each call's duration, and i_min, i_max, i_p99, i_cv% per column set");
+                 "1: each call's duration, and i_min, i_max, i_p99, i_cv% per column set")
+      ->check(flags::count(0, 1));
   app.add_option("-T,--timeout", o.timeout_s,
                  "Fail any collective that takes longer than this many seconds (0: the group's "
-                 "default, 5 minutes)")
-      ->check(CLI::NonNegativeNumber);
+                 "default, SPMD_PG_TIMEOUT_S or 5 minutes)")
+      ->check(flags::count(0, int64_t(flags::kMaxTimeoutSeconds)));
   app.add_option("-J,--output_file", o.document_path,
                  "Write one JSON document (nccl-tests' shape) to this file");
   app.add_option("--backend", raw.backend, "tcp or nccl");
@@ -156,6 +160,8 @@ void resolve(BenchOptions& o, const RawFlags& raw) {
   SPMD_CHECK(o.min_bytes <= o.max_bytes, "spmd-bench: -b ", raw.min, " is larger than -e ",
              raw.max);
   SPMD_CHECK(o.step_factor >= 1, "spmd-bench: -f/--stepfactor ", o.step_factor, " is below 1");
+  SPMD_CHECK(o.min_bytes > 0 || o.min_bytes == o.max_bytes || o.step_factor == 1,
+             "spmd-bench: -b 0 with -f ", o.step_factor, " never grows: start at -b 1 or more");
   o.redops = parse_redops(raw.redop);
   o.dtypes = parse_dtypes(raw.dtype);
   o.backend = dist::parse_backend(raw.backend);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/flag_checks.h"
 #include "runtime/process.h"
 
 using namespace spmd;
@@ -196,9 +197,9 @@ int main(int argc, char** argv) {
   int64_t n = 200'000'000;
   int parts = 2;
   CLI::App app{"One task on threads and on processes: what each shares, costs and risks."};
-  app.add_option("--n", n, "terms of the sum")->check(CLI::PositiveNumber);
+  app.add_option("--n", n, "terms of the sum")->check(spmd::flags::count(1, int64_t(1) << 40));
   app.add_option("--parts", parts, "threads, and processes, to run it on")
-      ->check(CLI::Range(1, 64));
+      ->check(spmd::flags::count(1, 64));
   CLI11_PARSE(app, argc, argv);
   try {
     // Unbuffered: a forked child must not inherit, and print again, unwritten output.

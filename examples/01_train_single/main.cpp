@@ -16,10 +16,13 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
+#include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -49,16 +52,20 @@ Flags parse_flags(int argc, char** argv) {
   app.add_option("--data", f.data, "text file to train on (the last 10% is held out)")->required();
   app.add_option("--config", f.config, "model size: tiny (0.8M parameters) or small (10.8M)")
       ->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
-  app.add_option("--lr", f.lr, "peak learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--batch", f.batch, "sequences per batch")->check(CLI::PositiveNumber);
+  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
+  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
+  app.add_option("--batch", f.batch, "sequences per batch")->check(spmd::flags::count(1));
   app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--threads", f.threads, "CPU threads")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay");
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)");
-  app.add_option("--eval-batches", f.eval_batches, "held-out batches in the final val loss");
+  app.add_option("--threads", f.threads, "CPU threads")->check(spmd::flags::count(1, 1024));
+  app.add_option("--log-every", f.log_every, "steps between log lines")
+      ->check(spmd::flags::count(1));
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
+  app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay")
+      ->check(spmd::flags::number(0));
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
+      ->check(spmd::flags::number(0));
+  app.add_option("--eval-batches", f.eval_batches, "held-out batches in the final val loss")
+      ->check(spmd::flags::count(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -87,6 +94,8 @@ void train(const Flags& f) {
   nn::TransformerConfig config = nn::TransformerConfig::preset(f.config);
   nn::Transformer model(config, f.seed);
   const int64_t B = f.batch, T = config.max_seq_len;
+  check_memory_fits(str_cat("training with --batch ", B, " (config ", f.config, ")"),
+                    nn::training_step_bytes_lower_bound(config, model.num_parameters(), B));
   std::printf("config %s: %lld parameters, batch %lld x %lld tokens, %lld train / %lld val bytes\n",
               f.config.c_str(), (long long)model.num_parameters(), (long long)B, (long long)T,
               (long long)ds.size(data::Split::kTrain), (long long)ds.size(data::Split::kVal));

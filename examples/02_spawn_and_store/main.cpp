@@ -21,6 +21,7 @@
 #include <string>
 
 #include "runtime/env.h"
+#include "runtime/flag_checks.h"
 #include "runtime/rendezvous.h"
 #include "runtime/spawn.h"
 #include "runtime/store.h"
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
   int nprocs = 2;
   CLI::App app{"Start ranks with spawn() or spmdrun, and let them meet through a TCPStore."};
   app.add_option("--nprocs", nprocs, "processes to spawn (ignored under spmdrun)")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
   CLI11_PARSE(app, argc, argv);
   try {
     if (std::getenv("RANK") != nullptr) {

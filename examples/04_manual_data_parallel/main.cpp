@@ -23,6 +23,7 @@
 #include "autograd/nn/layers.h"
 #include "autograd/optim/sgd.h"
 #include "parallel/comm/init.h"
+#include "runtime/flag_checks.h"
 #include "tensor/ops.h"
 
 using namespace spmd;
@@ -94,7 +95,7 @@ void train(dist::ProcessGroup& world, bool synchronize, int steps) {
 int main(int argc, char** argv) {
   int steps = 50;
   CLI::App app{"Data parallelism by hand: copies diverge unless gradients are all-reduced."};
-  app.add_option("--steps", steps, "SGD steps per run")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "SGD steps per run")->check(spmd::flags::count(1));
   CLI11_PARSE(app, argc, argv);
   try {
     auto world = dist::init_process_group();  // env://, the TCP backend

@@ -17,6 +17,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
@@ -24,6 +25,8 @@
 #include "parallel/comm/init.h"
 #include "parallel/ddp.h"
 #include "parallel/sampler.h"
+#include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -46,21 +49,25 @@ Flags parse_flags(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
   app.add_option("--data", f.data, "text file to train on (the last 10% is held out)")->required();
   app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
   app.add_option("--batch", f.batch, "sequences per rank per micro-batch")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", f.lr, "peak learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)");
+      ->check(spmd::flags::count(1));
+  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
+      ->check(spmd::flags::number(0));
   app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP gradient bucket size")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::positive());
   app.add_flag("--bf16-grads", f.bf16_grads, "compress gradients to bf16 on the wire");
   app.add_option("--seed", f.seed, "seed of the weights and of the sampler");
-  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
-  app.add_option("--eval-batches", f.eval_batches, "held-out batches in the final val loss");
+  app.add_option("--threads", f.threads, "CPU threads per rank")
+      ->check(spmd::flags::count(1, 1024));
+  app.add_option("--log-every", f.log_every, "steps between log lines")
+      ->check(spmd::flags::count(1));
+  app.add_option("--eval-batches", f.eval_batches, "held-out batches in the final val loss")
+      ->check(spmd::flags::count(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -78,8 +85,8 @@ class ShardedBatches {
       : ds_(ds),
         B_(B),
         T_(T),
-        sampler_((ds.size(data::Split::kTrain) - 1) / T, world.size(), world.rank(),
-                 /*shuffle=*/true, seed, /*drop_last=*/true) {
+        sampler_((ds.size(data::Split::kTrain) - 1) / T, world, /*shuffle=*/true, seed,
+                 /*drop_last=*/true) {  // checks that every rank passes the same seed and sizes
     SPMD_CHECK(sampler_.num_samples() >= B, "the training text has only ", sampler_.num_samples(),
                " windows per rank, fewer than a batch of ", B);
   }
@@ -117,6 +124,9 @@ void train(const std::shared_ptr<dist::ProcessGroup>& group, const Flags& f) {
   const bool lead = world.rank() == 0;
   const data::TextDataset ds = data::TextDataset::from_file(f.data);
   auto model = std::make_shared<nn::Transformer>(nn::TransformerConfig::preset(f.config), f.seed);
+  check_memory_fits(
+      str_cat("training with --batch ", f.batch, " per rank (config ", f.config, ")"),
+      nn::training_step_bytes_lower_bound(model->config, model->num_parameters(), f.batch));
   dist::DistributedDataParallel ddp(model, group, {.bucket_cap_mb = f.bucket_cap_mb});
   if (f.bf16_grads) ddp.register_comm_hook(dist::bf16_compress_hook);
   const int64_t B = f.batch, T = model->config.max_seq_len;

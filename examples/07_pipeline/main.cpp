@@ -38,6 +38,7 @@
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
+#include "runtime/flag_checks.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -66,16 +67,19 @@ Flags parse_flags(int argc, char** argv) {
   app.add_option("--stages-per-rank", f.stages_per_rank, "stages a rank holds under interleaved")
       ->check(CLI::PositiveNumber);
   app.add_option("--microbatches", f.microbatches, "microbatches per step (they divide --batch)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
+  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
   app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", f.lr, "peak learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)");
+      ->check(spmd::flags::count(1));
+  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
+      ->check(spmd::flags::number(0));
   app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
+  app.add_option("--threads", f.threads, "CPU threads per rank")
+      ->check(spmd::flags::count(1, 1024));
+  app.add_option("--log-every", f.log_every, "steps between log lines")
+      ->check(spmd::flags::count(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

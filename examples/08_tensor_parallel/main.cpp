@@ -34,6 +34,7 @@
 #include "parallel/placement.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
+#include "runtime/flag_checks.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -59,20 +60,23 @@ Flags parse_flags(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
   app.add_option("--data", f.data, "text file to train on")->required();
   app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
   app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", f.lr, "peak learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)");
+      ->check(spmd::flags::count(1));
+  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
+      ->check(spmd::flags::number(0));
   app.add_flag("--sequence-parallel", f.sequence_parallel, "norms and residuals on T/tp tokens");
   app.add_option("--in-features", f.in_features, "the linear layer's inputs")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
   app.add_option("--out-features", f.out_features, "the linear layer's outputs")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
   app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--threads", f.threads, "CPU threads per rank")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
+  app.add_option("--threads", f.threads, "CPU threads per rank")
+      ->check(spmd::flags::count(1, 1024));
+  app.add_option("--log-every", f.log_every, "steps between log lines")
+      ->check(spmd::flags::count(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

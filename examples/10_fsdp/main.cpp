@@ -29,6 +29,7 @@
 #include "parallel/fsdp/state_dict.h"
 #include "parallel/placement.h"
 #include "parallel/sampler.h"
+#include "runtime/flag_checks.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -53,18 +54,19 @@ Flags parse_flags(int argc, char** argv) {
   CLI::App app{"Train the transformer fully sharded (run it under spmdrun)."};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
   app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch", f.batch, "sequences per rank per step")->check(CLI::PositiveNumber);
-  app.add_option("--layers", f.layers, "transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--d-model", f.d_model, "width C (heads of 32)")->check(CLI::PositiveNumber);
-  app.add_option("--lr", f.lr, "peak learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
+  app.add_option("--batch", f.batch, "sequences per rank per step")->check(spmd::flags::count(1));
+  app.add_option("--layers", f.layers, "transformer blocks")->check(spmd::flags::count(1));
+  app.add_option("--d-model", f.d_model, "width C (heads of 32)")->check(spmd::flags::count(1));
+  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
+  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
   app.add_flag("--prefetch,!--no-prefetch", f.prefetch, "gather the next unit while one computes");
   app.add_flag("--reshard-after-forward,!--no-reshard-after-forward", f.reshard_after_forward,
                "free each block after its forward and gather it again for backward");
   app.add_flag("--bf16", f.bf16, "gather and compute in bf16, reduce gradients in f32");
   app.add_option("--save", f.save, "write the gathered model to this safetensors file");
-  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", f.log_every, "steps between log lines")
+      ->check(spmd::flags::count(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -167,8 +169,8 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
                 (long long)tokens_per_step);
 
   // This rank's windows of T + 1 tokens (window i starts at token i * T), as in 05_ddp.
-  dist::DistributedSampler sampler((ds.size(data::Split::kTrain) - 1) / T, world->size(),
-                                   world->rank(), /*shuffle=*/true, kSeed, /*drop_last=*/true);
+  dist::DistributedSampler sampler((ds.size(data::Split::kTrain) - 1) / T, *world,
+                                   /*shuffle=*/true, kSeed, /*drop_last=*/true);
   SPMD_CHECK(sampler.num_samples() >= B, "the text has only ", sampler.num_samples(),
              " windows per rank, fewer than a batch of ", B);
   std::vector<int64_t> order, starts;

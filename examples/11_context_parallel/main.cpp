@@ -33,6 +33,7 @@
 #include "parallel/context_parallel/ring_attention.h"
 #include "parallel/ddp.h"
 #include "parallel/device_mesh.h"
+#include "runtime/flag_checks.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -55,14 +56,16 @@ Flags parse_flags(int argc, char** argv) {
   CLI::App app{"Train the transformer with its sequence split over the ranks (under spmdrun)."};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
   app.add_option("--data", f.data, "text file to train on (default: random tokens)");
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
   app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--seq-len", f.seq_len, "T, split into 2 x cp chunks")->check(CLI::PositiveNumber);
-  app.add_option("--layers", f.layers, "transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--d-model", f.d_model, "width C (heads of 32)")->check(CLI::PositiveNumber);
-  app.add_option("--lr", f.lr, "learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
+  app.add_option("--seq-len", f.seq_len, "T, split into 2 x cp chunks")
+      ->check(spmd::flags::count(1));
+  app.add_option("--layers", f.layers, "transformer blocks")->check(spmd::flags::count(1));
+  app.add_option("--d-model", f.d_model, "width C (heads of 32)")->check(spmd::flags::count(1));
+  app.add_option("--lr", f.lr, "learning rate")->check(spmd::flags::positive());
+  app.add_option("--log-every", f.log_every, "steps between log lines")
+      ->check(spmd::flags::count(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -26,6 +26,7 @@
 #include "parallel/device_mesh.h"
 #include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/placement.h"
+#include "runtime/flag_checks.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -46,17 +47,21 @@ Flags parse_flags(int argc, char** argv) {
   CLI::App app{"Train a mixture of experts with its experts split over the ranks (spmdrun)."};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::PositiveNumber);
-  app.add_option("--batch", f.batch, "sequences per rank per step")->check(CLI::PositiveNumber);
-  app.add_option("--experts", f.experts, "experts per MoE (divisible by the ranks)");
-  app.add_option("--top-k", f.top_k, "experts per token");
+  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
+  app.add_option("--batch", f.batch, "sequences per rank per step")->check(spmd::flags::count(1));
+  app.add_option("--experts", f.experts, "experts per MoE (divisible by the ranks)")
+      ->check(spmd::flags::count(1));
+  app.add_option("--top-k", f.top_k, "experts per token")->check(spmd::flags::count(1));
   app.add_option("--moe-every", f.moe_every, "an MoE in every n-th block")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--capacity-factor", f.capacity_factor, "per-expert capacity (0: no limit)");
-  app.add_option("--aux-coef", f.aux_coef, "weight of the balancing loss");
-  app.add_option("--lr", f.lr, "learning rate")->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
+  app.add_option("--capacity-factor", f.capacity_factor, "per-expert capacity (0: no limit)")
+      ->check(spmd::flags::number(0));
+  app.add_option("--aux-coef", f.aux_coef, "weight of the balancing loss")
+      ->check(spmd::flags::number(0));
+  app.add_option("--lr", f.lr, "learning rate")->check(spmd::flags::positive());
   app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--log-every", f.log_every, "steps between log lines")->check(CLI::PositiveNumber);
+  app.add_option("--log-every", f.log_every, "steps between log lines")
+      ->check(spmd::flags::count(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

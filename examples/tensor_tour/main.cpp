@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "runtime/flag_checks.h"
 #include "tensor/ops.h"
 #include "tensor/safetensors.h"
 #include "tensor/threads.h"
@@ -117,7 +118,8 @@ int main(int argc, char** argv) {
   CLI::App app{"A tour of spmd's tensor core"};
   int steps = 200;
   std::string out = "/tmp/spmd_tensor_tour.safetensors";
-  app.add_option("--steps", steps, "training steps of the classifier");
+  app.add_option("--steps", steps, "training steps of the classifier")
+      ->check(spmd::flags::count(1));
   app.add_option("--out", out, "where to save the trained classifier");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -22,6 +22,7 @@
 
 #include "parallel/comm/process_group.h"
 #include "parallel/comm/types.h"
+#include "runtime/env.h"
 #include "runtime/store.h"
 
 namespace spmd::dist {
@@ -35,8 +36,10 @@ struct InitOptions {
   // -1: from the environment or the init method's query.
   int world_size = -1;
   int rank = -1;
-  // Bounds the rendezvous and, afterwards, every collective.
-  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Bounds the rendezvous and, afterwards, every collective (torch's
+  // init_process_group(timeout=)); by default SPMD_PG_TIMEOUT_S seconds, or
+  // 5 minutes (runtime/env.h).
+  std::chrono::milliseconds timeout = default_pg_timeout();
   std::string group_name = "world";
   // NCCL: the GPU this rank drives (-1: its local rank).
   int device = -1;

@@ -376,7 +376,8 @@ TEST_CASE("dims that disagree name the key that was set", "[config][errors]") {
 
 TEST_CASE("files that cannot be read or parsed", "[config][errors]") {
   TempDir dir;
-  CHECK(load_error("/nonexistent/x.toml") == "load_config: cannot open /nonexistent/x.toml");
+  CHECK(load_error("/nonexistent/x.toml") ==
+        "the config /nonexistent/x.toml: No such file or directory");
   const std::string path = dir.write("bad.toml", "[training]\nsteps = = 3\n");
   CHECK_THAT(load_error(path), StartsWith(path + ":2:"));
   const std::string twice = dir.write("twice.toml", "[training]\nsteps = 3\nsteps = 4\n");

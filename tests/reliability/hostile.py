@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""Hostile but fair input to spmd's binaries, as a user would give it.
+
+Each case starts real processes (spmdrun, the examples, spmd-bench) with a
+bad flag, a bad file, an exhausted limit or an awkward signal, and checks
+three things: the exit status, the text of the message, and that no process
+of the case is left behind (every process of a case carries a marker in its
+environment, and /proc is searched for it afterwards). Every case is bounded
+in time; the memory cases run under `prlimit --as` and must end with a
+message, not a kill.
+
+  hostile.py BUILD_DIR SOURCE_DIR GROUP      GROUP: flags, files, launcher, ranks
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+BUILD, SOURCE, GROUP = sys.argv[1], sys.argv[2], sys.argv[3]
+SPMDRUN = os.path.join(BUILD, "launcher", "spmdrun")
+EX = os.path.join(BUILD, "examples")
+BENCH = os.path.join(BUILD, "bench", "spmd-bench")
+TEXT = os.path.join(SOURCE, "docs", "architecture.md")
+PY = "/usr/bin/python3"
+FAILURES = []
+
+
+def processes_with(marker):
+    """Pids whose environment holds the case's marker."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+class Case:
+    """One run: start it, let `act` poke it, collect status and output."""
+
+    def __init__(self, name, argv, env=None, limit_s=20, prlimit=None):
+        self.name, self.argv, self.limit_s = name, argv, limit_s
+        self.marker = "SPMD_HOSTILE_CASE=" + uuid.uuid4().hex
+        self.env = dict(os.environ, **(env or {}))
+        self.env["SPMD_HOSTILE_CASE"] = self.marker.split("=", 1)[1]
+        self.env.setdefault("OMP_NUM_THREADS", "1")
+        if prlimit:
+            self.argv = ["prlimit"] + prlimit + ["--"] + argv
+
+    def start(self, **kw):
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True,
+                                     stdin=subprocess.DEVNULL, **kw)
+        return self.proc
+
+    def run(self):
+        p = self.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            out, _ = p.communicate(timeout=self.limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            self.fail(f"still running after {self.limit_s} s")
+        return self.finish(p.returncode, out.decode(errors="replace"))
+
+    def finish(self, code, out):
+        self.code, self.out = code, out
+        self.seconds = time.monotonic() - self.started
+        deadline = time.monotonic() + 3  # the parent-death signal takes a moment
+        left = processes_with(self.marker)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = processes_with(self.marker)
+        if left:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.fail(f"processes left behind: {left}")
+        return self
+
+    def fail(self, why):
+        FAILURES.append(f"{self.name}: {why}")
+        print(f"FAIL {self.name}: {why}", flush=True)
+
+    def expect(self, code=None, says=(), not_says=(), signal_free=True, within_s=None):
+        if code is not None and self.code != code:
+            self.fail(f"exit status {self.code}, wanted {code}\n{self.out[-2000:]}")
+        if signal_free and self.code is not None and self.code < 0:
+            self.fail(f"killed by signal {-self.code}\n{self.out[-2000:]}")
+        if self.code == 0 and code is None:
+            self.fail(f"exit status 0 for a bad input\n{self.out[-2000:]}")
+        for text in [says] if isinstance(says, str) else says:
+            if not re.search(text, self.out):
+                self.fail(f"output lacks /{text}/:\n{self.out[-2000:]}")
+        for text in [not_says] if isinstance(not_says, str) else not_says:
+            if re.search(text, self.out):
+                self.fail(f"output has /{text}/:\n{self.out[-2000:]}")
+        if within_s is not None and self.seconds > within_s:
+            self.fail(f"took {self.seconds:.1f} s, more than {within_s} s")
+        print(f"ok   {self.name} ({self.seconds:.2f} s, exit {self.code})", flush=True)
+
+
+def flag(binary, args, says, **kw):
+    Case(f"{os.path.basename(binary)} {' '.join(args)}", [binary] + args, **kw).run().expect(
+        says=says, not_says=["not in range", "1797693"], within_s=5)
+
+
+# ---- numeric flags: zero, negative, nan, inf, fractions, absurd ----
+
+def group_flags():
+    single = os.path.join(EX, "01_train_single")
+    ddp = os.path.join(EX, "05_ddp")
+    d = ["--data", TEXT]
+    flag(single, d + ["--steps", "0"], r"--steps: must be at least 1, got 0")
+    flag(single, d + ["--steps", "-3"], r"--steps: must be at least 1, got -3")
+    flag(single, d + ["--steps", "1.5"], r"--steps: must be a whole number, got '1.5'")
+    flag(single, d + ["--lr", "nan"], r"--lr: must be a number, got nan")
+    flag(single, d + ["--lr", "inf"], r"--lr: must be finite, got inf")
+    flag(single, d + ["--lr", "0"], r"--lr: must be positive, got 0")
+    flag(single, d + ["--threads", "100000"], r"--threads: must be at most 1024, got 100000")
+    flag(single, d + ["--grad-clip", "-1"], r"--grad-clip: must be at least 0, got -1")
+    flag(single, d + ["--eval-batches", "0"], r"--eval-batches: must be at least 1, got 0")
+    flag(ddp, d + ["--eval-batches", "0"], r"--eval-batches: must be at least 1, got 0")
+    flag(ddp, d + ["--bucket-cap-mb", "inf"], r"--bucket-cap-mb: must be finite, got inf")
+    flag(BENCH, ["all_reduce", "-n", "0"], r"--iters: must be at least 1, got 0")
+    flag(BENCH, ["all_reduce", "-T", "inf"], r"--timeout: must be a whole number, got 'inf'")
+    flag(BENCH, ["all_reduce", "-f", "nan"], r"--stepfactor: must be a number, got nan")
+    flag(BENCH, ["all_reduce", "-b", "0", "-f", "2"], r"-b 0 with -f 2 never grows")
+    flag(SPMDRUN, ["--rdzv-timeout", "inf", "--standalone", "true"],
+         r"--rdzv-timeout: must be finite, got inf \(seconds")
+    flag(SPMDRUN, ["--rdzv-timeout", "0", "--standalone", "true"],
+         r"--rdzv-timeout: must be positive, got 0")
+    flag(SPMDRUN, ["--stop-grace", "nan", "--standalone", "true"],
+         r"--stop-grace: must be a number, got nan")
+    flag(SPMDRUN, ["--max-restarts", "-1", "--standalone", "true"],
+         r"--max-restarts: must be at least 0, got -1")
+    flag(SPMDRUN, ["--nproc-per-node", "0", "--standalone", "true"],
+         r"--nproc-per-node must be at least 1, not 0")
+    # A sweep that measures nothing is an error, not an empty table.
+    Case("spmd-bench -b 1 -e 3 (no element per rank)",
+         [SPMDRUN, "--standalone", "--nproc-per-node", "2", BENCH, "all_reduce", "-b", "1",
+          "-e", "3"]).run().expect(says=r"nothing to measure", within_s=15)
+    # The process-group timeout from the environment, checked like a flag.
+    Case("SPMD_PG_TIMEOUT_S=abc", [SPMDRUN, "--standalone", "--nproc-per-node", "2", BENCH,
+                                   "all_reduce", "-b", "8", "-e", "8"],
+         env={"SPMD_PG_TIMEOUT_S": "abc"}).run().expect(
+        says=r"SPMD_PG_TIMEOUT_S must be a number, got 'abc'", within_s=15)
+    # ... and honoured: a rank that never joins is reported after 2 s, not 5 minutes;
+    # spmd-bench's -T says the same as a flag.
+    late = "if [ $RANK = 1 ]; then sleep 30; else exec {} all_reduce -b 8 -e 8 {}; fi"
+    for env, extra in (({"SPMD_PG_TIMEOUT_S": "2"}, ""), ({}, "-T 2")):
+        Case(f"a rank that never joins, {env or extra}",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", "/bin/sh", "-c",
+              late.format(BENCH, extra)], env=env).run().expect(
+            code=1, says=r"only 1 of 2 ranks arrived within 2000 ms; missing rank\(s\) 1",
+            within_s=10)
+
+
+# ---- files and memory ----
+
+def group_files():
+    single = os.path.join(EX, "01_train_single")
+    cap = ["--as=4294967296"]  # 4 GiB of address space
+    Case("--data /dev/zero", [single, "--data", "/dev/zero"], prlimit=cap).run().expect(
+        code=1, says=r"/dev/zero is not a regular file and gave more than .* give a file",
+        within_s=15)
+    with tempfile.TemporaryDirectory() as d:
+        Case("--data DIR", [single, "--data", d]).run().expect(
+            code=1, says=re.escape(d) + r" is a directory; give a file", within_s=5)
+    Case("--data missing", [single, "--data", "/nonexistent/text"]).run().expect(
+        code=1, says=r"/nonexistent/text: No such file or directory", within_s=5)
+    Case("--batch 100000", [single, "--data", TEXT, "--batch", "100000"], prlimit=cap).run().expect(
+        code=1, says=r"--batch 100000 .* needs about [0-9.]+ GiB, but only [0-9.]+ [GM]iB can be "
+                     r"allocated \(RLIMIT_AS", within_s=15)
+    train = os.path.join(BUILD, "train", "spmd-train")
+    Case("spmd-train training.global_batch 100000",
+         [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
+          "--parallel.dp_shard=1", "--training.global_batch=100000"], prlimit=cap).run().expect(
+        code=1, says=r"training.global_batch 100000 \(100000 rows per rank per micro-batch\) "
+                     r"needs about [0-9.]+ GiB, but only", within_s=15)
+    Case("--batch 100000 uncapped", [single, "--data", TEXT, "--batch", "100000"]).run().expect(
+        code=1, says=r"needs about [0-9.]+ GiB, but only", within_s=15)
+
+
+# ---- the launcher: limits, signals, its own output ----
+
+def group_launcher():
+    Case("--nproc-per-node 10000 at ulimit -n 1024",
+         [SPMDRUN, "--standalone", "--nproc-per-node", "10000", "true"],
+         prlimit=["--nofile=1024"]).run().expect(
+        code=2, says=r"--nproc-per-node 10000 needs about \d+ open files .* the limit is 1024 "
+                     r"\(ulimit -n\)", within_s=3)
+    # The process limit binds users other than root: as root, checked as `nobody`.
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] \
+        if os.getuid() == 0 else []
+    Case("--nproc-per-node 300 at ulimit -u 100",
+         nobody + [SPMDRUN, "--standalone", "--nproc-per-node", "300", "true"],
+         prlimit=["--nproc=100"]).run().expect(
+        code=2, says=r"starts 300 processes, but this user may run at most 100 \(ulimit -u\) "
+                     r"and runs \d+ already", within_s=3)
+
+    # stdout piped to a reader that never reads: SIGTERM still stops the job.
+    c = Case("SIGTERM with a console that does not read",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--stop-grace", "2", "yes"])
+    r, w = os.pipe()
+    p = c.start(stdout=w, stderr=subprocess.PIPE)
+    os.close(w)
+    time.sleep(1.5)  # the pipe (64 KiB) is long full by now
+    p.send_signal(signal.SIGTERM)
+    try:
+        _, err = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        c.fail("spmdrun ignored SIGTERM for 10 s while its stdout was full")
+    os.close(r)
+    c.finish(p.returncode, err.decode(errors="replace")).expect(code=128 + signal.SIGTERM,
+                                                                within_s=14)
+
+    # A line over 64 KiB reaches the log file whole.
+    with tempfile.TemporaryDirectory() as d:
+        c = Case("a 200 KB line", [SPMDRUN, "--standalone", "--nproc-per-node", "1",
+                                   "--log-dir", d, "--redirects", "3", "--run-id", "long",
+                                   PY, "-c", "print('x' * 200000); print('end')"]).run()
+        c.expect(code=0, within_s=15)
+        with open(os.path.join(d, "long", "attempt_0", "rank_0", "stdout.log")) as f:
+            lines = f.read().split("\n")
+        if lines[:2] != ["x" * 200000, "end"]:
+            c.fail(f"log lines of {[len(x) for x in lines]} characters, wanted [200000, 3, 0]")
+
+    # A second SIGINT cuts the grace short, and the message says how long it was.
+    ignore = ("import signal, time\n"
+              "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "print('ready', flush=True)\ntime.sleep(60)\n")
+    c = Case("second SIGINT", [SPMDRUN, "--standalone", "--nproc-per-node", "1",
+                               "--stop-grace", "30", PY, "-c", ignore])
+    p = c.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = b""
+    while b"ready" not in out:
+        out += p.stdout.read1(4096)
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    try:
+        rest, _ = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        rest, _ = p.communicate()
+    c.finish(p.returncode, (out + rest).decode(errors="replace"))
+    c.expect(code=128 + signal.SIGINT, says=r"still running after \d+ ms \(asked again to stop\)",
+             within_s=8)
+    m = re.search(r"still running after (\d+) ms", c.out)
+    if m and not 300 <= int(m.group(1)) <= 5000:
+        c.fail(f"says {m.group(1)} ms for about 500 ms")
+
+    store_out_of_descriptors()
+
+
+def store_out_of_descriptors():
+    """A client holds more idle connections to the launcher's store than the
+    launcher has descriptors: the store backs off (no spinning core), says so
+    once, and the job still ends normally once the client lets go."""
+    hog = (
+        "import os, resource, socket, time\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))\n"
+        "host, port = os.environ['SPMD_AGENT_STORE'].rsplit(':', 1)\n"
+        "socks = []\n"
+        "for _ in range(300):\n"
+        "    s = socket.socket(); s.settimeout(5); s.connect((host, int(port))); socks.append(s)\n"
+        "def cpu(pid):\n"
+        "    f = open(f'/proc/{pid}/stat').read().split(') ')[1].split()\n"
+        "    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')\n"
+        "a = cpu(os.getppid()); time.sleep(1.5); b = cpu(os.getppid())\n"
+        "print(f'launcher cpu {b - a:.2f} s in 1.5 s', flush=True)\n"
+        "for s in socks: s.close()\n"
+        "time.sleep(0.5)\n")
+    c = Case("store at ulimit -n 128 with 300 idle clients",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "1", PY, "-c", hog],
+             prlimit=["--nofile=128:4096"]).run()
+    c.expect(code=0, says=[r"cannot accept a client \(Too many open files", r"launcher cpu"],
+             within_s=20)
+    if len(re.findall(r"cannot accept a client", c.out)) != 1:
+        c.fail("the out-of-descriptors warning is not said exactly once:\n" + c.out[-2000:])
+    m = re.search(r"launcher cpu ([0-9.]+) s", c.out)
+    if m and float(m.group(1)) > 0.5:
+        c.fail(f"the launcher used {m.group(1)} s of CPU in 1.5 s while out of descriptors")
+
+
+# ---- ranks that must agree ----
+
+def group_ranks():
+    ddp = os.path.join(EX, "05_ddp")
+    # Each rank adds its own --seed: the sampler's shards would overlap.
+    script = f'exec {ddp} --data {TEXT} --steps 2 --batch 2 --seed $((RANK + 1))'
+    Case("ranks with different --seed",
+         [SPMDRUN, "--standalone", "--nproc-per-node", "2", "/bin/sh", "-c", script],
+         limit_s=40).run().expect(
+        code=1, says=r"DistributedSampler: the ranks disagree on seed: rank 0 has 1, rank 1 has 2",
+        within_s=40)
+    # spmd-train: one rank's override changes the config the strategies rely on.
+    train = os.path.join(BUILD, "train", "spmd-train")
+    config = os.path.join(SOURCE, "configs", "ddp.toml")
+    script = f"exec {train} --config {config} --training.steps=1 --training.seed=$((RANK + 1))"
+    Case("spmd-train ranks with different configs",
+         [SPMDRUN, "--standalone", "--nproc-per-node", "2", "/bin/sh", "-c", script],
+         limit_s=40).run().expect(
+        code=1, says=r"the config differs between ranks: rank 0 has 'seed = 1', rank 1 has "
+                     r"'seed = 2'", within_s=40)
+    # A root that is not a rank: refused from the environment, before connecting.
+    Case("spmd-bench -r 5 on 2 ranks",
+         [SPMDRUN, "--standalone", "--nproc-per-node", "2", BENCH, "all_reduce", "-r", "5",
+          "-b", "8", "-e", "8"]).run().expect(
+        code=1, says=r"spmd-bench: -r/--root 5 is not a rank of the 2 ranks", within_s=15)
+
+
+{"flags": group_flags, "files": group_files, "launcher": group_launcher,
+ "ranks": group_ranks}[GROUP]()
+if FAILURES:
+    print(f"\n{len(FAILURES)} case(s) failed:\n" + "\n".join(FAILURES))
+    sys.exit(1)
+print("all cases passed")
