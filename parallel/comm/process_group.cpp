@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "parallel/comm/arg_checks.h"
+#include "parallel/comm/desync_check.h"
 #include "runtime/error.h"
 
 namespace spmd::dist {
@@ -58,7 +59,12 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Gro
   SPMD_CHECK(options_.global_ranks.empty() || int(options_.global_ranks.size()) == size_,
              "ProcessGroup: ", options_.global_ranks.size(), " global ranks for ", size_, " ranks");
   SPMD_CHECK(options_.timeout.count() > 0, "ProcessGroup: the timeout must be positive");
+  if (DesyncCheck::enabled_by_env()) {
+    desync_ = std::make_unique<DesyncCheck>(store_, key(""), name(), rank_, size_);
+  }
 }
+
+ProcessGroup::~ProcessGroup() = default;
 
 int ProcessGroup::global_rank(int r) const {
   return options_.global_ranks.empty() ? r : options_.global_ranks[r];
@@ -127,6 +133,11 @@ CommOp ProcessGroup::collective(OpType type, std::string_view op_name) {
   return op;
 }
 
+Work ProcessGroup::issue(CommOp op) {
+  if (desync_) desync_->record(op, call_site_);
+  return launch(std::move(op));
+}
+
 Work ProcessGroup::broadcast(const Tensor& t, int root) {
   check_tensor(t, "broadcast", "");
   SPMD_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of group ",
@@ -136,7 +147,7 @@ Work ProcessGroup::broadcast(const Tensor& t, int root) {
   mark_written(t);
   op.root = root;
   count(OpType::kBroadcast, t);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp reduce_op) {
@@ -147,7 +158,7 @@ Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp reduce_op) {
   mark_written(t);
   op.reduce_op = reduce_op;
   count(OpType::kAllReduce, t);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp reduce_op) {
@@ -161,7 +172,7 @@ Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp reduce_op) {
   op.root = root;
   op.reduce_op = reduce_op;
   count(OpType::kReduce, t);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
@@ -176,7 +187,7 @@ Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   mark_written(output);
   op.input = input;
   count(OpType::kAllGather, output);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp reduce_op) {
@@ -193,7 +204,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   op.input = input;
   op.reduce_op = reduce_op;
   count(OpType::kReduceScatter, input);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
@@ -214,12 +225,12 @@ Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
   op.send_counts = std::move(send);
   op.recv_counts = std::move(recv);
   count(OpType::kAllToAll, input);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::barrier() {
   count(OpType::kBarrier, Tensor());
-  return launch(collective(OpType::kBarrier, "barrier"));
+  return issue(collective(OpType::kBarrier, "barrier"));
 }
 
 Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
@@ -299,6 +310,20 @@ Work ProcessGroup::launch_batch(std::vector<CommOp> ops) {
     return true;
   });
   return all;
+}
+
+// --- Diagnosis (desync_check.h) -----------------------------------------------------
+
+std::string ProcessGroup::desync_report(uint64_t seq) {
+  if (!desync_) return "";
+  const auto grace = std::clamp(timeout() / 8, std::chrono::milliseconds(50),
+                                std::chrono::milliseconds(2000));
+  const std::string line = desync_->diagnose(seq, grace);
+  return line.empty() ? "" : "; " + line;
+}
+
+void ProcessGroup::note_failure() {
+  if (desync_) desync_->publish_final();
 }
 
 // --- Subgroups -------------------------------------------------------------------
