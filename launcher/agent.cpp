@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "launcher/failure_report.h"
+#include "launcher/flight_report.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/process.h"
@@ -100,10 +101,21 @@ Agent::Agent(const LaunchOptions& options, SignalChannel& signals)
     }
     log_root_ = (std::filesystem::path(dir) / options.run_id).string();
   }
+  if (const char* dir = std::getenv("SPMD_FLIGHT_RECORDER_DIR")) flight_user_dir_ = dir;
+}
+
+Agent::~Agent() {
+  if (flight_temp_root_.empty()) return;
+  std::error_code ec;
+  for (const auto& attempt : std::filesystem::directory_iterator(flight_temp_root_, ec)) {
+    if (!flight_dump_files(attempt.path().string()).empty()) return;  // kept for the user
+  }
+  std::filesystem::remove_all(flight_temp_root_, ec);
 }
 
 std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int restart) {
   std::vector<WorkerSetup> setups;
+  flight_dir_ = flight_dir(flight_user_dir_, log_root_, flight_temp_root_, restart);
   for (int lr = 0; lr < a.local_world_size; ++lr) {
     WorkerSetup s;
     s.local_rank = lr;
@@ -125,6 +137,7 @@ std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int resta
     set("TORCHELASTIC_MAX_RESTARTS", options_.max_restarts);
     set("TORCHELASTIC_RUN_ID", options_.run_id);
     set("SPMD_AGENT_STORE", agent_store_);  // where spmd workers meet
+    if (flight_user_dir_.empty()) set("SPMD_FLIGHT_RECORDER_DIR", flight_dir_);
     s.stdout_route = route(lr, s.rank, restart, kStdoutBit);
     s.stderr_route = route(lr, s.rank, restart, kStderrBit);
     setups.push_back(std::move(s));
@@ -223,9 +236,12 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
       SPMD_LOG_WARN("could not tell the other nodes: ", e.what());
     }
   }
+  // The others often fail a moment later (a peer died) and dump their flight recorders.
+  wait_for_flight_dumps(group, flight_dir_, Ms(3000), signals_);
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
   FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts};
-  std::cerr << format_failure_report(group, failed, context) << std::flush;
+  std::cerr << format_failure_report(group, failed, context) << merge_flight_dumps(flight_dir_)
+            << std::flush;
 }
 
 Agent::Outcome Agent::exit_barrier(NodeRendezvous& rdzv, int round, int group_rank) {

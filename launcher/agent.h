@@ -33,6 +33,8 @@ class Agent {
   // missing, port taken, rendezvous timeout) and Interrupted for a signal
   // that arrived while no worker ran.
   int run();
+  // Removes the flight recorder's temporary folder when no dump landed in it.
+  ~Agent();
 
  private:
   enum class Outcome { kSucceeded, kLocalFailure, kRemoteFailure, kSignaled };
@@ -50,6 +52,9 @@ class Agent {
   std::string log_root_;               // <log dir>/<run id>, when logs are written
   std::string agent_store_;            // "host:port" of the store, the workers' SPMD_AGENT_STORE
   std::string remote_failure_;         // what another node reported
+  // The flight recorder (launcher/flight_report.h): the user's folder, the
+  // temporary one spmdrun made (when no log folder), this attempt's.
+  std::string flight_user_dir_, flight_temp_root_, flight_dir_;
 };
 
 }  // namespace spmd::launcher

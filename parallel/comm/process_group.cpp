@@ -11,6 +11,7 @@
 
 #include "parallel/comm/arg_checks.h"
 #include "parallel/comm/desync_check.h"
+#include "parallel/comm/flight_recorder.h"
 #include "runtime/error.h"
 
 namespace spmd::dist {
@@ -61,6 +62,10 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Gro
   SPMD_CHECK(options_.timeout.count() > 0, "ProcessGroup: the timeout must be positive");
   if (DesyncCheck::enabled_by_env()) {
     desync_ = std::make_unique<DesyncCheck>(store_, key(""), name(), rank_, size_);
+  }
+  if (FlightRecorder::enabled_by_env()) {
+    recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::capacity_from_env());
+    FlightRecorder::arm(global_rank(rank_));
   }
 }
 
@@ -134,8 +139,13 @@ CommOp ProcessGroup::collective(OpType type, std::string_view op_name) {
 }
 
 Work ProcessGroup::issue(CommOp op) {
-  if (desync_) desync_->record(op, call_site_);
-  return launch(std::move(op));
+  const bool p2p = op.type == OpType::kSend || op.type == OpType::kRecv;
+  if (desync_ && !p2p) desync_->record(op, call_site_);
+  if (!recorder_) return launch(std::move(op));
+  const uint64_t id = recorder_->issued(op);
+  Work work = launch(std::move(op));
+  work.on_complete([recorder = recorder_, id, work] { recorder->ended(id, !work.exception()); });
+  return work;
 }
 
 Work ProcessGroup::broadcast(const Tensor& t, int root) {
@@ -234,13 +244,13 @@ Work ProcessGroup::barrier() {
 }
 
 Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
-  return launch(point_to_point(OpType::kSend, t, dst, tag));
+  return issue(point_to_point(OpType::kSend, t, dst, tag));
 }
 
 Work ProcessGroup::recv(const Tensor& t, int src, int tag) {
   CommOp op = point_to_point(OpType::kRecv, t, src, tag);
   mark_written(t);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
@@ -289,7 +299,7 @@ Work ProcessGroup::launch_batch(std::vector<CommOp> ops) {
   count->left = ops.size();
   std::vector<Work> parts;
   for (CommOp& op : ops) {
-    Work one = launch(std::move(op));
+    Work one = issue(std::move(op));
     one.on_complete([one, all, count] {
       std::exception_ptr error = one.exception();
       std::lock_guard lock(count->mu);
@@ -324,6 +334,11 @@ std::string ProcessGroup::desync_report(uint64_t seq) {
 
 void ProcessGroup::note_failure() {
   if (desync_) desync_->publish_final();
+}
+
+std::string ProcessGroup::dump_flight_record(int64_t failed_seq, const std::string& reason) {
+  if (!recorder_) return "";
+  return recorder_->dump(global_rank(rank_), name(), rank_, size_, reason, failed_seq);
 }
 
 // --- Subgroups -------------------------------------------------------------------

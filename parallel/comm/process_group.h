@@ -39,7 +39,8 @@
 
 namespace spmd::dist {
 
-class DesyncCheck;  // desync_check.h
+class DesyncCheck;     // desync_check.h
+class FlightRecorder;  // flight_recorder.h
 
 struct GroupOptions {
   // Unique among the groups that share a store: it prefixes the group's keys.
@@ -230,13 +231,18 @@ class ProcessGroup {
   std::string desync_report(uint64_t seq);
   // Any other failure: publishes this rank's ledger as final.
   void note_failure();
+  // Writes the flight recorder's dump (flight_recorder.h), collective
+  // #failed_seq marked failed with `reason`; returns the file ("" if none).
+  std::string dump_flight_record(int64_t failed_seq, const std::string& reason);
 
  private:
   CommOp point_to_point(OpType type, const Tensor& t, int peer, int tag);
   void count(OpType type, const Tensor& payload);
   void count(OpType type, uint64_t payload_bytes);
   CommOp collective(OpType type, std::string_view op_name);
-  Work issue(CommOp op);  // records a collective in the ledger, then launches it
+  // Records an operation in the ledger (collectives) and the flight
+  // recorder, then launches it.
+  Work issue(CommOp op);
   std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members,
                                               const std::string& suffix);
 
@@ -251,7 +257,8 @@ class ProcessGroup {
     std::atomic<uint64_t> calls{0}, bytes{0}, wait_ns{0};
   };
   AtomicCount counts_[16];
-  std::unique_ptr<DesyncCheck> desync_;  // null when SPMD_DESYNC_CHECK=0
+  std::unique_ptr<DesyncCheck> desync_;       // null when SPMD_DESYNC_CHECK=0
+  std::shared_ptr<FlightRecorder> recorder_;  // null when SPMD_FLIGHT_RECORDER=0
   std::string call_site_;
 };
 

@@ -319,6 +319,7 @@ std::exception_ptr TcpProcessGroup::fail(const CommOp& op, std::exception_ptr er
       str_cat(op.description, " (rank ", rank(), " of ", size(), ") failed: ", cause);
   aborted_ = message;
   set_aborted();
+  dump_flight_record(int64_t(op.seq), message);  // into SPMD_FLIGHT_RECORDER_DIR, when set
   try {  // the first reason recorded wins: it is the root cause the others report
     const std::string mine = str_cat(rank_name(rank()), " reported: ", message);
     store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
@@ -364,7 +365,8 @@ std::string TcpProcessGroup::never_arrived(const CommOp& op) {
 // peer (or another) aborted for a reason of its own, and writes the record
 // once it has compared the ranks' ledgers, so this waits a little for it.
 std::string TcpProcessGroup::peer_report(int /*peer*/) {
-  const auto deadline = Mesh::Clock::now() + slow_after(timeout());
+  const auto deadline =
+      Mesh::Clock::now() + std::min(slow_after(timeout()), std::chrono::milliseconds(500));
   try {
     for (;;) {
       if (store().check({key("abort")}))
