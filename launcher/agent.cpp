@@ -13,6 +13,7 @@
 
 #include "launcher/failure_report.h"
 #include "launcher/flight_report.h"
+#include "launcher/hang_triage.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/process.h"
@@ -171,6 +172,7 @@ int Agent::run() {
     SPMD_LOG_INFO("node ", a.group_rank, " of ", a.group_world_size, ": ranks ", a.rank_offset,
                   "..", a.rank_offset + a.local_world_size - 1, " of ", a.world_size, ", restart ",
                   round);
+    world_size_ = a.world_size;
     WorkerGroup group(command_, worker_setups(a, round));
     Outcome outcome;
     try {
@@ -196,6 +198,8 @@ int Agent::run() {
     }
     if (outcome == Outcome::kLocalFailure) {
       on_local_failure(group, rdzv, round, a.group_rank);
+    } else if (outcome == Outcome::kHung) {
+      on_hang(group, rdzv, round, a.group_rank);
     } else {
       say("another node failed (" + remote_failure_ + "): stopping the workers");
       group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
@@ -209,6 +213,11 @@ int Agent::run() {
 Agent::Outcome Agent::monitor(WorkerGroup& group, NodeRendezvous& rdzv, int round) {
   Ms interval = options_.nnodes > 1 ? ms(options_.monitor_interval_s) : Ms(1000);
   auto next_check = Clock::now() + interval;
+  std::optional<HangWatch> hang;
+  if (options_.hang_timeout_s > 0 && rdzv.hosting()) {  // the node that hosts the store watches
+    hang.emplace(rdzv.worker_store(), round, world_size_, ms(options_.hang_timeout_s));
+  }
+  auto next_hang_check = Clock::now();
   for (;;) {
     group.pump(interval, signals_);
     if (signals_.has_termination()) return Outcome::kSignaled;
@@ -216,6 +225,13 @@ Agent::Outcome Agent::monitor(WorkerGroup& group, NodeRendezvous& rdzv, int roun
     if (group.all_exited()) {
       group.drain_output(Ms(1000), signals_);
       return Outcome::kSucceeded;
+    }
+    if (hang && Clock::now() >= next_hang_check) {
+      next_hang_check = Clock::now() + Ms(250);
+      if (hang->stalled()) {
+        hang_report_ = hang->report();
+        return Outcome::kHung;
+      }
     }
     if (options_.nnodes > 1 && Clock::now() >= next_check) {
       if (std::optional<std::string> f = rdzv.failure(round)) {
@@ -238,10 +254,36 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
   }
   // The others often fail a moment later (a peer died) and dump their flight recorders.
   wait_for_flight_dumps(group, flight_dir_, Ms(3000), signals_);
+  std::string wavefront;  // where each rank stood, from the progress records (hang_triage.h)
+  if (rdzv.hosting()) {
+    try {
+      const Worker& dead = group.workers()[failed];
+      auto ranks = read_progress(rdzv.worker_store(), round, world_size_);
+      if (std::any_of(ranks.begin(), ranks.end(), [](auto& p) { return p.has_value(); }))
+        wavefront = wavefront_report(ranks, "world", wall_clock_us(), dead.rank,
+                                     describe_wait_status(dead.status));
+    } catch (const Error&) {
+    }
+  }
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
   FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts};
-  std::cerr << format_failure_report(group, failed, context) << merge_flight_dumps(flight_dir_)
-            << std::flush;
+  std::cerr << format_failure_report(group, failed, context) << wavefront
+            << merge_flight_dumps(flight_dir_) << std::flush;
+}
+
+void Agent::on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank) {
+  std::cerr << str_cat("spmdrun: no rank made progress for ", options_.hang_timeout_s,
+                       " s (--hang-timeout) while one waits in a collective; stopping the job\n")
+            << hang_report_ << std::flush;
+  if (options_.nnodes > 1) {
+    try {
+      rdzv.report_failure(round, str_cat("node ", group_rank, " saw a hang: ",
+                                         hang_report_.substr(0, hang_report_.find('\n'))));
+    } catch (const Error& e) {
+      SPMD_LOG_WARN("could not tell the other nodes: ", e.what());
+    }
+  }
+  group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
 }
 
 Agent::Outcome Agent::exit_barrier(NodeRendezvous& rdzv, int round, int group_rank) {

@@ -69,6 +69,7 @@ void check_options(const LaunchOptions& o) {
   SPMD_CHECK(o.rdzv_timeout_s > 0, "--rdzv-timeout must be positive");
   SPMD_CHECK(o.monitor_interval_s > 0, "--monitor-interval must be positive");
   SPMD_CHECK(o.stop_grace_s >= 0, "--stop-grace must not be negative");
+  SPMD_CHECK(o.hang_timeout_s >= 0, "--hang-timeout must not be negative (0: off)");
   SPMD_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative");
   SPMD_CHECK(!o.program.empty(), "no program to run (usage: spmdrun [options] PROGRAM [ARGS...])");
   SPMD_CHECK(o.program[0] != '-', "unknown option '", o.program, "' (see spmdrun --help)");
@@ -116,6 +117,10 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
       ->capture_default_str();
   app.add_option("--stop-grace,--stop_grace", o.stop_grace_s,
                  "Seconds between SIGTERM and SIGKILL when workers are stopped")
+      ->capture_default_str();
+  app.add_option("--hang-timeout,--hang_timeout", o.hang_timeout_s,
+                 "Seconds without progress of any rank, while one waits in a collective, "
+                 "after which spmdrun prints where each rank stands and stops the job (0: off)")
       ->capture_default_str();
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "Write worker output to LOG_DIR/RUN_ID/attempt_N/rank_R/{stdout,stderr}.log "

@@ -7,6 +7,7 @@
 #include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
+#include "runtime/progress.h"
 
 namespace spmd::dist {
 
@@ -76,6 +77,9 @@ void DesyncCheck::record(const CommOp& op, std::string_view tag) {
                       op.type == OpType::kGather || op.type == OpType::kScatter;
   if (rooted) e.root = op.root;
   if (!tag.empty()) e.set_tag(tag);
+  e.issued_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
   ledger_.record(e);
 }
 
@@ -102,14 +106,37 @@ void DesyncCheck::publish_final() {
   }
 }
 
+// The oldest collective not completed (collectives complete in issue order).
+void DesyncCheck::publish_progress() {
+  const LedgerRecord r = ledger_.snapshot(rank_);
+  RankProgress p;
+  p.rank = rank_;
+  p.issued = r.count;
+  p.completed = std::min(completed_.load(std::memory_order_relaxed), r.count);
+  if (p.in_flight()) {
+    p.seq = p.completed;
+    const uint64_t first = r.count - r.entries.size();
+    if (p.seq >= first) {
+      p.op = r.entries[p.seq - first].describe();
+      p.since_us = r.entries[p.seq - first].issued_us;
+    }
+  }
+  std::string text = encode_progress(p);
+  if (text == progress_) return;
+  store_->set(progress_key(group_, rank_), text);
+  progress_ = std::move(text);
+}
+
 void DesyncCheck::publisher_loop() {
   std::unique_lock lock(mu_);
-  while (!stop_ && !final_) {
+  while (!stop_) {
     cv_.wait_for(lock, interval_, [&] { return stop_; });
-    if (stop_ || final_ || ledger_.count() == published_) continue;
+    if (stop_) break;
+    const bool ledger_changed = !final_ && ledger_.count() != published_;
     lock.unlock();
     try {
-      publish(false);
+      if (ledger_changed) publish(false);
+      publish_progress();
     } catch (...) {  // the store is gone (the job is ending): stop publishing
       lock.lock();
       break;

@@ -10,11 +10,16 @@
 // marked final. So a rank that never reaches a collective (busy or stuck in
 // its own code) still shows how far it got.
 //
+// The same thread publishes the rank's progress record (runtime/progress.h:
+// collectives issued and completed, the one in flight) under
+// <group>/progress/<rank>, which spmdrun --hang-timeout watches.
+//
 // SPMD_DESYNC_CHECK=0 turns it off (nothing recorded or published);
 // SPMD_DESYNC_INTERVAL_MS sets the interval (default 200).
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -42,6 +47,9 @@ class DesyncCheck {
 
   // Records a collective as issued (op.seq in issue order), with the call-site tag.
   void record(const CommOp& op, std::string_view tag);
+  // Counts a collective as completed successfully (in any order); one that
+  // failed stays in flight in the progress record: where the rank stood.
+  void completed() { completed_.fetch_add(1, std::memory_order_relaxed); }
   const Ledger& ledger() const { return ledger_; }
 
   // Publishes this rank's record (final), reads the others', waiting up to
@@ -56,6 +64,7 @@ class DesyncCheck {
 
  private:
   void publish(bool final);
+  void publish_progress();
   void publisher_loop();
 
   std::shared_ptr<Store> store_;
@@ -63,6 +72,8 @@ class DesyncCheck {
   int rank_, size_;
   Ledger ledger_;
   std::chrono::milliseconds interval_;
+  std::atomic<uint64_t> completed_{0};
+  std::string progress_;  // the progress record last published (publisher thread only)
 
   std::mutex publish_mu_;  // one publish at a time
   std::mutex mu_;          // guards the fields below

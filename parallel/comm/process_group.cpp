@@ -61,7 +61,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Gro
              "ProcessGroup: ", options_.global_ranks.size(), " global ranks for ", size_, " ranks");
   SPMD_CHECK(options_.timeout.count() > 0, "ProcessGroup: the timeout must be positive");
   if (DesyncCheck::enabled_by_env()) {
-    desync_ = std::make_unique<DesyncCheck>(store_, key(""), name(), rank_, size_);
+    desync_ = std::make_shared<DesyncCheck>(store_, key(""), name(), rank_, size_);
   }
   if (FlightRecorder::enabled_by_env()) {
     recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::capacity_from_env());
@@ -140,11 +140,15 @@ CommOp ProcessGroup::collective(OpType type, std::string_view op_name) {
 
 Work ProcessGroup::issue(CommOp op) {
   const bool p2p = op.type == OpType::kSend || op.type == OpType::kRecv;
-  if (desync_ && !p2p) desync_->record(op, call_site_);
-  if (!recorder_) return launch(std::move(op));
-  const uint64_t id = recorder_->issued(op);
+  const bool ledger = desync_ && !p2p;
+  if (ledger) desync_->record(op, call_site_);
+  if (!recorder_ && !ledger) return launch(std::move(op));
+  const uint64_t id = recorder_ ? recorder_->issued(op) : 0;
   Work work = launch(std::move(op));
-  work.on_complete([recorder = recorder_, id, work] { recorder->ended(id, !work.exception()); });
+  work.on_complete([recorder = recorder_, desync = ledger ? desync_ : nullptr, id, work] {
+    if (recorder) recorder->ended(id, !work.exception());
+    if (desync && !work.exception()) desync->completed();  // a failed one stays where it stood
+  });
   return work;
 }
 

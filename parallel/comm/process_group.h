@@ -257,7 +257,7 @@ class ProcessGroup {
     std::atomic<uint64_t> calls{0}, bytes{0}, wait_ns{0};
   };
   AtomicCount counts_[16];
-  std::unique_ptr<DesyncCheck> desync_;       // null when SPMD_DESYNC_CHECK=0
+  std::shared_ptr<DesyncCheck> desync_;       // null when SPMD_DESYNC_CHECK=0
   std::shared_ptr<FlightRecorder> recorder_;  // null when SPMD_FLIGHT_RECORDER=0
   std::string call_site_;
 };

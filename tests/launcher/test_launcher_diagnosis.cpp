@@ -1,6 +1,8 @@
 // spmdrun's diagnosis of failed spmd jobs, with real workers that run real
 // collectives (spmd_test_comm_worker): the merged flight-recorder report of
-// a rank killed in the middle of a collective.
+// a rank killed in the middle of a collective, and --hang-timeout's
+// wavefront table for a rank that sleeps in its own code while the others
+// wait in all_reduce.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +61,38 @@ TEST_CASE("spmdrun: a rank killed mid-collective; the survivors' flight records,
                                                    Catch::Contains("rank 1"));
   }
   CHECK(r.err.find("#2 all_reduce 32 MiB f32: failed") != std::string::npos);
+  // The wavefront: the dead rank named first, the collective the others were in.
+  CHECK(r.err.find("spmdrun: wavefront: rank 1 was killed by signal 9 (SIGKILL) while the others "
+                   "were at collective #2 of group world (all_reduce(f32[8388608]))") !=
+        std::string::npos);
   CHECK(wait_until_gone(tag, 10s));
   fs::remove_all(logs);
+}
+
+TEST_CASE("spmdrun --hang-timeout: a rank asleep in its own code is named, the job torn down",
+          "[launcher][hang]") {
+  const std::string tag = unique_tag();
+  RunResult r = run_spmdrun(
+      comm_job(3, tag, {"--sleep-rank", "1", "--timeout-ms", "60000"}, {"--hang-timeout", "2"}),
+      60s);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 30);  // well before the collectives' own 60 s timeout
+  const std::string first = line_after(r.err, "spmdrun: hang: ");
+  CHECK(first ==
+        "rank 1 never entered collective #2 of group world (all_reduce(f32[1000])), where ranks "
+        "0, 2 wait");
+  // The table: a row per rank, the waiting ones naming rank 1.
+  CHECK(line_after(r.err, "  0  ").find("all_reduce(f32[1000])  2    in the collective for") !=
+        std::string::npos);
+  CHECK(line_after(r.err, "  1  ").find("in its own code (#0-#1 done)") != std::string::npos);
+  CHECK(count(r.err, "  rank 1\n") == 2);  // ranks 0 and 2 wait on it
+  CHECK(wait_until_gone(tag, 10s));  // no orphan
+}
+
+TEST_CASE("spmdrun --hang-timeout: a bad value is refused before anything starts",
+          "[launcher][hang]") {
+  RunResult r = run_spmdrun({"--standalone", "--hang-timeout", "-1", "true"}, 20s);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("--hang-timeout must not be negative") != std::string::npos);
 }
