@@ -173,6 +173,7 @@ int Agent::run() {
                   "..", a.rank_offset + a.local_world_size - 1, " of ", a.world_size, ", restart ",
                   round);
     world_size_ = a.world_size;
+    if (options_.preflight && round == 0 && !run_preflight(a, rdzv)) return 1;
     WorkerGroup group(command_, worker_setups(a, round));
     Outcome outcome;
     try {
@@ -284,6 +285,35 @@ void Agent::on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int gro
     }
   }
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
+}
+
+// spmd-preflight (launcher/preflight/) on every rank of this node, with the
+// workers' environment; true when every one passed.
+bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
+  std::string program = (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
+                         "spmd-preflight").string();
+  if (const char* p = std::getenv("SPMD_PREFLIGHT_PROGRAM")) program = p;
+  const WorkerCommand job = command_;
+  command_ = resolve_command(program, {});
+  Outcome outcome;
+  {
+    WorkerGroup group(command_, worker_setups(a, 0));
+    outcome = monitor(group, rdzv, 0);
+    if (outcome != Outcome::kSucceeded) group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
+    if (outcome == Outcome::kLocalFailure) {
+      const Worker& w = group.workers()[*group.first_failure()];
+      say(str_cat("preflight failed on rank ", w.rank, " (", describe_wait_status(w.status),
+                  "; its report is above): the program was not started"));
+    }
+  }
+  command_ = job;
+  if (outcome == Outcome::kSucceeded) {
+    say(str_cat("preflight passed on ranks ", a.rank_offset, "..",
+                a.rank_offset + a.local_world_size - 1));
+    return true;
+  }
+  if (outcome != Outcome::kLocalFailure) say("preflight did not finish: the program was not started");
+  return false;
 }
 
 Agent::Outcome Agent::exit_barrier(NodeRendezvous& rdzv, int round, int group_rank) {

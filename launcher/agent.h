@@ -45,6 +45,7 @@ class Agent {
   Outcome exit_barrier(NodeRendezvous& rdzv, int round, int group_rank);
   void on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank);
   void on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank);
+  bool run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv);
 
   const LaunchOptions& options_;
   SignalChannel& signals_;

@@ -122,6 +122,9 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
                  "Seconds without progress of any rank, while one waits in a collective, "
                  "after which spmdrun prints where each rank stands and stops the job (0: off)")
       ->capture_default_str();
+  app.add_flag("--preflight", o.preflight,
+               "Before the program, run spmd-preflight on every rank (store, GPUs, an "
+               "all_reduce, clocks, versions); a failure names the rank and the check");
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "Write worker output to LOG_DIR/RUN_ID/attempt_N/rank_R/{stdout,stderr}.log "
                  "(alone, it implies --tee 3)");

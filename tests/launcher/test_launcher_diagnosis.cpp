@@ -2,7 +2,7 @@
 // collectives (spmd_test_comm_worker): the merged flight-recorder report of
 // a rank killed in the middle of a collective, and --hang-timeout's
 // wavefront table for a rank that sleeps in its own code while the others
-// wait in all_reduce.
+// wait in all_reduce, and --preflight.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -95,4 +95,49 @@ TEST_CASE("spmdrun --hang-timeout: a bad value is refused before anything starts
   RunResult r = run_spmdrun({"--standalone", "--hang-timeout", "-1", "true"}, 20s);
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("--hang-timeout must not be negative") != std::string::npos);
+}
+
+TEST_CASE("spmdrun --preflight: every check passes, then the program runs", "[launcher][preflight]") {
+  const std::string tag = unique_tag();
+  RunResult r = run_spmdrun(comm_job(3, tag, {}, {"--preflight"}), 60s);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  for (const char* line : {"preflight: rank 1: store: ok", "preflight: tcp: ok (all_reduce of 3 ranks)",
+                           "preflight: clock: ok (1 node(s)", "preflight: versions: ok"}) {
+    CHECK(r.out.find(line) != std::string::npos);
+  }
+  const size_t passed = r.err.find("spmdrun: preflight passed on ranks 0..2");
+  CHECK(passed != std::string::npos);
+  CHECK(count(r.out, "DONE rank") == 3);
+}
+
+TEST_CASE("spmdrun --preflight: a failed check names the rank and the check; nothing starts",
+          "[launcher][preflight]") {
+  SECTION("clock") {
+    RunResult r = run_spmdrun(comm_job(2, unique_tag(), {}, {"--preflight"}), 60s,
+                              {"SPMD_PREFLIGHT_MAX_SKEW_MS=-1"});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.find("preflight: rank 0: clock: FAILED: the nodes' clocks differ") !=
+          std::string::npos);
+    CHECK(r.err.find("preflight failed on rank 0") != std::string::npos);
+    CHECK(r.out.find("DONE") == std::string::npos);
+  }
+  SECTION("versions") {
+    // Rank 1 reports another version of the job's own code.
+    const fs::path script = fs::temp_directory_path() / (unique_tag() + ".sh");
+    {
+      std::ofstream out(script);
+      out << "#!/bin/sh\nSPMD_PREFLIGHT_VERSIONS=code-v$RANK exec " << SPMD_PREFLIGHT_PATH << "\n";
+    }
+    fs::permissions(script, fs::perms::owner_all);
+    RunResult r = run_spmdrun(comm_job(2, unique_tag(), {}, {"--preflight"}), 60s,
+                              {"SPMD_PREFLIGHT_PROGRAM=" + script.string()});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.find("preflight: rank 1: versions: FAILED: rank 1 runs") != std::string::npos);
+    CHECK(r.out.find("code-v1 but rank 0 runs") != std::string::npos);
+    CHECK(r.out.find("DONE") == std::string::npos);
+    fs::remove(script);
+  }
 }
