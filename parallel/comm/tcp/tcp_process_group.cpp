@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "parallel/comm/tcp/all_to_all.h"
 #include "parallel/comm/tcp/barrier.h"
@@ -312,17 +313,26 @@ std::exception_ptr TcpProcessGroup::fail(const CommOp& op, std::exception_ptr er
     std::rethrow_exception(error);
   } catch (const LinkError& e) {
     caller_error = e.is_mismatch();
-    cause = e.is_mismatch() ? e.what() : e.what() + peer_report(e.peer());
+    cause = e.what();
+    if (!caller_error) {
+      note_failure();  // so that a rank that diagnoses need not wait for this one
+      cause += peer_report(e.peer());
+    }
   } catch (const TimeoutError& e) {
     timed_out = true;
     cause = str_cat(e.what(), "; ", never_arrived(op));
   } catch (const std::exception& e) {
     cause = e.what();
   }
+  if (caller_error || timed_out) {
+    mesh_->abort();  // the peers fail now, and publish their ledgers
+    cause += desync_report(op.seq);  // the ledger's view: who issued what (desync_check.h)
+  }
   const std::string message =
       str_cat(op.description, " (rank ", rank(), " of ", size(), ") failed: ", cause);
   aborted_ = message;
   set_aborted();
+  dump_flight_record(int64_t(op.seq), message);  // into SPMD_FLIGHT_RECORDER_DIR, when set
   try {  // the first reason recorded wins: it is the root cause the others report
     const std::string mine = str_cat(rank_name(rank()), " reported: ", message);
     store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
@@ -365,11 +375,18 @@ std::string TcpProcessGroup::never_arrived(const CommOp& op) {
 }
 
 // What the group's abort record says, when a peer vanished: often the lost
-// peer (or another) aborted for a reason of its own.
-std::string TcpProcessGroup::peer_report(int peer) {
+// peer (or another) aborted for a reason of its own, and writes the record
+// once it has compared the ranks' ledgers, so this waits a little for it.
+std::string TcpProcessGroup::peer_report(int /*peer*/) {
+  const auto deadline =
+      Mesh::Clock::now() + std::min(slow_after(timeout()), std::chrono::milliseconds(500));
   try {
-    if (store().check({key("abort")}))
-      return "; the group's abort record says: " + store().get_string(key("abort"));
+    for (;;) {
+      if (store().check({key("abort")}))
+        return "; the group's abort record says: " + store().get_string(key("abort"));
+      if (Mesh::Clock::now() >= deadline) return "";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   } catch (...) {
   }
   return "";
