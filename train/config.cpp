@@ -74,6 +74,7 @@ void for_each_field(F&& f, C&... c) {
   f("parallel", "sequence_parallel", c.parallel.sequence_parallel...);
   f("parallel", "pp_schedule", c.parallel.pp_schedule...);
   f("parallel", "pp_microbatches", c.parallel.pp_microbatches...);
+  f("parallel", "pp_stages_per_rank", c.parallel.pp_stages_per_rank...);
   f("parallel", "backend", c.parallel.backend...);
   f("parallel", "fsdp_reshard_after_forward", c.parallel.fsdp_reshard_after_forward...);
   f("checkpoint", "folder", c.checkpoint.folder...);
@@ -361,8 +362,14 @@ void check(const TrainConfig& t, const Checker& c) {
   c.at_least("parallel.pp", p.pp, 1);
   c.at_least("parallel.cp", p.cp, 1);
   c.at_least("parallel.ep", p.ep, 1);
-  c.one_of("parallel.pp_schedule", p.pp_schedule, {"gpipe", "1f1b"});
+  c.one_of("parallel.pp_schedule", p.pp_schedule, {"gpipe", "1f1b", "interleaved", "zbh1"});
   c.at_least("parallel.pp_microbatches", p.pp_microbatches, 0);
+  c.at_least("parallel.pp_stages_per_rank", p.pp_stages_per_rank, 1);
+  c.require((p.pp_schedule == "interleaved") == (p.pp_stages_per_rank > 1),
+            {"parallel.pp_stages_per_rank", "parallel.pp_schedule"},
+            "parallel.pp_stages_per_rank ", p.pp_stages_per_rank, " with pp_schedule \"",
+            p.pp_schedule, "\": the interleaved schedule, and only it, runs 2 or more stages "
+            "per rank");
   c.one_of("parallel.backend", p.backend, {"auto", "tcp", "gloo", "nccl"});
   c.require(p.backend != "nccl" || t.training.device == "cuda",
             {"parallel.backend", "training.device"}, "parallel.backend = \"nccl\" runs collectives on GPUs: it needs training.device = "
@@ -453,8 +460,13 @@ void check_layout(const TrainConfig& c, int world_size) {
                " must divide each rank's batch of ", batch, " sequences (global_batch ",
                c.training.global_batch, " / (dp ", dp, " x microbatches ", c.training.microbatches,
                "))");
-    SPMD_CHECK(p.pp <= m.n_layers, "parallel: pp ", p.pp, " is more than model.n_layers ",
+    const int64_t stages = p.pp * p.pp_stages_per_rank;
+    SPMD_CHECK(stages <= m.n_layers, "parallel: pp ", p.pp, " x pp_stages_per_rank ",
+               p.pp_stages_per_rank, " = ", stages, " stages is more than model.n_layers ",
                m.n_layers, " (every stage needs a layer)");
+    SPMD_CHECK(p.pp_schedule != "interleaved" || pp_microbatches % p.pp == 0,
+               "parallel: the interleaved schedule needs pp_microbatches a multiple of pp ", p.pp,
+               ", got ", pp_microbatches);
     SPMD_CHECK(!m.tie_embeddings, "parallel: pp ", p.pp,
                " with model.tie_embeddings = true: the head would live on the last stage and "
                "its embedding on the first; set model.tie_embeddings = false");

@@ -107,8 +107,9 @@ struct ParallelConfig {
   int64_t cp = 1;
   int64_t ep = 1;
   bool sequence_parallel = false;    // with tp > 1: norms and dropout on T/tp of the sequence
-  std::string pp_schedule = "1f1b";  // "gpipe" or "1f1b"
+  std::string pp_schedule = "1f1b";  // "gpipe", "1f1b", "interleaved" or "zbh1"
   int64_t pp_microbatches = 0;       // 0: pp
+  int64_t pp_stages_per_rank = 1;    // virtual stages per rank; "interleaved" needs 2 or more
   std::string backend = "auto";  // "auto" (nccl on GPUs, else tcp), "tcp" (= "gloo"), "nccl"
   bool fsdp_reshard_after_forward = true;
   bool operator==(const ParallelConfig&) const = default;

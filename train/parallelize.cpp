@@ -4,15 +4,17 @@
 
 #include "autograd/nn/checkpoint_wrapper.h"
 #include "parallel/context_parallel/context_parallel.h"
+#include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
 
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1 || (p.tp == 1 && p.cp == 1 && p.dp_shard == 1), "parallel: pp ", p.pp,
-             " with tp ", p.tp, ", cp ", p.cp, ", dp_shard ", p.dp_shard,
-             ": spmd-train combines pipeline stages with dp_replicate only (set tp, cp and "
-             "dp_shard to 1)");
+  SPMD_CHECK(p.pp == 1 || (p.cp == 1 && p.dp_shard == 1 && !p.sequence_parallel), "parallel: pp ",
+             p.pp, " with cp ", p.cp, ", dp_shard ", p.dp_shard, ", sequence_parallel ",
+             p.sequence_parallel ? "true" : "false",
+             ": spmd-train combines pipeline stages with dp_replicate and tp only (set cp and "
+             "dp_shard to 1, sequence_parallel to false)");
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
@@ -44,8 +46,9 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   // 0. Pipeline: this rank's stage of the model, run by an executor.
   if (p.pp > 1) {
     out.pp = mesh.group_ptr("pp");
-    out.stage = std::make_shared<dist::pp::TransformerStage>(
-        dist::pp::split_model(model, out.pp->rank(), out.pp->size()));
+    for (dist::pp::TransformerStage& st : dist::pp::split_model_interleaved(
+             model, out.pp->rank(), out.pp->size(), int(p.pp_stages_per_rank)))
+      out.stages.push_back(std::make_shared<dist::pp::TransformerStage>(std::move(st)));
     out.stage_replicas = std::make_shared<dist::DeviceMesh>(
         mesh.flatten({"dp_replicate", "dp_shard", "cp", "tp"}, "stage_replicas"));
   }
@@ -93,8 +96,16 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   }
   if (p.pp > 1) {
     const int m = int(p.pp_microbatches == 0 ? p.pp : p.pp_microbatches);
+    std::vector<dist::pp::TransformerStage*> mine;
+    for (const auto& st : out.stages) mine.push_back(st.get());
     out.pipeline = std::make_shared<dist::pp::PipelineExecutor>(
-        *out.stage, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
+        mine, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
+    if (p.tp > 1) {  // the last stage's logits are this rank's share of the vocabulary
+      std::shared_ptr<dist::ProcessGroup> tp = out.tp;
+      out.pipeline->loss_fn = [tp](const Tensor& logits, const Tensor& y) {
+        return dist::tp::vocab_parallel_cross_entropy(logits, y, *tp);
+      };
+    }
   }
   if (out.ep) out.groups.push_back(out.ep->ep);
   for (const char* axis : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp", "dp_shard_cp",
@@ -104,7 +115,12 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
 }
 
 std::vector<std::pair<std::string, Tensor>> Parallelized::named_parameters() const {
-  if (stage) return stage->named_parameters();
+  if (!stages.empty()) {
+    std::vector<std::pair<std::string, Tensor>> all;
+    for (const auto& st : stages)
+      for (auto& named : st->named_parameters()) all.push_back(std::move(named));
+    return all;
+  }
   return model->named_parameters();  // under DDP the same tensors, which it names "module.*"
 }
 

@@ -19,10 +19,12 @@
 // their chunks of each).
 //
 // Pipeline parallelism is the outermost axis, "pp", and the first step: each
-// rank keeps the stage at its pp coordinate (parallel/pipeline), runs it
-// through a PipelineExecutor, and its stage's gradients are averaged over
-// dp_replicate once per step (train/pipeline_train.h). It combines with
-// dp_replicate and activation checkpointing.
+// rank keeps the stage at its pp coordinate (or, interleaved, its
+// pp_stages_per_rank virtual stages; parallel/pipeline), runs them through
+// a PipelineExecutor, and their gradients are averaged over dp_replicate
+// once per step (train/pipeline_train.h). It combines with dp_replicate, tp
+// (each stage's blocks split over its tp ranks, the last stage's loss
+// vocabulary-parallel) and activation checkpointing.
 //
 // Expert parallelism (parallel.ep > 1) splits the experts of every MoE
 // block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
@@ -30,7 +32,7 @@
 // (parallel/expert_parallel); the gradients are then synchronized by
 // ep::sync_gradients after the step's backwards, in place of DDP.
 //
-// Not here: pipeline stages with tp, cp or FSDP, expert parallelism with any
+// Not here: pipeline stages with sequence parallel, cp or FSDP, expert parallelism with any
 // axis but dp_replicate, and HSDP together with context parallelism
 // (check_supported() refuses them, naming the dims).
 #pragma once
@@ -59,10 +61,11 @@ struct Parallelized {
   int64_t dp_rank = 0, dp_size = 1;                    // this rank's data shard
   std::vector<std::shared_ptr<dist::ProcessGroup>> groups;  // every group a strategy uses
 
-  // Under pipeline parallelism (pp > 1): this rank's stage, its executor,
-  // the pp group, and the 1-D mesh of the ranks that hold copies of this
-  // stage (every axis but pp), which a checkpoint writes once per stage.
-  std::shared_ptr<dist::pp::TransformerStage> stage;
+  // Under pipeline parallelism (pp > 1): this rank's stages (one, or
+  // pp_stages_per_rank interleaved), their executor, the pp group, and the
+  // 1-D mesh of the ranks that hold copies of these stages (every axis but
+  // pp), which a checkpoint writes once per stage.
+  std::vector<std::shared_ptr<dist::pp::TransformerStage>> stages;
   std::shared_ptr<dist::pp::PipelineExecutor> pipeline;
   std::shared_ptr<dist::ProcessGroup> pp;
   std::shared_ptr<dist::DeviceMesh> stage_replicas;
@@ -80,7 +83,8 @@ struct Parallelized {
   nn::Module& module() { return ddp ? static_cast<nn::Module&>(*ddp) : *model; }
 };
 
-// Refuses a layout this trainer does not build (pp with tp, cp or dp_shard;
+// Refuses a layout this trainer does not build (pp with sequence parallel,
+// cp or dp_shard;
 // ep with any axis but dp_replicate; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 

@@ -7,6 +7,8 @@
 #include "autograd/grad_mode.h"
 #include "autograd/nn_functional.h"
 #include "autograd/optim/clip_grad.h"
+#include "parallel/placement.h"
+#include "parallel/tensor_parallel/loss.h"
 #include "tensor/ops.h"
 
 namespace spmd::train {
@@ -29,7 +31,10 @@ void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGro
 }
 
 double pipeline_grad_norm(const std::vector<Tensor>& params, dist::ProcessGroup& pp) {
-  Tensor sq = ops::scalar_tensor(optim::local_grad_sq_sum(params), {DType::kF64});
+  // This rank's stages' norm (over their tp pieces, if split), squared,
+  // summed over the stages.
+  const double mine = dist::grad_norm(params);
+  Tensor sq = ops::scalar_tensor(mine * mine, {DType::kF64});
   pp.wait(pp.all_reduce(sq), dist::OpType::kAllReduce);
   return std::sqrt(sq.item<double>());
 }
@@ -43,26 +48,35 @@ double from_last_stage(double value, bool is_last, dist::ProcessGroup& pp) {
 double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T,
                          const Device& device) {
   NoGradGuard no_grad;
-  dist::pp::TransformerStage& stage = *p.stage;
   dist::ProcessGroup& pp = *p.pp;
-  const int64_t C = stage.model().config.d_model;
+  const int ranks = pp.size(), S = ranks * int(p.stages.size());
+  const int64_t C = p.model->config.d_model;
   const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
   double total = 0;
   for (const data::Batch& b : batches) {
-    Tensor x = ops::to(b.x, device);
-    if (!stage.is_first()) {
-      x = ops::empty({b.x.size(0), T, C}, {DType::kF32, device});
-      pp.wait(pp.recv(x, pp.rank() - 1), dist::OpType::kRecv);
-    }
-    const Tensor out = stage.forward(x);
-    if (stage.is_last()) {
-      total += cross_entropy(out, ops::to(b.y, device)).item<double>();
-    } else {
-      pp.wait(pp.send(ops::contiguous(out), pp.rank() + 1), dist::OpType::kSend);
+    Tensor x;  // the activations between this rank's stages
+    for (int s = pp.rank(); s < S; s += ranks) {  // stage s, on rank s % ranks
+      dist::pp::TransformerStage& stage = *p.stages[size_t(s / ranks)];
+      if (stage.is_first()) {
+        x = ops::to(b.x, device);
+      } else {
+        x = ops::empty({b.x.size(0), T, C}, {DType::kF32, device});
+        pp.wait(pp.recv(x, (s - 1) % ranks, s), dist::OpType::kRecv);
+      }
+      const Tensor out = stage.forward(x);
+      if (stage.is_last()) {
+        const Tensor y = ops::to(b.y, device);
+        const Tensor loss = p.tp->size() > 1
+                                ? dist::tp::vocab_parallel_cross_entropy(out, y, *p.tp)
+                                : cross_entropy(out, y);
+        total += loss.item<double>();
+      } else {
+        pp.wait(pp.send(ops::contiguous(out), (s + 1) % ranks, s + 1), dist::OpType::kSend);
+      }
     }
   }
   const double mean = batches.empty() ? 0.0 : total / double(batches.size());
-  return from_last_stage(mean, stage.is_last(), pp);
+  return from_last_stage(mean, p.stages.back()->is_last(), pp);
 }
 
 }  // namespace spmd::train

@@ -6,7 +6,7 @@
 // are the sum of the chunks' means; then, per step:
 //
 //   stage gradients summed over dp_replicate, divided by dp x chunks
-//   grad norm: each stage's squares, summed over the pp ranks
+//   grad norm: each rank's stages' squares (over their tp pieces), summed over pp
 //   loss: the last stage's, given to every stage (a sum over pp of it and zeros)
 //
 // The held-out loss runs the stages forward only, one batch after another.
@@ -34,8 +34,8 @@ double pipeline_grad_norm(const std::vector<Tensor>& params, dist::ProcessGroup&
 double from_last_stage(double value, bool is_last, dist::ProcessGroup& pp);
 
 // The held-out loss: the first windows of the validation split, each run
-// through the stages (activations sent on, no graph kept), the mean on every
-// rank. Collective over the pp group.
+// through the stages in order (activations sent on, no graph kept), the
+// mean on every rank. Collective over the pp group (and tp, when split).
 double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T,
                          const Device& device);
 

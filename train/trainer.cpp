@@ -239,7 +239,7 @@ TrainResult run_training(const TrainConfig& config,
     }
     if (par.pipeline) {
       average_stage_gradients(params, *par.dp, t.microbatches);
-      loss_sum = from_last_stage(loss_sum, par.stage->is_last(), *par.pp);
+      loss_sum = from_last_stage(loss_sum, par.stages.back()->is_last(), *par.pp);
     }
     for (int64_t m = 0; m < t.microbatches && !par.pipeline; ++m) {
       const bool sync = m + 1 == t.microbatches;  // gradients are reduced on the last only

@@ -90,7 +90,8 @@ void PipelineExecutor::forward(const Action& a, const Tensor& ids, const Tensor&
   const int64_t start = trace_now_us();
   const Tensor out = st.forward(f.input);
   if (st.is_last()) {
-    f.output = mul(cross_entropy(out, ops::narrow(targets, 0, mb * b, b)), 1.0 / m);
+    const Tensor y = ops::narrow(targets, 0, mb * b, b);
+    f.output = mul(loss_fn ? loss_fn(out, y) : cross_entropy(out, y), 1.0 / m);
     loss_sum_ += f.output.item<double>();
   } else {
     f.output = out;

@@ -31,6 +31,7 @@
 // so run interleaved pipelines on the TCP backend.
 #pragma once
 
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -69,6 +70,12 @@ class PipelineExecutor {
   double step(const Tensor& ids, const Tensor& targets);
 
   const Schedule& schedule() const { return schedule_; }
+
+  // The loss of one microbatch's logits against its targets (the mean over
+  // its tokens) on the last stage. Unset: cross_entropy. A head whose
+  // vocabulary is split over tensor-parallel ranks gives its own
+  // (tp::vocab_parallel_cross_entropy).
+  std::function<Tensor(const Tensor& logits, const Tensor& targets)> loss_fn;
 
   // The last step's timeline on this rank: each action's compute (from
   // after its receive to before its send) in microseconds since the step

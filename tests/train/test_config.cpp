@@ -274,7 +274,8 @@ tpp = 2
   CHECK(load_error(path) == path +
                                 ":7: unknown key 'parallel.tpp' (parallel has dp_replicate, "
                                 "dp_shard, tp, pp, cp, ep, sequence_parallel, pp_schedule, "
-                                "pp_microbatches, backend, fsdp_reshard_after_forward)");
+                                "pp_microbatches, pp_stages_per_rank, backend, "
+                                "fsdp_reshard_after_forward)");
   const std::string section = dir.write("s.toml", "[model]\n\n[trainin]\nsteps = 3\n");
   CHECK(load_error(section) == section +
                                    ":3: unknown section [trainin] (sections: model, data, "
@@ -341,7 +342,7 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
         "\"constant\", got \"cos\"");
   CHECK(load_error("", {"parallel.pp_schedule=zb"}) ==
         "override --parallel.pp_schedule=zb: parallel.pp_schedule must be one of \"gpipe\", "
-        "\"1f1b\", got \"zb\"");
+        "\"1f1b\", \"interleaved\", \"zbh1\", got \"zb\"");
   CHECK(load_error("", {"model.preset=huge"}) ==
         "override --model.preset=huge: model.preset must be one of \"tiny\", \"small\", "
         "\"gpt2\", \"custom\", got \"huge\"");
@@ -419,8 +420,19 @@ TEST_CASE("check_layout: the dims' product is the world; every split divides", "
   CHECK(layout_error({"model.preset=custom", "model.vocab_size=257", "parallel.tp=2"}, 2) ==
         "parallel: tp 2 must divide model.vocab_size 257");
   CHECK(layout_error({"parallel.pp=8", "training.global_batch=8"}, 8) ==
-        "parallel: pp 8 is more than model.n_layers 4 (every stage needs a layer)");
-  CHECK(layout_error({"parallel.pp=2", "parallel.pp_microbatches=3", "model.tie_embeddings=false"}, 2) ==
+        "parallel: pp 8 x pp_stages_per_rank 1 = 8 stages is more than model.n_layers 4 (every "
+        "stage needs a layer)");
+  CHECK(layout_error({"parallel.pp=2", "parallel.pp_schedule=interleaved",
+                      "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=1",
+                      "model.tie_embeddings=false"},
+                     2) ==
+        "parallel: the interleaved schedule needs pp_microbatches a multiple of pp 2, got 1");
+  CHECK(load_error("", {"parallel.pp_schedule=interleaved"}) ==
+        "override --parallel.pp_schedule=interleaved: parallel.pp_stages_per_rank 1 with "
+        "pp_schedule \"interleaved\": the interleaved schedule, and only it, runs 2 or more "
+        "stages per rank");
+  CHECK(layout_error({"parallel.pp=2", "parallel.pp_microbatches=3", "model.tie_embeddings=false"},
+                     2) ==
         "parallel: pp_microbatches 3 must divide each rank's batch of 8 sequences "
         "(global_batch 8 / (dp 1 x microbatches 1))");
   CHECK(layout_error({"model.seq_len=100", "parallel.cp=8", "parallel.dp_shard=1"}, 8) ==

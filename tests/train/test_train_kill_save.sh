@@ -17,8 +17,10 @@ tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 
-common=(--model.preset=tiny --training.steps=30 --training.global_batch=4 --training.threads=1
-        --parallel.dp_shard=2 --checkpoint.interval=10 --metrics.log_every=100)
+# The small preset (T cut to 64): its steps and its 62 MiB saves are slow
+# enough that the workers are found, and the save caught, between two saves.
+common=(--model.preset=small --model.seq_len=64 --training.steps=12 --training.global_batch=4
+        --training.threads=1 --parallel.dp_shard=2 --checkpoint.interval=4 --metrics.log_every=100)
 
 timeout 300 "$spmdrun" --standalone --nproc-per-node 2 "$train" "${common[@]}" \
   --checkpoint.folder="$tmp/whole" --metrics.run_folder="$tmp/whole_run" >"$tmp/whole.log" 2>&1 ||
@@ -32,25 +34,25 @@ workers() {
   pgrep -f -- "--metrics.run_folder=$tmp/run" | while read -r p; do
     [ "$(ps -o comm= -p "$p")" = spmd-train ] && echo "$p"; done
 }
-# Wait for the step-10 save to be complete, then find the workers while the
-# next steps run, then spin until the step-20 save has begun.
+# Wait for the step-4 save to be complete, then find the workers while the
+# next steps run, then spin until the step-8 save has begun.
 for _ in $(seq 1 3000); do
-  grep -q step_00000010 "$tmp/ck/latest" 2>/dev/null && break
+  grep -q step_00000004 "$tmp/ck/latest" 2>/dev/null && break
   sleep 0.01
 done
-grep -q step_00000010 "$tmp/ck/latest" || fail "no checkpoint at step 10 appeared"
+grep -q step_00000004 "$tmp/ck/latest" || fail "no checkpoint at step 4 appeared"
 victim=$(workers | tail -1)
 [ -n "$victim" ] || fail "no worker to kill"
 deadline=$((SECONDS + 120))
-while [ ! -d "$tmp/ck/step_00000020.tmp" ] && [ $SECONDS -lt $deadline ]; do :; done
+while [ ! -d "$tmp/ck/step_00000008.tmp" ] && [ $SECONDS -lt $deadline ]; do :; done
 kill -9 "$victim"
-[ -d "$tmp/ck/step_00000020.tmp" ] || fail "the step-20 save never began"
+[ -d "$tmp/ck/step_00000008.tmp" ] || fail "the step-8 save never began"
 at_kill=$(cat "$tmp/ck/latest")
-[ "$at_kill" = step_00000010 ] ||
+[ "$at_kill" = step_00000004 ] ||
   fail "the save finished before the kill landed (latest: $at_kill); the test did not cut a save"
 wait $job || fail "the restarted job failed: $(tail -20 "$tmp/run.log")"
-grep -q "resumed from $tmp/ck at step 10 " "$tmp/run.log" ||
-  fail "the job did not resume from step 10: $(grep -a resumed "$tmp/run.log")"
+grep -q "resumed from $tmp/ck at step 4 " "$tmp/run.log" ||
+  fail "the job did not resume from step 4: $(grep -a resumed "$tmp/run.log")"
 
 /usr/bin/python3 - "$tmp/whole_run/metrics_rank0.jsonl" "$tmp/run/metrics_rank0.jsonl" <<'PY' ||
 import json, sys
@@ -58,11 +60,11 @@ whole = {json.loads(l)["step"]: json.loads(l)["loss"] for l in open(sys.argv[1])
 got = {}
 for line in open(sys.argv[2]):
     r = json.loads(line); got[r["step"]] = r["loss"]  # a resumed step overwrites the lost one
-assert sorted(got) == list(range(30)), f"steps {sorted(got)}"
-for s in range(30):
+assert sorted(got) == list(range(12)), f"steps {sorted(got)}"
+for s in range(12):
     rel = abs(got[s] - whole[s]) / abs(whole[s])
     assert rel <= 2.5e-7, f"step {s}: {got[s]} vs {whole[s]}"
-print("killed mid-save at step 20, resumed from step 10; all 30 steps match the uninterrupted run")
+print("killed mid-save at step 8, resumed from step 4; all 12 steps match the uninterrupted run")
 PY
   fail "losses differ"
 echo "OK"

@@ -177,6 +177,14 @@ TEST_CASE("spmd-train with pipeline stages (and dp) trains as one process", "[tr
   check_layout(4, {"parallel.pp=2", "parallel.dp_replicate=2", "training.microbatches=2",
                    "training.activation_checkpointing=\"full\""},
                "pp 2 x ddp 2, 2 accumulation chunks, activation checkpointing", untied);
+  check_layout(2, {"parallel.pp=2", "parallel.pp_schedule=\"interleaved\"",
+                   "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
+               "pp 2, interleaved 1f1b, 2 stages per rank", untied);
+  check_layout(2, {"parallel.pp=2", "parallel.pp_schedule=\"zbh1\"", "parallel.pp_microbatches=4"},
+               "pp 2, zero-bubble zbh1", untied);
+  check_layout(4, {"parallel.pp=2", "parallel.tp=2"}, "pp 2 x tp 2", clipped);
+  check_layout(8, {"parallel.dp_replicate=2", "parallel.tp=2", "parallel.pp=2"},
+               "dp 2 x tp 2 x pp 2 on 8 ranks", clipped);
 }
 
 TEST_CASE("spmd-train with experts split over ranks trains as one process", "[train][ep][equivalence]") {
@@ -275,6 +283,10 @@ TEST_CASE("a run saved with pipeline stages resumes with or without them",
                     {2, {"parallel.pp=2"}, 0.0, "pp 2 -> pp 2"},
                     {4, {"parallel.pp=2", "parallel.dp_replicate=2"}, 1e-5, "pp 2 -> pp 2 x ddp 2"},
                     {2, {"parallel.dp_shard=2"}, 1e-5, "pp 2 -> fsdp 2"},
+                    {4, {"parallel.pp=2", "parallel.tp=2"}, 1e-5, "pp 2 -> pp 2 x tp 2"},
+                    {2, {"parallel.pp=2", "parallel.pp_schedule=\"interleaved\"",
+                         "parallel.pp_stages_per_rank=2"},
+                     1e-5, "pp 2 -> pp 2 interleaved"},
                     {1, {}, 1e-5, "pp 2 -> one process"},
                 });
   // And the other way: a run saved without stages resumes on 4 of them.
