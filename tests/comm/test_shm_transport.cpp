@@ -242,6 +242,67 @@ TEST_CASE("bad transport settings fail at set-up, naming what is wrong", "[comm]
   }
 }
 
+TEST_CASE("ranks that set the transport differently fail at set-up, naming both settings",
+          "[comm][shm]") {
+  auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+    ScopedEnv transport("SPMD_TRANSPORT", rank == 0 ? "tcp" : "auto");
+    try {
+      join(rank, 2, store, std::chrono::seconds(5));
+      report("ok");
+    } catch (const Error& e) {
+      report(e.what());
+    }
+  });
+  for (const auto& o : outcomes) {
+    CHECK_THAT(o.report, Catch::Contains("SPMD_TRANSPORT=tcp") &&
+                             Catch::Contains("SPMD_TRANSPORT=auto") &&
+                             Catch::Contains("every rank must set them alike"));
+  }
+}
+
+TEST_CASE("a segment /dev/shm cannot hold: auto keeps TCP for the pair, shm fails saying why",
+          "[comm][shm]") {
+  const char* kHuge = "1099511627776";  // 1 TiB rings: more than any /dev/shm
+  SECTION("pair segments, auto: TCP links, the group segment still used") {
+    ScopedEnv ring("SPMD_SHM_RING_BYTES", kHuge);
+    REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+      expect(mapped_segments() == 1, "rank ", g.rank(), " maps ", mapped_segments(), " segments");
+      Tensor t = floats(1 << 18, float(g.rank() + 1));
+      g.all_reduce(t).wait();
+      expect(static_cast<float*>(t.raw_data())[12345] == 6.f, "all_reduce through the segment");
+      Tensor x = floats(1000, float(g.rank()));
+      Work s = g.send(x, (g.rank() + 1) % 3);
+      Tensor y = floats(1000, -1.f);
+      g.recv(y, (g.rank() + 2) % 3).wait();
+      s.wait();
+      expect(static_cast<float*>(y.raw_data())[999] == float((g.rank() + 2) % 3), "p2p over TCP");
+    }));
+  }
+  SECTION("the group segment, auto: shared-memory pairs, all_reduce on the ring") {
+    ScopedEnv slot("SPMD_SHM_SLOT_BYTES", kHuge);
+    REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+      expect(mapped_segments() == 4, "rank ", g.rank(), " maps ", mapped_segments(), " segments");
+      Tensor t = floats(1 << 18, float(g.rank() + 1));
+      g.all_reduce(t).wait();
+      expect(static_cast<float*>(t.raw_data())[12345] == 6.f, "all_reduce on the ring");
+    }));
+  }
+  SECTION("pair segments, shm forced: an error naming the call") {
+    ScopedEnv ring("SPMD_SHM_RING_BYTES", kHuge);
+    ScopedEnv transport("SPMD_TRANSPORT", "shm");
+    auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+      try {
+        join(rank, 2, store, std::chrono::seconds(5));
+        report("ok");
+      } catch (const Error& e) {
+        report(e.what());
+      }
+    });
+    CHECK_THAT(outcomes[0].report, Catch::Contains("posix_fallocate"));
+    CHECK_THAT(outcomes[1].report, Catch::Contains("could not make the shared-memory segment"));
+  }
+}
+
 TEST_CASE("a rank killed by SIGKILL over shared memory: the others fail fast, nothing is leaked",
           "[comm][shm][failure]") {
   const int world = 3, victim = 0;  // rank 0 created every segment it shares
