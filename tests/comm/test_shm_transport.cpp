@@ -1,5 +1,5 @@
-// The shared-memory transport (parallel/comm/tcp/shm_channel.h): the ring
-// against a reference byte stream (two threads), which pairs get shared
+// The shared-memory transport (parallel/comm/tcp/shm_channel.h) in real
+// processes (the ring alone: test_shm_ring.cpp): which pairs get shared
 // memory under SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT (seen in each
 // rank's own mappings), bad settings, a rank killed by SIGKILL (the others
 // fail fast, naming it, and no segment is left in /dev/shm), and a stress run
@@ -15,14 +15,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "harness.h"
 #include "parallel/comm/init.h"
-#include "parallel/comm/tcp/shm_ring.h"
 
 using namespace spmd;
 using namespace spmd::dist;
@@ -81,99 +79,6 @@ Tensor floats(int64_t n, float value) {
 }
 
 }  // namespace
-
-TEST_CASE("the ring carries a byte stream intact through wrap-around, in pieces of any size",
-          "[comm][shm]") {
-  using namespace spmd::dist::tcp;
-  constexpr size_t kCapacity = 4096, kTotal = 3 << 20;
-  void* mem = std::aligned_alloc(kCacheLine, sizeof(RingControl) + kCapacity);
-  auto* control = new (mem) RingControl();
-  char* data = static_cast<char*>(mem) + sizeof(RingControl);
-  RingWriter writer(control, data, kCapacity);
-  RingReader reader(control, data, kCapacity);
-  auto byte_at = [](size_t i) { return char((i * 2654435761u) >> 13); };
-
-  std::thread producer([&] {
-    std::mt19937 rng(1);
-    std::vector<char> a(10000), b(10000);
-    for (size_t sent = 0; sent < kTotal;) {
-      const size_t n1 = std::min<size_t>(rng() % 9000 + 1, kTotal - sent);
-      const size_t n2 = std::min<size_t>(rng() % 300, kTotal - sent - n1);
-      for (size_t i = 0; i < n1; ++i) a[i] = byte_at(sent + i);
-      for (size_t i = 0; i < n2; ++i) b[i] = byte_at(sent + n1 + i);
-      iovec iov[2] = {{a.data(), n1}, {b.data(), n2}};
-      size_t done = 0;
-      while (done < n1 + n2) {  // resubmit the rest after a partial write
-        iovec rest[2];
-        size_t k = 0, skip = done;
-        for (const iovec& v : iov) {
-          if (skip >= v.iov_len) {
-            skip -= v.iov_len;
-            continue;
-          }
-          rest[k++] = {static_cast<char*>(v.iov_base) + skip, v.iov_len - skip};
-          skip = 0;
-        }
-        bool wake = false;
-        const size_t w = writer.write(rest, k, wake);
-        if (w == 0) std::this_thread::yield();
-        done += w;
-      }
-      sent += n1 + n2;
-    }
-  });
-  std::mt19937 rng(2);
-  std::vector<char> got(kTotal);
-  size_t received = 0;
-  bool peeked_ok = true;
-  while (received < kTotal) {
-    char first = 0;
-    if (reader.peek(&first, 1) == 1 && first != byte_at(received)) peeked_ok = false;
-    const size_t want = std::min<size_t>(rng() % 7000 + 1, kTotal - received);
-    iovec iov{got.data() + received, want};
-    bool wake = false;
-    const size_t r = reader.read(&iov, 1, wake);
-    if (r == 0) std::this_thread::yield();
-    received += r;
-  }
-  producer.join();
-  size_t bad = kTotal;
-  for (size_t i = 0; i < kTotal && bad == kTotal; ++i) {
-    if (got[i] != byte_at(i)) bad = i;
-  }
-  CHECK(bad == kTotal);
-  CHECK(peeked_ok);
-  std::free(mem);
-}
-
-TEST_CASE("a sleeper's flag makes the next write ask for a wake-up, once", "[comm][shm]") {
-  using namespace spmd::dist::tcp;
-  constexpr size_t kCapacity = 4096;
-  void* mem = std::aligned_alloc(kCacheLine, sizeof(RingControl) + kCapacity);
-  auto* control = new (mem) RingControl();
-  char* data = static_cast<char*>(mem) + sizeof(RingControl);
-  RingWriter writer(control, data, kCapacity);
-  RingReader reader(control, data, kCapacity);
-  char buf[kCapacity] = {};
-  iovec one{buf, 8};
-  bool wake = true;
-  CHECK_FALSE(reader.arm());  // empty: it may sleep
-  writer.write(&one, 1, wake);
-  CHECK(wake);  // the writer must ring
-  writer.write(&one, 1, wake);
-  CHECK_FALSE(wake);    // the flag was cleared by the first ring
-  CHECK(reader.arm());  // bytes are there: do not sleep
-  iovec all{buf, kCapacity};
-  reader.read(&all, 1, wake);
-  CHECK_FALSE(wake);
-  iovec full{buf, kCapacity};
-  CHECK(writer.write(&full, 1, wake) == kCapacity);
-  CHECK_FALSE(writer.arm());  // full: the writer may sleep
-  iovec some{buf, 100};
-  CHECK(reader.read(&some, 1, wake) == 100);
-  CHECK(wake);  // the reader must ring for the sleeping writer
-  std::free(mem);
-}
 
 TEST_CASE("same-host pairs map shared memory; tcp forces sockets; a host split mixes them",
           "[comm][shm]") {
@@ -239,6 +144,67 @@ TEST_CASE("bad transport settings fail at set-up, naming what is wrong", "[comm]
       CHECK_THAT(o.report, Catch::Contains("SPMD_TRANSPORT=shm: ranks") &&
                                Catch::Contains("not on one host"));
     }
+  }
+}
+
+TEST_CASE("ranks that set the transport differently fail at set-up, naming both settings",
+          "[comm][shm]") {
+  auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+    ScopedEnv transport("SPMD_TRANSPORT", rank == 0 ? "tcp" : "auto");
+    try {
+      join(rank, 2, store, std::chrono::seconds(5));
+      report("ok");
+    } catch (const Error& e) {
+      report(e.what());
+    }
+  });
+  for (const auto& o : outcomes) {
+    CHECK_THAT(o.report, Catch::Contains("SPMD_TRANSPORT=tcp") &&
+                             Catch::Contains("SPMD_TRANSPORT=auto") &&
+                             Catch::Contains("every rank must set them alike"));
+  }
+}
+
+TEST_CASE("a segment /dev/shm cannot hold: auto keeps TCP for the pair, shm fails saying why",
+          "[comm][shm]") {
+  const char* kHuge = "1099511627776";  // 1 TiB rings: more than any /dev/shm
+  SECTION("pair segments, auto: TCP links, the group segment still used") {
+    ScopedEnv ring("SPMD_SHM_RING_BYTES", kHuge);
+    REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+      expect(mapped_segments() == 1, "rank ", g.rank(), " maps ", mapped_segments(), " segments");
+      Tensor t = floats(1 << 18, float(g.rank() + 1));
+      g.all_reduce(t).wait();
+      expect(static_cast<float*>(t.raw_data())[12345] == 6.f, "all_reduce through the segment");
+      Tensor x = floats(1000, float(g.rank()));
+      Work s = g.send(x, (g.rank() + 1) % 3);
+      Tensor y = floats(1000, -1.f);
+      g.recv(y, (g.rank() + 2) % 3).wait();
+      s.wait();
+      expect(static_cast<float*>(y.raw_data())[999] == float((g.rank() + 2) % 3), "p2p over TCP");
+    }));
+  }
+  SECTION("the group segment, auto: shared-memory pairs, all_reduce on the ring") {
+    ScopedEnv slot("SPMD_SHM_SLOT_BYTES", kHuge);
+    REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+      expect(mapped_segments() == 4, "rank ", g.rank(), " maps ", mapped_segments(), " segments");
+      Tensor t = floats(1 << 18, float(g.rank() + 1));
+      g.all_reduce(t).wait();
+      expect(static_cast<float*>(t.raw_data())[12345] == 6.f, "all_reduce on the ring");
+    }));
+  }
+  SECTION("pair segments, shm forced: an error naming the call") {
+    ScopedEnv ring("SPMD_SHM_RING_BYTES", kHuge);
+    ScopedEnv transport("SPMD_TRANSPORT", "shm");
+    auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+      try {
+        join(rank, 2, store, std::chrono::seconds(5));
+        report("ok");
+      } catch (const Error& e) {
+        report(e.what());
+      }
+    });
+    CHECK_THAT(outcomes[0].report, Catch::Contains("posix_fallocate"));
+    CHECK_THAT(outcomes[1].report, Catch::Contains("could not make the shared-memory segment"));
   }
 }
 

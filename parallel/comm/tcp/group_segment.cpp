@@ -7,6 +7,7 @@
 
 #include "parallel/comm/tcp/shm_ring.h"
 #include "runtime/error.h"
+#include "runtime/logging.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -30,36 +31,62 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
                                                     std::chrono::milliseconds timeout) {
   SPMD_CHECK(slot_bytes > 0 && slot_bytes % kCacheLine == 0, "shared segment slot of ", slot_bytes,
              " bytes: must be a positive multiple of ", kCacheLine);
-  const std::string name_key = group + "/shm_segment", all_key = group + "/shm_segment_all";
   const std::string who = "group " + group;
   const size_t bytes = total_bytes(size, slot_bytes);
-  if (rank == 0) {
-    SharedSegment s = create_segment(bytes, "group", who);
-    new (s.base) GroupHeader{kGroupMagic, uint64_t(size), slot_bytes};
-    store.set(name_key, s.name);
-    try {
-      store.wait({all_key}, timeout);
-    } catch (...) {
-      ::shm_unlink(s.name.c_str());
-      unmap_segment(s);
-      throw;
-    }
-    ::shm_unlink(s.name.c_str());  // every rank has it mapped
-    return std::unique_ptr<GroupSegment>(new GroupSegment(std::move(s), size, slot_bytes));
-  }
   SharedSegment s;
-  const Bytes value = store.get(name_key, timeout);
-  s.name.assign(value.begin(), value.end());
-  s.bytes = bytes;
-  s.base = open_segment(s.name, bytes, /*unlink=*/false, who);
-  const auto* h = static_cast<const GroupHeader*>(s.base);
-  if (h->magic != kGroupMagic || h->ranks != uint64_t(size) || h->slot_bytes != slot_bytes) {
-    unmap_segment(s);
-    SPMD_THROW(CommError, "group ", group, ": the shared segment ", s.name,
-               " does not match this rank's settings (SPMD_SHM_SLOT_BYTES must be alike on "
-               "every rank)");
+  std::string why;  // why this rank has no segment
+  if (rank == 0) {
+    try {
+      s = create_segment(bytes, "group", who);
+      new (s.base) GroupHeader{kGroupMagic, uint64_t(size), slot_bytes};
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    store.set(group + "/shm_segment", s.name);  // empty: there is none
+  } else {
+    const Bytes value = store.get(group + "/shm_segment", timeout);
+    s.name.assign(value.begin(), value.end());
+    if (s.name.empty()) {
+      why = "rank 0 could not make it";
+    } else {
+      try {
+        s.base = open_segment(s.name, bytes, /*unlink=*/false, who);
+        s.bytes = bytes;
+        const auto* h = static_cast<const GroupHeader*>(s.base);
+        SPMD_CHECK(
+            h->magic == kGroupMagic && h->ranks == uint64_t(size) && h->slot_bytes == slot_bytes,
+            "group ", group, ": the shared segment ", s.name,
+            " does not match this rank's settings (SPMD_SHM_SLOT_BYTES must be alike on "
+            "every rank)");
+      } catch (const Error& e) {
+        unmap_segment(s);
+        s.base = nullptr;
+        why = e.what();
+      }
+    }
   }
-  if (store.add(group + "/shm_segment_mapped", 1) == size - 1) store.set(all_key, "1");
+  // Every rank says whether it has the segment mapped; it is used only if all do.
+  store.set(str_cat(group, "/shm_segment_ok/", rank), why.empty() ? "1" : "0");
+  bool all = true;
+  try {
+    for (int r = 0; r < size && all; ++r) {
+      const Bytes ok = store.get(str_cat(group, "/shm_segment_ok/", r), timeout);
+      all = ok.size() == 1 && ok[0] == '1';
+    }
+  } catch (...) {
+    if (rank == 0 && s.base) ::shm_unlink(s.name.c_str());
+    unmap_segment(s);
+    throw;
+  }
+  if (rank == 0 && s.base) ::shm_unlink(s.name.c_str());  // every rank has mapped it, or never will
+  if (!all) {
+    if (!why.empty()) {
+      SPMD_LOG_WARN("group ", group, ": no shared segment for all_reduce (", why,
+                    "); all_reduce stays on the ring");
+    }
+    unmap_segment(s);
+    return nullptr;
+  }
   return std::unique_ptr<GroupSegment>(new GroupSegment(std::move(s), size, slot_bytes));
 }
 

@@ -7,9 +7,11 @@
 //   + ranks * slot_bytes       set 1: the same
 //
 // Set-up, through the store: rank 0 creates it (shm_segment.h) and publishes
-// its name under <group>/shm_segment; every other rank maps it and counts
-// itself under <group>/shm_segment_mapped (the last to do so sets
-// <group>/shm_segment_all); rank 0 then unlinks the name. A group's ranks
+// its name under <group>/shm_segment (empty when it could not); every other
+// rank maps it; every rank then says under <group>/shm_segment_ok/<rank>
+// whether it has it, and reads what the others said; rank 0 unlinks the
+// name. The group uses the segment only if every rank has it (else it warns
+// and all_reduce stays on the ring), so the ranks agree. A group's ranks
 // never write a slot while another reads it: the algorithm's barriers (over
 // the links) order every access.
 //
@@ -28,7 +30,8 @@ namespace spmd::dist::tcp {
 
 class GroupSegment {
  public:
-  // Every rank of the group calls it. slot_bytes: a multiple of 64.
+  // Every rank of the group calls it. slot_bytes: a multiple of 64. Null
+  // when some rank could not make or map the segment.
   static std::unique_ptr<GroupSegment> connect(Store& store, const std::string& group, int rank,
                                                int size, size_t slot_bytes,
                                                std::chrono::milliseconds timeout);

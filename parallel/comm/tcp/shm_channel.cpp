@@ -13,6 +13,7 @@
 
 #include "parallel/comm/tcp/shm_segment.h"
 #include "runtime/error.h"
+#include "runtime/logging.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -159,40 +160,75 @@ void ShmChannel::ring_doorbell() {
 // Three passes, so no rank waits on one that waits on it: every lower end
 // offers its segments (small sends the socket buffers take at once), every
 // higher end opens what it was offered and acknowledges, every lower end
-// reads its acknowledgements.
+// reads its acknowledgements. An offer without a name, or an
+// acknowledgement of 0, says that this end could not make or map the
+// segment: with `fallback` the pair keeps its socket, else both fail.
 std::vector<std::unique_ptr<Channel>> make_channels(std::vector<int> fds,
                                                     const std::vector<bool>& use_shm, int rank,
-                                                    size_t ring_bytes, net::Deadline deadline) {
+                                                    size_t ring_bytes, bool fallback,
+                                                    net::Deadline deadline) {
   const int size = int(fds.size());
   SPMD_CHECK(ring_bytes >= 4096 && (ring_bytes & (ring_bytes - 1)) == 0, "shared-memory ring of ",
              ring_bytes, " bytes: must be a power of two >= 4096");
   std::vector<std::unique_ptr<Channel>> channels(size);
   std::vector<SharedSegment> created(size);
+  auto give_up = [&](int peer, const std::string& why) {
+    if (!fallback) SPMD_THROW(CommError, why);
+    SPMD_LOG_WARN(why, "; rank ", rank, " and rank ", peer, " use TCP instead");
+  };
   try {
     for (int peer = rank + 1; peer < size; ++peer) {
       if (!use_shm[peer]) continue;
-      created[peer] = create_pair_segment(ring_bytes, rank, peer);
       Offer offer;
-      offer.ring_bytes = ring_bytes;
-      std::memcpy(offer.name, created[peer].name.c_str(), created[peer].name.size());
+      try {
+        created[peer] = create_pair_segment(ring_bytes, rank, peer);
+        offer.ring_bytes = ring_bytes;
+        std::memcpy(offer.name, created[peer].name.c_str(), created[peer].name.size());
+      } catch (const Error& e) {
+        net::send_all(fds[peer], &offer, sizeof offer, deadline);  // no name: declined
+        give_up(peer, e.what());
+        continue;
+      }
       net::send_all(fds[peer], &offer, sizeof offer, deadline);
     }
     for (int peer = 0; peer < rank; ++peer) {
       if (!use_shm[peer]) continue;
       Offer offer;
       net::recv_all(fds[peer], &offer, sizeof offer, deadline);
+      if (offer.name[0] == '\0') {
+        give_up(peer, str_cat("rank ", peer,
+                              " could not make the shared-memory segment "
+                              "for this pair (its log says why)"));
+        continue;
+      }
       size_t bytes = 0;
-      void* base = open_pair_segment(offer, peer, bytes);
+      void* base = nullptr;
+      try {
+        base = open_pair_segment(offer, peer, bytes);
+      } catch (const Error& e) {
+        const char nak = 0;
+        net::send_all(fds[peer], &nak, 1, deadline);
+        give_up(peer, e.what());
+        continue;
+      }
       channels[peer] = std::make_unique<ShmChannel>(fds[peer], base, bytes, /*lower=*/false);
       fds[peer] = -1;
       const char ack = 1;
       net::send_all(channels[peer]->fd(), &ack, 1, deadline);
     }
     for (int peer = rank + 1; peer < size; ++peer) {
-      if (!use_shm[peer]) continue;
+      if (!use_shm[peer] || created[peer].base == nullptr) continue;
       char ack = 0;
       net::recv_all(fds[peer], &ack, 1, deadline);
       ::shm_unlink(created[peer].name.c_str());
+      if (ack != 1) {
+        unmap_segment(created[peer]);
+        created[peer] = SharedSegment{};
+        give_up(peer, str_cat("rank ", peer,
+                              " could not map the shared-memory segment for "
+                              "this pair (its log says why)"));
+        continue;
+      }
       channels[peer] = std::make_unique<ShmChannel>(fds[peer], created[peer].base,
                                                     created[peer].bytes, /*lower=*/true);
       created[peer] = SharedSegment{};

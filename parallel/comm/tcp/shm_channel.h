@@ -69,10 +69,13 @@ class ShmChannel final : public Channel {
 // Turns the sockets to the peers marked in `use_shm` into shared-memory
 // channels (the others into SocketChannels); every rank of the group calls
 // it with the same marks. fds[rank] is -1. Rings of ring_bytes (a power of
-// two) each way. Throws CommError (naming the peer and the system call) when
-// a segment cannot be made or mapped, TimeoutError past the deadline.
+// two) each way. When a segment cannot be made or mapped (/dev/shm full, say)
+// the pair keeps TCP with a warning if `fallback`, else both ends throw
+// CommError naming the peer and the system call; TimeoutError past the
+// deadline.
 std::vector<std::unique_ptr<Channel>> make_channels(std::vector<int> fds,
                                                     const std::vector<bool>& use_shm, int rank,
-                                                    size_t ring_bytes, net::Deadline deadline);
+                                                    size_t ring_bytes, bool fallback,
+                                                    net::Deadline deadline);
 
 }  // namespace spmd::dist::tcp

@@ -40,11 +40,12 @@ SharedSegment create_segment(size_t bytes, const std::string& tag, const std::st
   s.bytes = bytes;
   const int fd = ::shm_open(s.name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) fail_sys("shm_open", s.name, who, errno);
-  if (::ftruncate(fd, off_t(bytes)) != 0) {
-    const int err = errno;
+  // Every page is reserved now: on a full tmpfs, touching an unreserved page
+  // of a mapping would kill the process with SIGBUS later.
+  if (const int err = ::posix_fallocate(fd, 0, off_t(bytes)); err != 0) {
     ::close(fd);
     ::shm_unlink(s.name.c_str());
-    fail_sys("ftruncate", s.name, who, err);
+    fail_sys("posix_fallocate", s.name, who, err);
   }
   try {
     s.base = map_and_close(fd, bytes, s.name, who);

@@ -17,9 +17,10 @@ struct SharedSegment {
   size_t bytes = 0;
 };
 
-// Creates and maps a segment of `bytes`. `tag` goes into the name; `who`
-// into errors ("rank 3", "group world"). Throws CommError naming the call
-// that failed.
+// Creates and maps a segment of `bytes`, every page reserved (so a full
+// /dev/shm fails here, not later). `tag` goes into the name; `who` into
+// errors ("rank 3", "group world"). Throws CommError naming the call that
+// failed.
 SharedSegment create_segment(size_t bytes, const std::string& tag, const std::string& who);
 // Opens and maps the segment `name`, which must have `bytes`; unlinks the
 // name at once when `unlink`.

@@ -57,7 +57,7 @@ TcpProcessGroup::TcpProcessGroup(std::shared_ptr<Store> store, int rank, int siz
       tuning_(Tuning::from_env()) {}
 
 // The channels to every peer (transport.h: sockets, shared memory for the
-// peers on this host), then, when every peer is on this host, the segment
+// peers on this host), then, when every rank is on this host, the segment
 // the whole group shares (group_segment.h).
 void TcpProcessGroup::connect() {
   GroupChannels channels =
@@ -68,7 +68,7 @@ void TcpProcessGroup::connect() {
       links[peer] = std::make_unique<Link>(peer, std::move(channels.collective[peer]));
     }
   }
-  if (size() > 1 && channels.one_host && tuning_.shm_slot_bytes > 0) {
+  if (size() > 1 && channels.whole_group_shm && tuning_.shm_slot_bytes > 0) {
     segment_ =
         GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes, timeout());
   }

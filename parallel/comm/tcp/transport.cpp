@@ -19,9 +19,11 @@ const char* transport_name(Transport t) {
   return t == Transport::kShm ? "shm" : t == Transport::kTcp ? "tcp" : "auto";
 }
 
-// "<transport>;<split>;<identity>": what a rank publishes.
-std::string describe(const TransportChoice& c) {
-  return str_cat(transport_name(c.transport), ";", c.host_split, ";", host_identity());
+// The settings every rank must share, as a person reads them.
+std::string settings(const TransportChoice& c) {
+  return str_cat("SPMD_TRANSPORT=", transport_name(c.transport),
+                 " SPMD_TRANSPORT_HOST_SPLIT=", c.host_split,
+                 " SPMD_SHM_SLOT_BYTES=", c.slot_bytes);
 }
 
 }  // namespace
@@ -61,14 +63,16 @@ std::string host_identity() {
                  has_shm ? str_cat(st.st_dev, ":", st.st_ino) : std::string("no-dev-shm"));
 }
 
-std::vector<bool> shm_peers(Store& store, const std::string& group, int rank, int size,
-                            std::chrono::milliseconds timeout, const TransportChoice& choice) {
-  std::vector<bool> shm(size, false);
-  if (size == 1) return shm;
-  const std::string mine = describe(choice);
+ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
+                  std::chrono::milliseconds timeout, const TransportChoice& choice) {
+  ShmPlan plan;
+  std::vector<bool>& shm = plan.peers;
+  shm.assign(size, false);
+  if (size == 1) return plan;
+  bool all_same = true;
+  const std::string my_settings = settings(choice), my_host = host_identity();
   auto key = [&](int r) { return str_cat(group, "/host/", r); };
-  store.set(key(rank), mine);
-  const std::string my_setting = mine.substr(0, mine.find(';', mine.find(';') + 1));
+  store.set(key(rank), my_settings + "|" + my_host);  // a host name has no '|'
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Bytes value;
@@ -79,35 +83,40 @@ std::vector<bool> shm_peers(Store& store, const std::string& group, int rank, in
                  " never published its host identity (", e.what(), ")");
     }
     const std::string theirs(value.begin(), value.end());
-    const size_t cut = theirs.find(';', theirs.find(';') + 1);
-    const std::string their_setting = theirs.substr(0, cut);
-    SPMD_CHECK(their_setting == my_setting, "group ", group, ": rank ", rank,
-               " has SPMD_TRANSPORT;SPMD_TRANSPORT_HOST_SPLIT = ", my_setting, " but rank ", peer,
-               " has ", their_setting, ": every rank must set them alike");
+    const size_t cut = theirs.find('|');
+    const std::string their_settings = theirs.substr(0, cut);
+    const std::string their_host = cut == std::string::npos ? "" : theirs.substr(cut + 1);
+    SPMD_CHECK(their_settings == my_settings, "group ", group, ": rank ", rank, " has ",
+               my_settings, " but rank ", peer, " has ", their_settings,
+               ": every rank must set them alike");
     const bool split_apart =
         choice.host_split > 0 && (rank < choice.host_split) != (peer < choice.host_split);
-    const bool same_host = !split_apart && theirs.substr(cut + 1) == host_identity();
+    const bool same_host = !split_apart && their_host == my_host;
     if (choice.transport == Transport::kShm) {
       SPMD_CHECK(same_host, "SPMD_TRANSPORT=shm: ranks ", rank, " and ", peer, " of group ", group,
                  " are not on one host (",
                  split_apart ? str_cat("SPMD_TRANSPORT_HOST_SPLIT=", choice.host_split)
-                             : str_cat(host_identity(), " vs ", theirs.substr(cut + 1)),
+                             : str_cat(my_host, " vs ", their_host),
                  "); use SPMD_TRANSPORT=auto or tcp");
     }
     shm[peer] = same_host && choice.transport != Transport::kTcp;
+    all_same &= same_host;
   }
-  return shm;
+  // Identities all equal to this rank's are all equal: every rank concludes alike.
+  plan.whole_group = all_same && choice.transport != Transport::kTcp;
+  return plan;
 }
 
 GroupChannels connect_channels(Store& store, const std::string& group, int rank, int size,
                                std::chrono::milliseconds timeout, const std::string& route_hint,
                                const Tuning& tuning) {
-  const TransportChoice choice = transport_from_env();  // a bad value fails before any I/O
+  TransportChoice choice = transport_from_env();  // a bad value fails before any I/O
+  choice.slot_bytes = tuning.shm_slot_bytes;
   MeshSockets sockets =
       connect_mesh(store, group, rank, size, timeout, route_hint, tuning.send_buffer_bytes);
-  std::vector<bool> shm;
+  ShmPlan plan;
   try {
-    shm = shm_peers(store, group, rank, size, timeout, choice);
+    plan = shm_peers(store, group, rank, size, timeout, choice);
   } catch (...) {
     for (int fd : sockets.collective)
       if (fd >= 0) ::close(fd);
@@ -118,16 +127,18 @@ GroupChannels connect_channels(Store& store, const std::string& group, int rank,
   const auto deadline = net::Clock::now() + timeout;
   GroupChannels out;
   std::vector<int> p2p = std::move(sockets.p2p);
+  const bool fallback = choice.transport == Transport::kAuto;
   try {
-    out.collective =
-        make_channels(std::move(sockets.collective), shm, rank, tuning.shm_ring_bytes, deadline);
+    out.collective = make_channels(std::move(sockets.collective), plan.peers, rank,
+                                   tuning.shm_ring_bytes, fallback, deadline);
   } catch (...) {
     for (int fd : p2p)
       if (fd >= 0) ::close(fd);
     throw;
   }
-  out.p2p = make_channels(std::move(p2p), shm, rank, tuning.shm_ring_bytes, deadline);
-  out.one_host = std::count(shm.begin(), shm.end(), true) == size - 1;
+  out.p2p =
+      make_channels(std::move(p2p), plan.peers, rank, tuning.shm_ring_bytes, fallback, deadline);
+  out.whole_group_shm = plan.whole_group;
   return out;
 }
 

@@ -15,8 +15,9 @@
 //   tcp                 TCP for every pair.
 // SPMD_TRANSPORT_HOST_SPLIT=k makes group ranks below k and ranks from k on
 // count as two hosts (for tests and benchmarks: a mixed world on one
-// machine). Every rank of a group must set both alike; a rank that does not
-// gets an error naming both settings before any communication.
+// machine). Every rank of a group must set both (and SPMD_SHM_SLOT_BYTES)
+// alike; a rank that does not gets an error naming both settings before any
+// collective.
 #pragma once
 
 #include <chrono>
@@ -34,7 +35,8 @@ enum class Transport { kAuto, kShm, kTcp };
 
 struct TransportChoice {
   Transport transport = Transport::kAuto;
-  int host_split = 0;  // 0: none
+  int host_split = 0;     // 0: none
+  size_t slot_bytes = 0;  // SPMD_SHM_SLOT_BYTES (tuning.h), which must also agree
 };
 
 // SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT; InvalidArgument on a bad value.
@@ -43,17 +45,23 @@ TransportChoice transport_from_env();
 // This process's host identity (see the file comment).
 std::string host_identity();
 
-// For each peer, whether its pair uses shared memory (false for `rank`
-// itself). Every rank of the group calls it: it publishes this rank's
-// identity and reads the others'.
-std::vector<bool> shm_peers(Store& store, const std::string& group, int rank, int size,
-                            std::chrono::milliseconds timeout, const TransportChoice& choice);
+struct ShmPlan {
+  std::vector<bool> peers;   // [peer]: its pair uses shared memory (false for this rank)
+  bool whole_group = false;  // every pair of the group does (the same on every rank)
+};
+
+// Which pairs use shared memory. Every rank of the group calls it: it
+// publishes this rank's identity and reads the others'.
+ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
+                  std::chrono::milliseconds timeout, const TransportChoice& choice);
 
 // A group's channels to its peers ([rank] is null), for collectives and for
 // point-to-point messages.
 struct GroupChannels {
   std::vector<std::unique_ptr<Channel>> collective, p2p;
-  bool one_host = false;  // every peer is reached through shared memory
+  // Every pair of the group was to use shared memory (decided alike on every
+  // rank; a pair that fell back to TCP does not change it).
+  bool whole_group_shm = false;
 };
 
 // Connects the group: the sockets of every pair first (bootstrap.h), then,
