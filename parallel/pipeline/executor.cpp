@@ -44,6 +44,9 @@ PipelineExecutor::PipelineExecutor(std::vector<TransformerStage*> stages, Proces
   }
   SPMD_CHECK(num_microbatches >= 1, "PipelineExecutor: ", num_microbatches,
              " microbatches; at least 1 is needed");
+  SPMD_CHECK(v == 1 || p == 1 || group.backend() == CommBackend::kTcp, "PipelineExecutor: ", v,
+             " stages per rank need the TCP backend: their messages between two ranks need not "
+             "come in the same order on both sides, and NCCL matches them by order");
   schedule_ = make_schedule(kind, p, num_microbatches, v);
 }
 

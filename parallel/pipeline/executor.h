@@ -28,7 +28,7 @@
 // and the TCP backend matches by tag. One stage per rank, the messages
 // between two ranks also come in the same order on both sides, as NCCL
 // (which ignores tags) requires; with several stages per rank they need not,
-// so run interleaved pipelines on the TCP backend.
+// so several stages per rank are refused on any other backend.
 #pragma once
 
 #include <unordered_map>
@@ -53,7 +53,8 @@ class PipelineExecutor {
   // Several stages per rank: stages[i] is stage rank + i p of p v, v =
   // stages.size() (split_model_interleaved gives them). Throws
   // InvalidArgument when they are not, or for a schedule make_schedule
-  // refuses (interleaved with m not a multiple of p, say).
+  // refuses (interleaved with m not a multiple of p, say), or for several
+  // stages per rank on a group that is not the TCP backend's.
   PipelineExecutor(std::vector<TransformerStage*> stages, ProcessGroup& group, ScheduleKind kind,
                    int num_microbatches);
 
