@@ -3,7 +3,7 @@
 // Llama shape (untied head), trained k = 3 AdamW steps under GPipe, 1F1B,
 // interleaved 1F1B (2 stages per rank) and ZB-H1 (split backward) on 2 and
 // 4 ranks with 1, 2 and 4 microbatches (and on a pp x dp = 2 x 2 mesh,
-// gradients averaged over dp once per step), gives the loss of every step
+// gradients averaged over dp once per step; and 4 stages on one rank), gives the loss of every step
 // and every parameter of one process on the same data and seed, to 1e-5
 // relative in f32. Plus the cuts themselves, and the errors refused before
 // anything runs.
@@ -267,7 +267,18 @@ TEST_CASE("interleaving refuses a microbatch count and more stages than blocks",
 }
 
 TEST_CASE("pp x dp = 2 x 2 trains as one process on both batches", "[pp][dp][equivalence]") {
-  run_world(4, [](ProcessGroup& world) { check_pipeline(world, 2, pp::ScheduleKind::k1F1B, 2); });
+  run_world(4, [](ProcessGroup& world) {
+    check_pipeline(world, 2, pp::ScheduleKind::k1F1B, 2);
+    check_pipeline(world, 2, pp::ScheduleKind::kInterleaved1F1B, 2, Device::cpu(), 2);
+    check_pipeline(world, 2, pp::ScheduleKind::kZeroBubbleH1, 2);
+  });
+}
+
+TEST_CASE("one rank holding every stage passes the activations to itself",
+          "[pp][equivalence]") {
+  run_world(1, [](ProcessGroup& world) {  // interleaved over 1 rank: stages 0..3 local
+    check_pipeline(world, 1, pp::ScheduleKind::kInterleaved1F1B, 2, Device::cpu(), 4);
+  });
 }
 
 // On a GPU: two stages share it over the TCP backend (NCCL refuses two ranks
