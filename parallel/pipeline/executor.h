@@ -35,7 +35,6 @@
 #include <vector>
 
 #include "autograd/engine.h"
-
 #include "parallel/comm/process_group.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
@@ -113,7 +112,7 @@ class PipelineExecutor {
   std::vector<std::vector<InFlight>> in_flight_;  // [local stage][microbatch]
   std::vector<Work> sends_;
   std::unordered_map<int, Tensor> mailbox_;  // by tag
-  Shape activation_shape_;  // (b, T, C) between stages
+  Shape activation_shape_;                   // (b, T, C) between stages
   std::vector<Timed> timeline_;
   int64_t step_start_us_ = 0, step_us_ = 0;
   double loss_sum_ = 0;
