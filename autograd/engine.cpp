@@ -116,7 +116,8 @@ class GraphTask {
     TensorList outputs = call(node, std::move(grads), mask, defer ? &kept : nullptr);
     if (defer && !kept.empty()) {
       std::vector<bool> rest(node.next_edges().size());
-      for (size_t i = 0; i < rest.size(); ++i) rest[i] = node.next_edges()[i].valid() && !(*mask)[i];
+      for (size_t i = 0; i < rest.size(); ++i)
+        rest[i] = node.next_edges()[i].valid() && !(*mask)[i];
       deferred_->push_back({task.node, std::move(kept), std::move(rest)});
     } else if (!retain_graph_) {
       node.release_saved();
@@ -141,8 +142,7 @@ class GraphTask {
   // With `keep`, the gradients apply() gets are also copied there (handles),
   // and a node with no outputs (the root) keeps one undefined slot so that
   // it counts as run.
-  TensorList call(Node& node, TensorList&& grads, const std::vector<bool>* mask,
-                  TensorList* keep) {
+  TensorList call(Node& node, TensorList&& grads, const std::vector<bool>* mask, TensorList* keep) {
     bool any = node.num_outputs() == 0;
     for (const Tensor& g : grads) any = any || g.defined();
     if (!any) return {};

@@ -64,8 +64,7 @@ class WeightBackward {
   size_t num_deferred() const { return deferred_.size(); }
 
  private:
-  friend WeightBackward run_backward_input(const TensorList&, const TensorList&,
-                                           const TensorList&);
+  friend WeightBackward run_backward_input(const TensorList&, const TensorList&, const TensorList&);
   std::vector<DeferredNode> deferred_;
   bool ran_ = false;
 };

@@ -134,7 +134,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight, const Tensor& bias) {
                   const Tensor g2 = ops::reshape(g, {-1, out_f});  // (N, out)
                   Tensor gx, gw, gb;
                   // A split backward asks for dx and dW in different passes.
-                  if (sw.defined() && autograd::needs_input_grad(0)) gx = ops::reshape(ops::matmul(g2, sw.get()), in_shape);
+                  if (sw.defined() && autograd::needs_input_grad(0))
+                    gx = ops::reshape(ops::matmul(g2, sw.get()), in_shape);
                   if (sx.defined() && autograd::needs_input_grad(1)) {
                     const Tensor x2 = ops::reshape(sx.get(), {-1, in_shape.back()});  // (N, in)
                     gw = ops::empty({out_f, in_shape.back()}, {w_dtype, g.device()});

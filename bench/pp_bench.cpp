@@ -22,9 +22,9 @@
 // activation memory follows; act_mb: per rank, the allocator's peak during
 // the step (its forwards and backwards) less what is still allocated after
 // it (parameters, gradients): the activations' peak, the median step's.
-// A microbatch count the interleaved schedule
-// refuses (not a multiple of p) is skipped with a note on stderr. --single prints `spmd-pp schedule=single ...`.
-// bench/pp_bench.py runs them side by side.
+// A microbatch count the interleaved schedule refuses (not a multiple of p)
+// is skipped with a note on stderr. --single prints `spmd-pp
+// schedule=single ...`. bench/pp_bench.py runs them side by side.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -118,7 +118,8 @@ void run_pipeline(dist::ProcessGroup& world, const std::string& name, int m, con
   const int v = kind == pp::ScheduleKind::kInterleaved1F1B ? f.stages_per_rank : 1;
   if (kind == pp::ScheduleKind::kInterleaved1F1B && m % p != 0) {
     if (world.rank() == 0)
-      std::fprintf(stderr, "spmd-bench-pp: interleaved m=%d skipped (not a multiple of %d)\n", m, p);
+      std::fprintf(stderr, "spmd-bench-pp: interleaved m=%d skipped (not a multiple of %d)\n", m,
+                   p);
     return;
   }
   auto model = std::make_shared<nn::Transformer>(c, 0);

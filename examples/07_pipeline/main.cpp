@@ -110,8 +110,7 @@ void print_plan(const pp::PipelineExecutor& executor, int64_t num_layers, const 
               (long long)f.batch, m, pp::to_table(executor.schedule(), S, m).c_str());
   const pp::SimulationResult sim = pp::simulate(executor.schedule(), S, m);
   std::printf("simulated: %d time steps, bubble %.3f (the formula's %.3f), peak in flight",
-              sim.steps, sim.bubble,
-              pp::predicted_bubble(pp::parse_schedule(f.schedule), p, m, v));
+              sim.steps, sim.bubble, pp::predicted_bubble(pp::parse_schedule(f.schedule), p, m, v));
   for (int n : sim.peak_in_flight) std::printf(" %d", n);
   std::printf("\n");
   std::fflush(stdout);
@@ -130,8 +129,7 @@ void print_bubbles(dist::ProcessGroup& world, double bubble, const Flags& f, int
     std::string held = str_cat("stage", v > 1 ? "s " : " ", r);
     for (int i = 1; i < v; ++i) held += str_cat(", ", r + i * p);
     std::printf("rank %d (%s): bubble measured %.3f, predicted %.3f (%s, %d microbatches)\n", r,
-                held.c_str(), all.data<double>()[r], predicted, f.schedule.c_str(),
-                f.microbatches);
+                held.c_str(), all.data<double>()[r], predicted, f.schedule.c_str(), f.microbatches);
   }
 }
 

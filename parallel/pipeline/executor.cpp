@@ -38,12 +38,15 @@ PipelineExecutor::PipelineExecutor(std::vector<TransformerStage*> stages, Proces
   for (int i = 0; i < v; ++i) {
     const TransformerStage& st = *stages_[size_t(i)];
     SPMD_CHECK(st.num_stages() == num_stages_ && st.index() == group.rank() + i * p,
-               "PipelineExecutor: stage ", st.index(), " of ", st.num_stages(), " given as the ",
-               i, "th of ", v, " on rank ", group.rank(), " of a pp group of ", group.size(),
+               "PipelineExecutor: stage ", st.index(), " of ", st.num_stages(), " given as the ", i,
+               "th of ", v, " on rank ", group.rank(), " of a pp group of ", group.size(),
                "; rank r must own stages r, r + p, ... of p x ", v);
   }
   SPMD_CHECK(num_microbatches >= 1, "PipelineExecutor: ", num_microbatches,
              " microbatches; at least 1 is needed");
+  SPMD_CHECK(v == 1 || p == 1 || group.backend() == CommBackend::kTcp, "PipelineExecutor: ", v,
+             " stages per rank need the TCP backend: their messages between two ranks need not "
+             "come in the same order on both sides, and NCCL matches them by order");
   schedule_ = make_schedule(kind, p, num_microbatches, v);
 }
 
@@ -64,9 +67,15 @@ double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
   step_start_us_ = trace_now_us();
   for (const Action& a : schedule_[size_t(group_.rank())]) {
     switch (a.type) {
-      case Action::Type::kForward: forward(a, ids, targets); break;
-      case Action::Type::kBackward: backward(a); break;
-      case Action::Type::kWeight: weight(a); break;
+      case Action::Type::kForward:
+        forward(a, ids, targets);
+        break;
+      case Action::Type::kBackward:
+        backward(a);
+        break;
+      case Action::Type::kWeight:
+        weight(a);
+        break;
     }
   }
   for (const Work& w : sends_) group_.wait(w, OpType::kSend);
@@ -97,7 +106,8 @@ void PipelineExecutor::forward(const Action& a, const Tensor& ids, const Tensor&
     f.output = out;
   }
   record(a, start);
-  if (!st.is_last()) send_to(a.stage + 1, ops::contiguous(detach(out)), activation_tag(a.stage + 1, mb, m));
+  if (!st.is_last())
+    send_to(a.stage + 1, ops::contiguous(detach(out)), activation_tag(a.stage + 1, mb, m));
 }
 
 void PipelineExecutor::backward(const Action& a) {
@@ -113,8 +123,8 @@ void PipelineExecutor::backward(const Action& a) {
   }
   const int64_t start = trace_now_us();
   if (split_backward_) {  // B: to the input alone; the weights' part waits for W
-    f.weights = backward_input(f.output, grad, 
-                               st.is_first() ? std::vector<Tensor>{} : std::vector<Tensor>{f.input});
+    f.weights = backward_input(
+        f.output, grad, st.is_first() ? std::vector<Tensor>{} : std::vector<Tensor>{f.input});
   } else {
     spmd::backward(f.output, grad);
   }
@@ -181,7 +191,8 @@ void PipelineExecutor::check_neighbours(const Device& device) {
     if (!st->is_last() && rank_of(s + 1) != group_.rank()) cuts.push_back({s, s + 1, Tensor()});
     if (!st->is_first() && rank_of(s - 1) != group_.rank()) cuts.push_back({s - 1, s, Tensor()});
   }
-  std::sort(cuts.begin(), cuts.end(), [](const Cut& x, const Cut& y) { return x.sender < y.sender; });
+  std::sort(cuts.begin(), cuts.end(),
+            [](const Cut& x, const Cut& y) { return x.sender < y.sender; });
   for (Cut& c : cuts) {  // in the order of the cuts, the same on both sides
     const bool sending = rank_of(c.sender) == group_.rank();
     const int peer = rank_of(sending ? c.receiver : c.sender);

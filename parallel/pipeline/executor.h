@@ -28,7 +28,7 @@
 // and the TCP backend matches by tag. One stage per rank, the messages
 // between two ranks also come in the same order on both sides, as NCCL
 // (which ignores tags) requires; with several stages per rank they need not,
-// so run interleaved pipelines on the TCP backend.
+// so several stages per rank are refused on any other backend.
 #pragma once
 
 #include <functional>
@@ -36,7 +36,6 @@
 #include <vector>
 
 #include "autograd/engine.h"
-
 #include "parallel/comm/process_group.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
@@ -54,7 +53,8 @@ class PipelineExecutor {
   // Several stages per rank: stages[i] is stage rank + i p of p v, v =
   // stages.size() (split_model_interleaved gives them). Throws
   // InvalidArgument when they are not, or for a schedule make_schedule
-  // refuses (interleaved with m not a multiple of p, say).
+  // refuses (interleaved with m not a multiple of p, say), or for several
+  // stages per rank on a group that is not the TCP backend's.
   PipelineExecutor(std::vector<TransformerStage*> stages, ProcessGroup& group, ScheduleKind kind,
                    int num_microbatches);
 
@@ -119,7 +119,7 @@ class PipelineExecutor {
   std::vector<std::vector<InFlight>> in_flight_;  // [local stage][microbatch]
   std::vector<Work> sends_;
   std::unordered_map<int, Tensor> mailbox_;  // by tag
-  Shape activation_shape_;  // (b, T, C) between stages
+  Shape activation_shape_;                   // (b, T, C) between stages
   std::vector<Timed> timeline_;
   int64_t step_start_us_ = 0, step_us_ = 0;
   double loss_sum_ = 0;

@@ -83,7 +83,7 @@ std::vector<Action> interleaved_rank(int rank, int p, int m, int v) {
 Schedule zero_bubble_h1(int p, int m) {
   std::vector<std::vector<Action>> order(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r) order[size_t(r)] = one_f_one_b_rank(r, p, m);
-  // finish[type][stage][mb]: the step after the action ran, -1 before.
+  // f_done / b_done[stage][mb]: the step after the F / B ran, -1 before.
   std::vector<std::vector<int>> f_done(size_t(p), std::vector<int>(size_t(m), -1));
   std::vector<std::vector<int>> b_done = f_done;
   auto ready = [&](const Action& a, int t) {
@@ -99,7 +99,7 @@ Schedule zero_bubble_h1(int p, int m) {
   Schedule schedule(static_cast<size_t>(p));
   std::vector<size_t> next(static_cast<size_t>(p), 0);
   std::vector<std::deque<int>> pending(static_cast<size_t>(p));  // B done, W not yet
-  std::vector<int> held(static_cast<size_t>(p), 0);             // forwarded, not yet W'd
+  std::vector<int> held(static_cast<size_t>(p), 0);              // forwarded, not yet W'd
   size_t left = size_t(3 * p * m);
   for (int t = 0; left > 0; ++t) {
     std::vector<std::pair<int, Action>> ran;
@@ -150,10 +150,14 @@ ScheduleKind parse_schedule(const std::string& name) {
 
 const char* schedule_name(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::kGPipe: return "gpipe";
-    case ScheduleKind::k1F1B: return "1f1b";
-    case ScheduleKind::kInterleaved1F1B: return "interleaved";
-    case ScheduleKind::kZeroBubbleH1: return "zbh1";
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::k1F1B:
+      return "1f1b";
+    case ScheduleKind::kInterleaved1F1B:
+      return "interleaved";
+    case ScheduleKind::kZeroBubbleH1:
+      return "zbh1";
   }
   return "?";
 }
@@ -184,9 +188,15 @@ Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches,
   Schedule schedule(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r) {
     switch (kind) {
-      case ScheduleKind::kGPipe: schedule[size_t(r)] = gpipe_rank(r, m); break;
-      case ScheduleKind::k1F1B: schedule[size_t(r)] = one_f_one_b_rank(r, p, m); break;
-      default: schedule[size_t(r)] = interleaved_rank(r, p, m, v); break;
+      case ScheduleKind::kGPipe:
+        schedule[size_t(r)] = gpipe_rank(r, m);
+        break;
+      case ScheduleKind::k1F1B:
+        schedule[size_t(r)] = one_f_one_b_rank(r, p, m);
+        break;
+      default:
+        schedule[size_t(r)] = interleaved_rank(r, p, m, v);
+        break;
     }
   }
   return schedule;

@@ -155,9 +155,12 @@ class Simulator {
  private:
   int cost(const Action& a) const {
     switch (a.type) {
-      case Action::Type::kForward: return costs_.forward;
-      case Action::Type::kBackward: return costs_.backward;
-      default: return costs_.weight;
+      case Action::Type::kForward:
+        return costs_.forward;
+      case Action::Type::kBackward:
+        return costs_.backward;
+      default:
+        return costs_.weight;
     }
   }
 

@@ -128,9 +128,9 @@ TransformerStage split_model(std::shared_ptr<nn::Transformer> model, int index, 
   return TransformerStage(std::move(model), index, num_stages, first, end);
 }
 
-std::vector<TransformerStage> split_model_interleaved(std::shared_ptr<nn::Transformer> model,
-                                                     int rank, int num_ranks, int stages_per_rank,
-                                                     const std::vector<std::string>& split_points) {
+std::vector<TransformerStage> split_model_interleaved(
+    std::shared_ptr<nn::Transformer> model, int rank, int num_ranks, int stages_per_rank,
+    const std::vector<std::string>& split_points) {
   SPMD_CHECK(num_ranks >= 1 && rank >= 0 && rank < num_ranks, "split_model_interleaved: rank ",
              rank, " of ", num_ranks);
   SPMD_CHECK(stages_per_rank >= 1, "split_model_interleaved: ", stages_per_rank,

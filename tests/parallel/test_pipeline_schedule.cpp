@@ -118,10 +118,9 @@ TEST_CASE("ZB-H1 on 2 stages, 3 microbatches, by hand", "[pipeline]") {
   // 1 are held: over p = 2, so it runs W0 first; W1 fills the step it waits
   // for B2's gradient. Rank 1 runs W0 while F2 is on its way. 2 idle cells
   // of 20: (p-1)/(3m+p-1) = 1/10, against 1F1B's 1/4.
-  const Schedule expected{{F(0, 0), F(1, 0), B(0, 0), W(0, 0), F(2, 0), B(1, 0), W(1, 0),
-                           B(2, 0), W(2, 0)},
-                          {F(0, 1), B(0, 1), F(1, 1), B(1, 1), W(0, 1), F(2, 1), B(2, 1),
-                           W(1, 1), W(2, 1)}};
+  const Schedule expected{
+      {F(0, 0), F(1, 0), B(0, 0), W(0, 0), F(2, 0), B(1, 0), W(1, 0), B(2, 0), W(2, 0)},
+      {F(0, 1), B(0, 1), F(1, 1), B(1, 1), W(0, 1), F(2, 1), B(2, 1), W(1, 1), W(2, 1)}};
   const Schedule s = make_schedule(ScheduleKind::kZeroBubbleH1, 2, 3);
   CHECK(s == expected);
   CHECK(to_table(s, 2, 3) ==
@@ -136,10 +135,10 @@ TEST_CASE("interleaved 1F1B on 2 ranks, 4 stages, 2 microbatches, by hand", "[pi
   // 2(p-1) + (v-1)p = 4 forwards: microbatches 0 and 1 through stage 0, then
   // through stage 2 (their activations came back round from rank 1).
   const Schedule s = make_schedule(ScheduleKind::kInterleaved1F1B, 2, 2, 2);
-  CHECK(s[0] == std::vector<Action>{F(0, 0), F(1, 0), F(0, 2), F(1, 2), B(0, 2), B(1, 2),
-                                    B(0, 0), B(1, 0)});
-  CHECK(s[1] == std::vector<Action>{F(0, 1), F(1, 1), F(0, 3), B(0, 3), F(1, 3), B(1, 3),
-                                    B(0, 1), B(1, 1)});
+  CHECK(s[0] == std::vector<Action>{F(0, 0), F(1, 0), F(0, 2), F(1, 2), B(0, 2), B(1, 2), B(0, 0),
+                                    B(1, 0)});
+  CHECK(s[1] == std::vector<Action>{F(0, 1), F(1, 1), F(0, 3), B(0, 3), F(1, 3), B(1, 3), B(0, 1),
+                                    B(1, 1)});
   // The wrap-around: F0s2 on rank 0 starts the step after F0s1 on rank 1.
   CHECK(to_table(s, 4, 2) ==
         "rank 0: F0s0 F1s0 F0s2 F1s2 .    B0s2 .    B1s2 B0s0 B1s0\n"

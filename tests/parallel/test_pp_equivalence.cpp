@@ -3,7 +3,7 @@
 // Llama shape (untied head), trained k = 3 AdamW steps under GPipe, 1F1B,
 // interleaved 1F1B (2 stages per rank) and ZB-H1 (split backward) on 2 and
 // 4 ranks with 1, 2 and 4 microbatches (and on a pp x dp = 2 x 2 mesh,
-// gradients averaged over dp once per step), gives the loss of every step
+// gradients averaged over dp once per step; and 4 stages on one rank), gives the loss of every step
 // and every parameter of one process on the same data and seed, to 1e-5
 // relative in f32. Plus the cuts themselves, and the errors refused before
 // anything runs.
@@ -98,10 +98,9 @@ void check_pipeline(ProcessGroup& world, int dp, pp::ScheduleKind kind, int micr
     for (auto& np : st.named_parameters()) named.push_back(np), params.push_back(np.second);
   }
   const bool last = stages.back().is_last();
-  pp::PipelineExecutor executor = v == 1 ? pp::PipelineExecutor(stages[0], mesh.group("pp"), kind,
-                                                                microbatches)
-                                         : pp::PipelineExecutor(mine, mesh.group("pp"), kind,
-                                                                microbatches);
+  pp::PipelineExecutor executor =
+      v == 1 ? pp::PipelineExecutor(stages[0], mesh.group("pp"), kind, microbatches)
+             : pp::PipelineExecutor(mine, mesh.group("pp"), kind, microbatches);
   optim::AdamW opt(params, adamw());
   const int64_t first_row = mesh.coordinate("dp") * kRowsPerReplica;
   for (int step = 0; step < kSteps; ++step) {
@@ -138,8 +137,8 @@ void check_pipeline(ProcessGroup& world, int dp, pp::ScheduleKind kind, int micr
       ++compared;
     }
   }
-  expect(compared == int(named.size()) && compared > 0, what, ": compared ",
-         compared, " parameters");
+  expect(compared == int(named.size()) && compared > 0, what, ": compared ", compared,
+         " parameters");
 }
 
 }  // namespace
@@ -235,8 +234,7 @@ TEST_CASE("interleaved 1F1B and ZB-H1 on 4 ranks train as one process", "[pp][eq
   });
 }
 
-TEST_CASE("interleaving refuses a microbatch count and more stages than blocks",
-          "[pp][errors]") {
+TEST_CASE("interleaving refuses a microbatch count and more stages than blocks", "[pp][errors]") {
   auto model = std::make_shared<nn::Transformer>(config(), 1);
   CHECK_THROWS_WITH(pp::split_model_interleaved(model, 0, 4, 2),
                     Catch::Contains("8 stages for a model of 4 blocks"));
@@ -267,7 +265,17 @@ TEST_CASE("interleaving refuses a microbatch count and more stages than blocks",
 }
 
 TEST_CASE("pp x dp = 2 x 2 trains as one process on both batches", "[pp][dp][equivalence]") {
-  run_world(4, [](ProcessGroup& world) { check_pipeline(world, 2, pp::ScheduleKind::k1F1B, 2); });
+  run_world(4, [](ProcessGroup& world) {
+    check_pipeline(world, 2, pp::ScheduleKind::k1F1B, 2);
+    check_pipeline(world, 2, pp::ScheduleKind::kInterleaved1F1B, 2, Device::cpu(), 2);
+    check_pipeline(world, 2, pp::ScheduleKind::kZeroBubbleH1, 2);
+  });
+}
+
+TEST_CASE("one rank holding every stage passes the activations to itself", "[pp][equivalence]") {
+  run_world(1, [](ProcessGroup& world) {  // interleaved over 1 rank: stages 0..3 local
+    check_pipeline(world, 1, pp::ScheduleKind::kInterleaved1F1B, 2, Device::cpu(), 4);
+  });
 }
 
 // On a GPU: two stages share it over the TCP backend (NCCL refuses two ranks
