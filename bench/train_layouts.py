@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""spmd-train under ddp, fsdp, tp (and pp where built) beside PyTorch DDP, and
-the checkpoint's save speed beside the disk's.
+"""spmd-train under ddp, fsdp, tp and pp beside PyTorch DDP, and the
+checkpoint's save speed beside the disk's.
 
 Speed: --rounds interleaved rounds of PyTorch DDP (bench/peers/torch_ddp.py,
 gloo, the same GPT-2 config and per-rank batch) and spmd-train with each
-layout on --world ranks x --threads threads. spmd-train's tokens/s is the
+layout on --world ranks x --threads threads (pp: --world stages, each
+running the whole global batch, 1F1B over --batch microbatches, the head
+untied as a pipeline needs, which adds the head's weights to every step). spmd-train's tokens/s is the
 median of its steps after the first two (its JSON lines); each ratio is the
 median of the rounds' pairwise ratios against the same round's PyTorch run.
 
@@ -60,6 +62,8 @@ def main():
         "ddp": [f"--parallel.dp_replicate={args.world}"],
         "fsdp": [f"--parallel.dp_shard={args.world}"],
         "tp": [f"--parallel.tp={args.world}"],
+        "pp": [f"--parallel.pp={args.world}", f"--parallel.pp_microbatches={args.batch}",
+               "--model.tie_embeddings=false"],
     }
     torch = ["/usr/bin/python3", os.path.join(ROOT, "bench", "peers", "torch_ddp.py"), "--nproc",
              str(args.world), "--config", args.config, "--threads", str(args.threads),

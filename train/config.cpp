@@ -40,6 +40,11 @@ void for_each_field(F&& f, C&... c) {
   f("model", "d_model", c.model.d_model...);
   f("model", "dropout", c.model.dropout...);
   f("model", "tie_embeddings", c.model.tie_embeddings...);
+  f("model", "n_experts", c.model.n_experts...);
+  f("model", "moe_top_k", c.model.moe_top_k...);
+  f("model", "moe_every", c.model.moe_every...);
+  f("model", "moe_capacity_factor", c.model.moe_capacity_factor...);
+  f("model", "moe_aux_coef", c.model.moe_aux_coef...);
   f("data", "path", c.data.path...);
   f("data", "tokenizer", c.data.tokenizer...);
   f("data", "eval_fraction", c.data.eval_fraction...);
@@ -77,6 +82,7 @@ void for_each_field(F&& f, C&... c) {
   f("metrics", "log_every", c.metrics.log_every...);
   f("metrics", "eval_every", c.metrics.eval_every...);
   f("metrics", "run_folder", c.metrics.run_folder...);
+  f("metrics", "peak_tflops", c.metrics.peak_tflops...);
 }
 
 // Each section's keys in order, and whether a key holds a string.
@@ -299,12 +305,22 @@ void check_model(const ModelConfig& m, const Checker& c) {
   c.require(m.shape != "llama" || (m.d_model / m.n_heads) % 2 == 0,
             {"model.d_model", "model.n_heads"}, "model: RoPE needs an even head dim, but d_model ",
             m.d_model, " / n_heads ", m.n_heads, " = ", m.d_model / m.n_heads);
+  c.at_least("model.n_experts", m.n_experts, 0);
+  c.at_least("model.moe_every", m.moe_every, 1);
+  c.require(m.n_experts == 0 || (m.moe_top_k >= 1 && m.moe_top_k <= m.n_experts),
+            {"model.moe_top_k", "model.n_experts"}, "model.moe_top_k must be in [1, n_experts ",
+            m.n_experts, "], got ", m.moe_top_k);
+  c.finite_at_least("model.moe_capacity_factor", m.moe_capacity_factor, 0);
+  c.finite_at_least("model.moe_aux_coef", m.moe_aux_coef, 0);
 }
 
 void check(const TrainConfig& t, const Checker& c) {
   check_model(t.model, c);
 
-  c.one_of("data.tokenizer", t.data.tokenizer, {"byte"});
+  c.one_of("data.tokenizer", t.data.tokenizer, {"byte", "bpe"});
+  c.require(t.data.tokenizer != "bpe" || !t.data.path.empty(), {"data.tokenizer", "data.path"},
+            "data.tokenizer = \"bpe\" reads a token file: set data.path to the .bin that "
+            "spmd-tokenize wrote");
   c.require(t.data.tokenizer != "byte" || t.model.vocab_size >= 256,
             {"model.vocab_size", "data.tokenizer"}, "model.vocab_size ", t.model.vocab_size,
             " is less than the byte tokenizer's 256 tokens");
@@ -352,6 +368,7 @@ void check(const TrainConfig& t, const Checker& c) {
 
   c.at_least("metrics.log_every", t.metrics.log_every, 1);
   c.at_least("metrics.eval_every", t.metrics.eval_every, 0);
+  c.finite_at_least("metrics.peak_tflops", t.metrics.peak_tflops, 0);
   c.require(t.metrics.eval_every == 0 || t.data.eval_fraction > 0,
             {"metrics.eval_every", "data.eval_fraction"}, "metrics.eval_every ",
             t.metrics.eval_every, " needs held-out data, but data.eval_fraction is 0");
@@ -393,6 +410,10 @@ nn::TransformerConfig transformer_config(const ModelConfig& m) {
   t.n_kv_heads = m.n_kv_heads;
   t.dropout = m.dropout;
   t.tie_embeddings = m.tie_embeddings;
+  t.n_experts = m.n_experts;
+  t.moe_top_k = m.moe_top_k;
+  t.moe_every = m.moe_every;
+  t.moe_capacity_factor = m.moe_capacity_factor;
   return t;
 }
 
@@ -406,9 +427,13 @@ void check_layout(const TrainConfig& c, int world_size) {
   SPMD_CHECK(ranks == world_size, "parallel: dp_replicate ", p.dp_replicate, " x dp_shard ",
              p.dp_shard, " x cp ", p.cp, " x tp ", p.tp, " x pp ", p.pp, " = ", ranks,
              " ranks, but the world has ", world_size);
-  SPMD_CHECK((p.dp_shard * p.cp) % p.ep == 0, "parallel: ep ", p.ep, " must divide dp_shard ",
-             p.dp_shard, " x cp ", p.cp, " = ", p.dp_shard * p.cp,
+  const int64_t data_ranks = p.dp_replicate * p.dp_shard * p.cp;
+  SPMD_CHECK(data_ranks % p.ep == 0, "parallel: ep ", p.ep, " must divide dp_replicate ",
+             p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp, " = ", data_ranks,
              " (expert parallel borrows its ranks from those axes)");
+  SPMD_CHECK(p.ep == 1 || (m.n_experts > 0 && m.n_experts % p.ep == 0), "parallel: ep ", p.ep,
+             " must divide model.n_experts ", m.n_experts,
+             m.n_experts == 0 ? " (a model without experts has nothing to split)" : "");
 
   const int64_t dp = p.dp_replicate * p.dp_shard;
   const int64_t per_rank = dp * c.training.microbatches;
@@ -425,6 +450,9 @@ void check_layout(const TrainConfig& c, int world_size) {
                "))");
     SPMD_CHECK(p.pp <= m.n_layers, "parallel: pp ", p.pp, " is more than model.n_layers ",
                m.n_layers, " (every stage needs a layer)");
+    SPMD_CHECK(!m.tie_embeddings, "parallel: pp ", p.pp,
+               " with model.tie_embeddings = true: the head would live on the last stage and "
+               "its embedding on the first; set model.tie_embeddings = false");
   }
 
   const int64_t kv = m.n_kv_heads == 0 ? m.n_heads : m.n_kv_heads;

@@ -43,12 +43,24 @@ struct ModelConfig {
   int64_t d_model = 128;
   double dropout = 0;
   bool tie_embeddings = true;  // unless given: true for "gpt2", false for "llama"
+  // Mixture of experts (nn::MoE) in place of the MLP of blocks 0, moe_every,
+  // 2 moe_every, ...: n_experts experts, top moe_top_k per token; capacity
+  // factor 0 drops no token. 0 experts: every block dense. The loss gains
+  // moe_aux_coef x the load-balancing loss.
+  int64_t n_experts = 0;
+  int64_t moe_top_k = 2;
+  int64_t moe_every = 1;
+  double moe_capacity_factor = 0;
+  double moe_aux_coef = 0.01;
   bool operator==(const ModelConfig&) const = default;
 };
 
 struct DataConfig {
-  std::string path = "";  // a UTF-8 text file; "": the embedded text (train/CMakeLists.txt)
-  std::string tokenizer = "byte";
+  // "byte": a text file, each byte a token ("": the embedded text,
+  // train/CMakeLists.txt). "bpe": the .bin token file spmd-tokenize wrote
+  // (model.vocab_size at least its vocabulary's).
+  std::string path = "";
+  std::string tokenizer = "byte";  // "byte" or "bpe"
   double eval_fraction = 0.1;  // the tail of the tokens held out for eval
   bool operator==(const DataConfig&) const = default;
 };
@@ -82,7 +94,8 @@ struct TrainingConfig {
 };
 
 // The world is dp_replicate x dp_shard x cp x tp x pp ranks; ep borrows its
-// ranks from dp_shard x cp (TorchTitan's scheme) and adds none.
+// ranks from the data-parallel ones (dp_replicate x dp_shard x cp) and adds
+// none.
 struct ParallelConfig {
   int64_t dp_replicate = 1;  // DDP replicas (or HSDP's replicate axis)
   int64_t dp_shard = 1;      // FSDP's shard axis
@@ -110,6 +123,7 @@ struct MetricsConfig {
   int64_t log_every = 1;                   // steps between console lines
   int64_t eval_every = 0;                  // steps between held-out evals; 0: none
   std::string run_folder = "runs/latest";  // JSON lines per rank, the resolved config
+  double peak_tflops = 0;  // per rank, for MFU (train/flops.h); 0: an f32 GEMM's, measured at start
   bool operator==(const MetricsConfig&) const = default;
 };
 
@@ -143,7 +157,8 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
 nn::TransformerConfig transformer_config(const ModelConfig& model);
 
 // Checks the parallel dims against a world of `world_size` ranks:
-// dp_replicate x dp_shard x cp x tp x pp == world_size, ep divides dp_shard x cp,
+// dp_replicate x dp_shard x cp x tp x pp == world_size, ep divides
+// dp_replicate x dp_shard x cp and model.n_experts (which it needs),
 // global_batch divides over dp_replicate x dp_shard x microbatches (and the
 // pipeline's microbatches), heads and vocabulary over tp, the sequence over cp
 // (and tp with sequence_parallel), pp <= n_layers.

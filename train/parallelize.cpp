@@ -9,20 +9,23 @@
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1, "parallel.pp = ", p.pp,
-             ": spmd-train does not build pipeline stages (parallel/pipeline and "
-             "examples/07_pipeline do); set parallel.pp = 1");
+  SPMD_CHECK(p.pp == 1 || (p.tp == 1 && p.cp == 1 && p.dp_shard == 1), "parallel: pp ", p.pp,
+             " with tp ", p.tp, ", cp ", p.cp, ", dp_shard ", p.dp_shard,
+             ": spmd-train combines pipeline stages with dp_replicate only (set tp, cp and "
+             "dp_shard to 1)");
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
-  SPMD_CHECK(p.ep == 1, "parallel.ep = ", p.ep, ": expert parallelism is not in spmd-train");
+  SPMD_CHECK(p.ep == 1 || (p.dp_shard == 1 && p.cp == 1 && p.tp == 1 && p.pp == 1), "parallel: ep ",
+             p.ep, " with dp_shard ", p.dp_shard, ", cp ", p.cp, ", tp ", p.tp, ", pp ", p.pp,
+             ": spmd-train borrows the expert ranks from dp_replicate only (set the others to 1)");
 }
 
 dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
                             const ParallelConfig& p) {
   check_supported(p);
-  return dist::DeviceMesh(world, {p.dp_replicate, p.dp_shard, p.cp, p.tp},
-                          {"dp_replicate", "dp_shard", "cp", "tp"});
+  return dist::DeviceMesh(world, {p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp},
+                          {"pp", "dp_replicate", "dp_shard", "cp", "tp"});
 }
 
 Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
@@ -38,11 +41,29 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   out.dp_size = dp.size();
   out.loss_group = mesh.flatten({"dp_replicate", "dp_shard", "cp"}, "dp_cp").group_ptr("dp_cp");
 
+  // 0. Pipeline: this rank's stage of the model, run by an executor.
+  if (p.pp > 1) {
+    out.pp = mesh.group_ptr("pp");
+    out.stage = std::make_shared<dist::pp::TransformerStage>(
+        dist::pp::split_model(model, out.pp->rank(), out.pp->size()));
+    out.stage_replicas = std::make_shared<dist::DeviceMesh>(
+        mesh.flatten({"dp_replicate", "dp_shard", "cp", "tp"}, "stage_replicas"));
+  }
+
   // 1. Tensor (and sequence) parallel: every block's projections split over tp.
   if (p.tp > 1) dist::tp::parallelize_transformer(*model, mesh["tp"], p.sequence_parallel);
 
   // 2. Context parallel: ring attention over cp, global positions.
   if (p.cp > 1) dist::cp::parallelize_context(*model, out.cp);
+
+  // 2b. Expert parallel: each MoE's experts split over ep ranks of dp_replicate.
+  if (p.ep > 1) {
+    out.ep_mesh = std::make_shared<dist::DeviceMesh>(
+        mesh.group_ptr("dp_replicate"), std::vector<int64_t>{p.dp_replicate / p.ep, p.ep},
+        std::vector<std::string>{"dp", "ep"});
+    out.ep = std::make_shared<dist::ep::ExpertParallelism>(
+        dist::ep::parallelize_experts(*model, *out.ep_mesh));
+  }
 
   // 3. Activation checkpointing: each block recomputed in backward.
   if (config.training.activation_checkpointing == "full")
@@ -59,15 +80,32 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     for (size_t i = 0; i < model->layers->size(); ++i)
       dist::fully_shard(model->layers->at(i), mesh, o);
     out.fsdp_root = dist::fully_shard(model, mesh, o);
+  } else if (p.ep > 1) {
+    // ep::sync_gradients after the step's backwards: the experts' gradients
+    // are not DDP's average.
+  } else if (p.pp > 1) {
+    // The stage's gradients are averaged over dp_replicate after each step
+    // (pipeline_train.h): DDP's hooks would wait for the other stages' too.
   } else if (p.dp_replicate > 1 || p.cp > 1) {
     const std::string axis = p.cp > 1 ? "dp_replicate_cp" : "dp_replicate";
     if (p.cp > 1) mesh.flatten({"dp_replicate", "cp"}, axis);
     out.ddp = std::make_shared<dist::DistributedDataParallel>(model, mesh.group_ptr(axis));
   }
-  for (const char* axis : {"dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp", "dp_shard_cp",
+  if (p.pp > 1) {
+    const int m = int(p.pp_microbatches == 0 ? p.pp : p.pp_microbatches);
+    out.pipeline = std::make_shared<dist::pp::PipelineExecutor>(
+        *out.stage, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
+  }
+  if (out.ep) out.groups.push_back(out.ep->ep);
+  for (const char* axis : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp", "dp_shard_cp",
                            "dp_replicate_cp"})
     if (mesh.has_axis(axis)) out.groups.push_back(mesh.group_ptr(axis));
   return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Parallelized::named_parameters() const {
+  if (stage) return stage->named_parameters();
+  return model->named_parameters();  // under DDP the same tensors, which it names "module.*"
 }
 
 }  // namespace spmd::train

@@ -18,8 +18,21 @@
 // the ranks of one tp or cp group see the same sequences (cp ranks then keep
 // their chunks of each).
 //
-// Not here: pipeline and expert parallelism, and HSDP together with context
-// parallelism (check_supported() refuses them, naming the dims).
+// Pipeline parallelism is the outermost axis, "pp", and the first step: each
+// rank keeps the stage at its pp coordinate (parallel/pipeline), runs it
+// through a PipelineExecutor, and its stage's gradients are averaged over
+// dp_replicate once per step (train/pipeline_train.h). It combines with
+// dp_replicate and activation checkpointing.
+//
+// Expert parallelism (parallel.ep > 1) splits the experts of every MoE
+// block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
+// ep} over the same ranks, whose "ep" lines trade tokens by all_to_all
+// (parallel/expert_parallel); the gradients are then synchronized by
+// ep::sync_gradients after the step's backwards, in place of DDP.
+//
+// Not here: pipeline stages with tp, cp or FSDP, expert parallelism with any
+// axis but dp_replicate, and HSDP together with context parallelism
+// (check_supported() refuses them, naming the dims).
 #pragma once
 
 #include <memory>
@@ -27,7 +40,9 @@
 #include "autograd/nn/transformer.h"
 #include "parallel/ddp.h"
 #include "parallel/device_mesh.h"
+#include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "parallel/pipeline/executor.h"
 #include "train/config.h"
 
 namespace spmd::train {
@@ -44,11 +59,29 @@ struct Parallelized {
   int64_t dp_rank = 0, dp_size = 1;                    // this rank's data shard
   std::vector<std::shared_ptr<dist::ProcessGroup>> groups;  // every group a strategy uses
 
+  // Under pipeline parallelism (pp > 1): this rank's stage, its executor,
+  // the pp group, and the 1-D mesh of the ranks that hold copies of this
+  // stage (every axis but pp), which a checkpoint writes once per stage.
+  std::shared_ptr<dist::pp::TransformerStage> stage;
+  std::shared_ptr<dist::pp::PipelineExecutor> pipeline;
+  std::shared_ptr<dist::ProcessGroup> pp;
+  std::shared_ptr<dist::DeviceMesh> stage_replicas;
+
+  // Under expert parallelism (ep > 1): the {dp, ep} mesh and what
+  // parallelize_experts set up.
+  std::shared_ptr<dist::DeviceMesh> ep_mesh;
+  std::shared_ptr<dist::ep::ExpertParallelism> ep;
+
+  // The parameters this rank trains, with the model's names: the stage's
+  // under pp, else the (parallelized) model's.
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+
   // The module a forward goes through.
   nn::Module& module() { return ddp ? static_cast<nn::Module&>(*ddp) : *model; }
 };
 
-// Refuses a layout this trainer does not build (pp or ep > 1, HSDP with cp).
+// Refuses a layout this trainer does not build (pp with tp, cp or dp_shard;
+// ep with any axis but dp_replicate; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

@@ -9,6 +9,7 @@
 
 #include "autograd/grad_mode.h"
 #include "parallel/checkpoint/checkpoint.h"
+#include "parallel/placement.h"
 #include "tensor/ops.h"
 
 namespace spmd::train {
@@ -39,19 +40,30 @@ std::string read_file(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// The optimizer's state under parameter names, each moment carrying its
-// parameter's layout. `state` is the optimizer's state_dict() (or, to load
-// into, tensors shaped like it).
-TensorMap named_optimizer_state(const nn::Module& model, const TensorMap& state) {
+// The tensors to save or load: each parameter under its name, and the
+// optimizer's state (its state_dict(), or tensors shaped like it to load
+// into) under the parameter's name ("optim.<name>.exp_avg"), each moment
+// carrying its parameter's layout. A tensor without one gets, given
+// `replicas`, Replicate() on that mesh (on a view: the parameter itself
+// keeps none).
+TensorMap checkpoint_tensors(const NamedTensors& params, const TensorMap& state,
+                             const dist::DeviceMesh* replicas) {
   TensorMap out;
-  const auto params = model.named_parameters();
+  auto placed = [&](const Tensor& t, const Tensor& param) {
+    Tensor v = ops::view(t, t.shape());
+    if (param.layout_meta() || replicas == nullptr) {
+      v.set_layout_meta(param.layout_meta());
+    } else {
+      dist::set_placements(v, *replicas, {dist::Placement::replicate()}, t.shape());
+    }
+    return v;
+  };
   for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, param] = params[i];
+    out[name] = placed(param, param);
     for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
       auto it = state.find("state." + std::to_string(i) + "." + moment);
-      if (it == state.end()) continue;
-      Tensor t = it->second;
-      t.set_layout_meta(params[i].second.layout_meta());
-      out["optim." + params[i].first + "." + moment] = t;
+      if (it != state.end()) out["optim." + name + "." + moment] = placed(it->second, param);
     }
   }
   return out;
@@ -59,12 +71,12 @@ TensorMap named_optimizer_state(const nn::Module& model, const TensorMap& state)
 
 }  // namespace
 
-void save_checkpoint(const std::string& folder, const TrainState& state, const nn::Module& model,
-                     const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep) {
+void save_checkpoint(const std::string& folder, const TrainState& state, const NamedTensors& params,
+                     const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep,
+                     const dist::DeviceMesh* replicas) {
   const fs::path dir = fs::path(folder) / step_name(state.step);
-  TensorMap tensors = model.state_dict();
-  for (auto& [name, t] : named_optimizer_state(model, optimizer.state_dict())) tensors[name] = t;
-  dist::save_sharded(tensors, dir.string(), world);
+  dist::save_sharded(checkpoint_tensors(params, optimizer.state_dict(), replicas), dir.string(),
+                     world);
   if (world.rank() == 0) {
     const nlohmann::json train_state = {{"step", state.step},
                                         {"samples_consumed", state.samples_consumed},
@@ -91,8 +103,10 @@ int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int ra
   return ec ? 0 : int64_t(size);
 }
 
-std::optional<TrainState> load_latest_checkpoint(const std::string& folder, nn::Module& model,
-                                                 optim::Optimizer& optimizer) {
+std::optional<TrainState> load_latest_checkpoint(const std::string& folder,
+                                                 const NamedTensors& params,
+                                                 optim::Optimizer& optimizer,
+                                                 const dist::DeviceMesh* replicas) {
   const fs::path latest = fs::path(folder) / "latest";
   if (!fs::exists(latest)) return std::nullopt;
   std::string name = read_file(latest);
@@ -102,19 +116,16 @@ std::optional<TrainState> load_latest_checkpoint(const std::string& folder, nn::
   TrainState state{js.at("step").get<int64_t>(), js.at("samples_consumed").get<int64_t>(),
                    js.at("lr").get<double>()};
 
-  // Tensors to fill: the model's pieces, and moments shaped like them.
+  // Tensors to fill: the parameters, and moments shaped like them.
   NoGradGuard no_grad;
-  TensorMap tensors = model.state_dict();
   TensorMap moments;
-  const auto params = model.named_parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string key = "state." + std::to_string(i) + ".";
     moments[key + "exp_avg"] = ops::zeros_like(params[i].second);
     moments[key + "exp_avg_sq"] = ops::zeros_like(params[i].second);
     moments[key + "step"] = ops::scalar_tensor(double(state.step), {DType::kI64});
   }
-  for (auto& [n, t] : named_optimizer_state(model, moments)) tensors[n] = t;
-  dist::load_sharded(tensors, dir.string());
+  dist::load_sharded(checkpoint_tensors(params, moments, replicas), dir.string());
   optimizer.load_state_dict(moments);
   return state;
 }

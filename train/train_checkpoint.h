@@ -13,14 +13,23 @@
 // so a run saved under one layout resumes under another: loading reads, for
 // each rank, the slices its own pieces need. A folder that `latest` does not
 // name (a save cut off mid-write) is never loaded.
+//
+// `params` are the tensors this rank trains, with the model's names: the
+// whole model's, or one pipeline stage's. A tensor no strategy split is
+// written whole, once: by rank 0, or, given `replicas` (the 1-D mesh of the
+// ranks that hold the same stage), by that mesh's rank 0, so each stage's
+// tensors come from one of its own ranks.
 #pragma once
 
 #include <optional>
 #include <string>
 
-#include "autograd/nn/module.h"
+#include <utility>
+#include <vector>
+
 #include "autograd/optim/optimizer.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/device_mesh.h"
 
 namespace spmd::train {
 
@@ -30,16 +39,21 @@ struct TrainState {
   double lr = 0;
 };
 
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
 // Saves after `state.step` steps. Collective over the world.
-void save_checkpoint(const std::string& folder, const TrainState& state, const nn::Module& model,
-                     const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep);
+void save_checkpoint(const std::string& folder, const TrainState& state, const NamedTensors& params,
+                     const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep,
+                     const dist::DeviceMesh* replicas = nullptr);
 
 // The bytes of this rank's file in the checkpoint of `step` (0 if it wrote none).
 int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int rank);
 
 // The state of the checkpoint `latest` names, loaded into the model and the
 // optimizer; nullopt when the folder has none. No communication.
-std::optional<TrainState> load_latest_checkpoint(const std::string& folder, nn::Module& model,
-                                                 optim::Optimizer& optimizer);
+std::optional<TrainState> load_latest_checkpoint(const std::string& folder,
+                                                 const NamedTensors& params,
+                                                 optim::Optimizer& optimizer,
+                                                 const dist::DeviceMesh* replicas = nullptr);
 
 }  // namespace spmd::train

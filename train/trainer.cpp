@@ -10,8 +10,10 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/data/token_file.h"
 #include "autograd/nn/memory_estimate.h"
 #include "autograd/optim/adamw.h"
+#include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
 #include "parallel/agreement.h"
 #include "parallel/context_parallel/context_parallel.h"
@@ -22,7 +24,9 @@
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 #include "train/data_loader.h"
+#include "train/flops.h"
 #include "train/parallelize.h"
+#include "train/pipeline_train.h"
 #include "train/train_checkpoint.h"
 
 namespace spmd::train {
@@ -50,25 +54,31 @@ double wait_ms(const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups) {
   return double(ns) / 1e6;
 }
 
-// The loss of this rank's tokens: under context parallelism its chunks of
-// each sequence.
-Tensor loss_of(Parallelized& p, Tensor x, Tensor y) {
+// The loss of this rank's tokens (under context parallelism its chunks of
+// each sequence), and the objective: the same plus, with experts,
+// moe_aux_coef x the load-balancing loss.
+struct Losses {
+  Tensor loss, objective;
+};
+Losses loss_of(Parallelized& p, const ModelConfig& m, Tensor x, Tensor y) {
   if (p.cp->size() > 1) {
     x = dist::cp::shard_sequence(x, 1, *p.cp);
     y = dist::cp::shard_sequence(y, 1, *p.cp);
   }
   const Tensor logits = p.module()(x);
-  return p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, y, *p.tp)
-                          : cross_entropy(logits, y);
+  const Tensor loss = p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, y, *p.tp)
+                                       : cross_entropy(logits, y);
+  if (m.n_experts == 0) return {loss, loss};
+  return {loss, add(loss, mul(nn::moe_aux_loss(*p.model), m.moe_aux_coef))};
 }
 
 // The held-out loss: the same windows on every rank (tp and FSDP ranks must
 // all run each forward).
-double val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T) {
+double val_loss(Parallelized& p, const ModelConfig& m, const data::TextDataset& ds, int64_t T) {
   NoGradGuard no_grad;
   const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
   double total = 0;
-  for (const data::Batch& b : batches) total += loss_of(p, b.x, b.y).item<double>();
+  for (const data::Batch& b : batches) total += loss_of(p, m, b.x, b.y).loss.item<double>();
   Tensor mean = ops::scalar_tensor(batches.empty() ? 0.0 : total / double(batches.size()),
                                    {DType::kF64});
   if (p.cp->size() > 1)  // each cp rank saw its chunks: the sequence's loss is their mean
@@ -91,6 +101,21 @@ void check_fits(const TrainConfig& config, const nn::Transformer& model) {
                     whole / uint64_t(std::max<int64_t>(1, p.tp * p.cp * p.pp)));
 }
 
+// The text's bytes, or a BPE token file's tokens (data.tokenizer).
+data::TextDataset load_dataset(const TrainConfig& c) {
+  if (c.data.tokenizer == "byte") {
+    const std::string path = c.data.path.empty() ? SPMD_EMBEDDED_TEXT : c.data.path;
+    return data::TextDataset::from_file(path, c.data.eval_fraction);
+  }
+  data::TokenFile file = data::read_token_file(c.data.path);
+  int64_t needed = file.vocab_size;  // 0 in llm.c's files: the largest token's id + 1
+  for (int64_t t : file.tokens) needed = std::max(needed, file.vocab_size > 0 ? 0 : t + 1);
+  SPMD_CHECK(needed <= c.model.vocab_size, "model.vocab_size ", c.model.vocab_size,
+             " is less than the vocabulary of ", c.data.path, " (", needed,
+             " tokens): set model.vocab_size to at least that");
+  return data::TextDataset::from_tokens(std::move(file.tokens), c.data.eval_fraction);
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainConfig& config,
@@ -109,15 +134,16 @@ TrainResult run_training(const TrainConfig& config,
   auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), t.seed);
   check_fits(config, *model);
   Parallelized par = parallelize(model, mesh, config);
-  const std::vector<Tensor> params = par.module().parameters();
+  const NamedTensors named = par.named_parameters();
+  std::vector<Tensor> params;
+  for (const auto& [name, p] : named) params.push_back(p);
   optim::AdamW opt(params, {.lr = config.optimizer.lr,
                             .beta1 = config.optimizer.beta1,
                             .beta2 = config.optimizer.beta2,
                             .eps = config.optimizer.eps,
                             .weight_decay = config.optimizer.weight_decay});
 
-  const std::string path = config.data.path.empty() ? SPMD_EMBEDDED_TEXT : config.data.path;
-  const data::TextDataset dataset = data::TextDataset::from_file(path, config.data.eval_fraction);
+  const data::TextDataset dataset = load_dataset(config);
   const int64_t T = model->config.max_seq_len;
   DataLoader loader(dataset, T, t.global_batch, par.dp_size, par.dp_rank, t.seed);
 
@@ -125,7 +151,7 @@ TrainResult run_training(const TrainConfig& config,
   const CheckpointConfig& ck = config.checkpoint;
   if (!ck.folder.empty() && ck.resume) {
     const auto load_start = Clock::now();
-    if (auto state = load_latest_checkpoint(ck.folder, *model, opt)) {
+    if (auto state = load_latest_checkpoint(ck.folder, named, opt, par.stage_replicas.get())) {
       result.first_step = state->step;
       loader.set_samples_consumed(state->samples_consumed);
       if (lead)
@@ -141,6 +167,14 @@ TrainResult run_training(const TrainConfig& config,
                         result.first_step > 0 ? std::ios::app : std::ios::trunc);
   const int64_t rows = t.global_batch / par.dp_size, mb = rows / t.microbatches;
   const double tokens_per_step = double(t.global_batch * T);
+  // MFU: the model's FLOPs per step over what every rank's peak allows.
+  const double peak = config.metrics.peak_tflops > 0 ? config.metrics.peak_tflops * 1e12
+                                                     : measured_gemm_flops();
+  const double flops_per_step = flops_per_token(model->config) * tokens_per_step;
+  if (lead)
+    std::printf("mfu against %.1f GFLOP/s per rank (%s), %.2f MFLOP per token\n", peak / 1e9,
+                config.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "an f32 GEMM, measured",
+                flops_per_token(model->config) / 1e6);
 
   const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
   for (int64_t step = result.first_step; step < last; ++step) {
@@ -151,23 +185,33 @@ TrainResult run_training(const TrainConfig& config,
     opt.zero_grad();
     const data::Batch batch = loader.next();
     double loss_sum = 0;
-    for (int64_t m = 0; m < t.microbatches; ++m) {
+    for (int64_t m = 0; m < t.microbatches && par.pipeline; ++m) {  // pp: the executor's step
+      const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
+      loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
+    }
+    if (par.pipeline) {
+      average_stage_gradients(params, *par.dp, t.microbatches);
+      loss_sum = from_last_stage(loss_sum, par.stage->is_last(), *par.pp);
+    }
+    for (int64_t m = 0; m < t.microbatches && !par.pipeline; ++m) {
       const bool sync = m + 1 == t.microbatches;  // gradients are reduced on the last only
       const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
       if (par.fsdp_root) par.fsdp_root->set_requires_gradient_sync(sync);
-      Tensor loss;
+      Losses l;
       if (par.ddp && !sync) {
         auto local = par.ddp->no_sync();
-        loss = loss_of(par, x, y);
-        backward(div(loss, double(t.microbatches)));
+        l = loss_of(par, config.model, x, y);
+        backward(div(l.objective, double(t.microbatches)));
       } else {
-        loss = loss_of(par, x, y);
-        backward(div(loss, double(t.microbatches)));
+        l = loss_of(par, config.model, x, y);
+        backward(div(l.objective, double(t.microbatches)));
       }
-      loss_sum += loss.item<double>() / double(t.microbatches);
+      loss_sum += l.loss.item<double>() / double(t.microbatches);
     }
-    const double grad_norm = t.grad_clip > 0 ? dist::clip_grad_norm_(params, t.grad_clip)
-                                             : dist::grad_norm(params);
+    if (par.ep) dist::ep::sync_gradients(*model, *par.ep);
+    const double grad_norm =
+        par.pipeline ? pipeline_grad_norm(params, *par.pp) : dist::grad_norm(params);
+    if (t.grad_clip > 0) optim::clip_grads_with_norm_(params, t.grad_clip, grad_norm);
     const double lr = schedule_lr(config, step);
     opt.set_lr(lr);
     opt.step();
@@ -186,26 +230,30 @@ TrainResult run_training(const TrainConfig& config,
                            {"grad_norm", grad_norm},
                            {"lr", lr},
                            {"tokens_per_s", tokens_per_step / step_s},
+                           {"mfu", flops_per_step / step_s / (peak * world->size())},
                            {"step_ms", step_s * 1e3},
                            {"comm_wait_ms", wait_ms(par.groups)},
                            {"mem_allocated", mem.allocated},
                            {"mem_peak", mem.peak_allocated}};
     const bool eval = config.metrics.eval_every > 0 && (step + 1) % config.metrics.eval_every == 0;
-    if (eval) line["val_loss"] = val_loss(par, dataset, T);
+    if (eval)
+      line["val_loss"] = par.pipeline ? pipeline_val_loss(par, dataset, T) : val_loss(par, config.model, dataset, T);
     const bool save_now = !ck.folder.empty() &&
                           ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
     if (save_now) {
       const auto save_start = Clock::now();
-      save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, *model, opt, *world,
-                      ck.keep);
+      save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, named, opt, *world,
+                      ck.keep, par.stage_replicas.get());
       line["checkpoint_ms"] =
           std::chrono::duration<double>(Clock::now() - save_start).count() * 1e3;
       line["checkpoint_bytes"] = checkpoint_bytes_of_rank(ck.folder, step + 1, world->rank());
     }
     metrics << line.dump() << "\n" << std::flush;
     if (lead && (step % config.metrics.log_every == 0 || step + 1 == t.steps || eval)) {
-      std::printf("step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  %.0f ms%s\n",
-                  (long long)step, loss, grad_norm, lr, tokens_per_step / step_s, step_s * 1e3,
+      std::printf("step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  mfu %4.1f%%  "
+                  "%.0f ms%s\n",
+                  (long long)step, loss, grad_norm, lr, tokens_per_step / step_s,
+                  100 * line["mfu"].get<double>(), step_s * 1e3,
                   eval ? str_cat("  val_loss ", line["val_loss"].get<double>()).c_str() : "");
       std::fflush(stdout);
     }
@@ -217,7 +265,8 @@ void export_model(const TrainConfig& config, const std::string& out, bool with_l
   SPMD_CHECK(!config.checkpoint.folder.empty(), "export: set checkpoint.folder to the run's folder");
   auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
   optim::AdamW opt(model->parameters(), {});
-  const auto state = load_latest_checkpoint(config.checkpoint.folder, *model, opt);
+  const auto state =
+      load_latest_checkpoint(config.checkpoint.folder, model->named_parameters(), opt);
   SPMD_CHECK(state.has_value(), "export: ", config.checkpoint.folder, " holds no checkpoint (no latest)");
   model->save(out);
   std::printf("exported step %lld of %s to %s (%lld parameters)\n", (long long)state->step,

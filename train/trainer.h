@@ -3,13 +3,17 @@
 // for each step
 //
 //   next global batch (this rank's rows) -> microbatches: forward, loss,
-//   backward (gradient sync on the last only) -> clip to the global norm ->
+//   backward (gradient sync on the last only; under pp each is a pipeline
+//   step, train/pipeline_train.h; under ep the experts' sync follows the
+//   last) -> clip to the global norm ->
 //   lr from the schedule -> AdamW step -> metrics -> checkpoint every K steps
 //
 // Metrics go to the console (rank 0, one line per log step) and, per rank,
 // to <run_folder>/metrics_rank<R>.jsonl: step, loss (the mean over the dp
-// ranks), grad_norm, lr, tokens_per_s, step_ms, comm_wait_ms (time blocked in
-// the dp and tp groups' collectives), mem_allocated and mem_peak (bytes,
+// ranks; with experts the objective adds moe_aux_coef x the balancing
+// loss, which `loss` leaves out), grad_norm, lr, tokens_per_s, mfu (model
+// FLOPs utilization, train/flops.h), step_ms,
+// comm_wait_ms (time blocked in the groups' collectives), mem_allocated and mem_peak (bytes,
 // this rank's allocator), val_loss on eval steps, and on save steps
 // checkpoint_ms and checkpoint_bytes (the save's time and this rank's file).
 #pragma once

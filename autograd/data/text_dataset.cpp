@@ -7,9 +7,18 @@
 namespace spmd::data {
 
 TextDataset::TextDataset(const std::string& text, double val_fraction) {
+  split(ByteTokenizer().encode(text), val_fraction);
+}
+
+TextDataset TextDataset::from_tokens(std::vector<int64_t> tokens, double val_fraction) {
+  TextDataset ds;
+  ds.split(tokens, val_fraction);
+  return ds;
+}
+
+void TextDataset::split(const std::vector<int64_t>& all, double val_fraction) {
   SPMD_CHECK(val_fraction >= 0 && val_fraction < 1, "TextDataset: val_fraction must lie in ",
              "[0, 1), got ", val_fraction);
-  std::vector<int64_t> all = ByteTokenizer().encode(text);
   const size_t n_train = size_t(double(all.size()) * (1 - val_fraction));
   train_.assign(all.begin(), all.begin() + std::ptrdiff_t(n_train));
   val_.assign(all.begin() + std::ptrdiff_t(n_train), all.end());

@@ -1,4 +1,5 @@
-// A language-modeling dataset over one text: its tokens split into a train
+// A language-modeling dataset over one text (byte tokens) or a list of
+// tokens (from_tokens): its tokens split into a train
 // part (the first 1 - val_fraction) and a held-out val part (the rest).
 // sample() draws B windows of T + 1 consecutive tokens at random start
 // positions (from a seeded generator, so a run is reproducible) and returns
@@ -29,6 +30,8 @@ class TextDataset {
   explicit TextDataset(const std::string& text, double val_fraction = 0.1);
   // Reads a file; throws naming it when it cannot be read.
   static TextDataset from_file(const std::string& path, double val_fraction = 0.1);
+  // Tokens already made (a BPE token file, data/token_file.h).
+  static TextDataset from_tokens(std::vector<int64_t> tokens, double val_fraction = 0.1);
 
   int64_t size(Split split) const { return int64_t(tokens(split).size()); }
   // B random windows of the split. REQUIRES: the split holds at least T + 1 tokens.
@@ -44,6 +47,8 @@ class TextDataset {
   const std::vector<int64_t>& tokens(Split split) const {
     return split == Split::kTrain ? train_ : val_;
   }
+  TextDataset() = default;
+  void split(const std::vector<int64_t>& all, double val_fraction);
   std::vector<int64_t> train_, val_;
 };
 

@@ -1,6 +1,6 @@
 // The byte-level tokenizer: every byte of UTF-8 text is one token, so the
-// vocabulary is the 256 byte values and no text is out of vocabulary. Not
-// here: BPE, which merges frequent byte pairs into more tokens.
+// vocabulary is the 256 byte values and no text is out of vocabulary.
+// data/bpe.h merges frequent byte pairs into more tokens.
 #pragma once
 
 #include <cstdint>

@@ -64,8 +64,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   if (options.rope) {
     SPMD_CHECK(T <= options.max_seq_len, "CausalSelfAttention: sequence of ", T,
                " exceeds max_seq_len ", options.max_seq_len);
-    q = rope(q, rope_cos_, rope_sin_);
-    k = rope(k, rope_cos_, rope_sin_);
+    const Tensor cos = rope_rows ? rope_rows(rope_cos_, T) : rope_cos_;
+    const Tensor sin = rope_rows ? rope_rows(rope_sin_, T) : rope_sin_;
+    q = rope(q, cos, sin);
+    k = rope(k, cos, sin);
   }
   // (B, T, H, D) -> (B, H, T, D): views, no copies.
   Tensor y = attention_fn ? attention_fn(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2))

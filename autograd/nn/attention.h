@@ -46,6 +46,12 @@ class CausalSelfAttention : public Module {
   // ranks (context parallelism's ring attention) sets its own.
   std::function<Tensor(const Tensor& q, const Tensor& k, const Tensor& v)> attention_fn;
 
+  // The rows of a RoPE table (cos or sin, (max_seq_len, D/2)) for the T
+  // tokens of a forward. Unset: rows 0 .. T-1, the tokens being the
+  // sequence's first T. A strategy whose tokens sit elsewhere in the
+  // sequence (context parallelism's chunks) gives their positions' rows.
+  std::function<Tensor(const Tensor& table, int64_t T)> rope_rows;
+
  private:
   Tensor rope_cos_, rope_sin_;  // (max_seq_len, D/2) non-persistent buffers
 };

@@ -210,6 +210,13 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
     }
   }
   report(group, measured, whole, config, B);
+  const cp::RingTransfers t = cp::ring_forward_transfers();
+  if (lead && t.transfer_us > 0)
+    std::printf(
+        "forward's key/value transfers (rank 0, %lld of them): %.1f ms in flight, %.1f ms "
+        "waited after the blocks: %.0f%% hidden behind compute\n",
+        (long long)t.transfers, double(t.transfer_us) / 1e3, double(t.wait_us) / 1e3,
+        100.0 * (1.0 - double(t.wait_us) / double(t.transfer_us)));
 }
 
 }  // namespace

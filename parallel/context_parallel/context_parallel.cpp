@@ -18,8 +18,6 @@ Tensor shard_sequence(const Tensor& x, int dim, const ProcessGroup& group) {
 }
 
 void parallelize_context(nn::Transformer& model, std::shared_ptr<ProcessGroup> group) {
-  SPMD_CHECK(model.config.positions == nn::TransformerConfig::Positions::kLearned,
-             "context parallel: rotary positions (RoPE) are not supported; use learned positions");
   for (size_t i = 0; i < model.layers->size(); ++i) {
     nn::Module* m = model.layers->at(i).get();
     if (auto* w = dynamic_cast<nn::CheckpointWrapper*>(m)) m = &w->inner();
@@ -30,14 +28,25 @@ void parallelize_context(nn::Transformer& model, std::shared_ptr<ProcessGroup> g
     block->attn->attention_fn = [g, group](const Tensor& q, const Tensor& k, const Tensor& v) {
       return ring_attention(q, k, v, *g);
     };
+    // RoPE: the rows of the local chunks' global positions, cut from the
+    // table's first T x cp rows as the tokens were cut from the sequence.
+    block->attn->rope_rows = [g, group](const Tensor& table, int64_t T) {
+      const int64_t global = T * g->size();
+      SPMD_CHECK(global <= table.size(0), "context parallel: a sequence of ", global,
+                 " tokens (", T, " per rank x cp ", g->size(), ") exceeds the RoPE table's ",
+                 table.size(0), " positions (max_seq_len)");
+      return shard_sequence(ops::narrow(table, 0, 0, global), 0, *g);
+    };
   }
-  // The position ids arange(T_local) become the global positions of the
-  // local chunks.
-  model.pos_embeddings->register_forward_pre_hook([group](nn::Module&, Tensor& positions) {
-    positions = shard_sequence(ops::arange(positions.size(0) * group->size(),
-                                           {positions.dtype(), positions.device()}),
-                               0, *group);
-  });
+  // Learned positions: the ids arange(T_local) become the global positions
+  // of the local chunks.
+  if (model.pos_embeddings) {
+    model.pos_embeddings->register_forward_pre_hook([group](nn::Module&, Tensor& positions) {
+      positions = shard_sequence(ops::arange(positions.size(0) * group->size(),
+                                             {positions.dtype(), positions.device()}),
+                                 0, *group);
+    });
+  }
 }
 
 }  // namespace spmd::dist::cp

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "autograd/function.h"
+#include "runtime/trace.h"
 #include "tensor/attention.h"
 #include "tensor/ops.h"
 
@@ -15,6 +16,7 @@ namespace spmd::dist::cp {
 namespace {
 
 std::atomic<int64_t> g_blocks{0};
+std::atomic<int64_t> g_transfers{0}, g_transfer_us{0}, g_wait_us{0};
 
 enum class Visible { kNone, kDiagonal, kFull };
 
@@ -137,7 +139,12 @@ struct Ring : autograd::Function<Ring> {
     for (int64_t step = 0; step < n; ++step) {
       Tensor next;
       std::optional<Work> moving;
-      if (step + 1 < n) moving = pass_on(kv, next, *g);  // overlaps this step's blocks
+      const int64_t issued_us = trace_now_us();
+      auto done_us = std::make_shared<std::atomic<int64_t>>(0);
+      if (step + 1 < n) {
+        moving = pass_on(kv, next, *g);  // overlaps this step's blocks
+        moving->on_complete([done_us] { done_us->store(trace_now_us()); });
+      }
       const auto [ka, kb] = chunk_ids(n, (r - step + n) % n);
       const int64_t kid[2] = {ka, kb};
       for (int i = 0; i < 2; ++i) {
@@ -153,7 +160,13 @@ struct Ring : autograd::Function<Ring> {
         }
       }
       if (moving) {
+        const int64_t wait_start = trace_now_us();
         g->wait(*moving, OpType::kSend);
+        const int64_t waited_until = trace_now_us();
+        const int64_t done = done_us->load() > 0 ? done_us->load() : waited_until;
+        g_transfers.fetch_add(1);
+        g_transfer_us.fetch_add(done - issued_us);
+        g_wait_us.fetch_add(waited_until - wait_start);
         kv = next;
       }
     }
@@ -232,5 +245,9 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Process
 }
 
 int64_t ring_attention_blocks() { return g_blocks.load(); }
+
+RingTransfers ring_forward_transfers() {
+  return {g_transfers.load(), g_transfer_us.load(), g_wait_us.load()};
+}
 
 }  // namespace spmd::dist::cp

@@ -51,4 +51,14 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Process
 // load-balance check: equal on every rank).
 int64_t ring_attention_blocks();
 
+// The key/value transfers of this process's ring_attention forwards so
+// far: how many, their time in flight (posted to completed) and the time
+// the computing thread waited on them after its blocks. The share hidden
+// behind compute is 1 - wait_us / transfer_us. (Backward's transfers carry
+// the gradients computed in their step, so it waits on each at once.)
+struct RingTransfers {
+  int64_t transfers = 0, transfer_us = 0, wait_us = 0;
+};
+RingTransfers ring_forward_transfers();
+
 }  // namespace spmd::dist::cp

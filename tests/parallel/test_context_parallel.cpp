@@ -64,7 +64,9 @@ void check_ring(int cp, DType dtype, int64_t Hkv, double tol) {
 
 constexpr int kSteps = 3;
 
-nn::TransformerConfig config() {
+// GPT-2's shape (learned positions), or Llama's (RoPE, grouped-query heads).
+nn::TransformerConfig config(bool llama = false) {
+  if (llama) return nn::TransformerConfig::llama(64, 16, 2, 4, 2, 32);
   return nn::TransformerConfig::gpt2(/*V=*/64, /*T=*/16, /*layers=*/2, /*heads=*/4, /*C=*/32);
 }
 
@@ -81,8 +83,8 @@ struct Run {
   std::shared_ptr<nn::Transformer> model;
 };
 
-Run train_reference(int64_t rows) {
-  Run run{{}, std::make_shared<nn::Transformer>(config(), 5)};
+Run train_reference(int64_t rows, bool llama) {
+  Run run{{}, std::make_shared<nn::Transformer>(config(llama), 5)};
   optim::AdamW opt(run.model->parameters(), adamw());
   for (int s = 0; s < kSteps; ++s) {
     const auto b = batch(s, rows);
@@ -96,10 +98,10 @@ Run train_reference(int64_t rows) {
 }
 
 // dp x cp ranks: a dp replica's rows, the sequence split over cp.
-Run train_cp(ProcessGroup& world, int dp) {
+Run train_cp(ProcessGroup& world, int dp, bool llama) {
   DeviceMesh mesh(borrow(world), {dp, world.size() / dp}, {"dp", "cp"});
   DeviceMesh both = mesh.flatten({"dp", "cp"}, "dp_cp");
-  Run run{{}, std::make_shared<nn::Transformer>(config(), 5)};
+  Run run{{}, std::make_shared<nn::Transformer>(config(llama), 5)};
   cp::parallelize_context(*run.model, mesh.group_ptr("cp"));
   DistributedDataParallel ddp(run.model, both.group_ptr("dp_cp"));  // gradients: mean over dp x cp
   optim::AdamW opt(ddp.parameters(), adamw());
@@ -120,9 +122,9 @@ Run train_cp(ProcessGroup& world, int dp) {
   return run;
 }
 
-void check_training(int world_size, int dp, const std::string& name) {
+void check_training(int world_size, int dp, const std::string& name, bool llama = false) {
   run_world(world_size, [&](ProcessGroup& world) {
-    const Run want = train_reference(2 * dp), got = train_cp(world, dp);
+    const Run want = train_reference(2 * dp, llama), got = train_cp(world, dp, llama);
     for (int s = 0; s < kSteps; ++s) {
       const double rel = std::abs(got.losses[s] - want.losses[s]) / want.losses[s];
       expect(rel <= 1e-5, name, ": step ", s, " loss ", got.losses[s], " vs ", want.losses[s]);
@@ -159,4 +161,10 @@ TEST_CASE("a sequence that does not split into 2 cp chunks is refused", "[cp][er
 TEST_CASE("cp = 2 and dp x cp = 2 x 2 train as one process", "[cp][equivalence]") {
   check_training(2, 1, "cp=2");
   check_training(4, 2, "dp=2 x cp=2");
+}
+
+TEST_CASE("rotary positions under cp: each chunk rotated by its global positions",
+          "[cp][rope][equivalence]") {
+  check_training(2, 1, "llama (RoPE, GQA), cp=2", /*llama=*/true);
+  check_training(4, 1, "llama (RoPE, GQA), cp=4", /*llama=*/true);
 }

@@ -83,6 +83,8 @@ n_heads = 8
 n_kv_heads = 2
 d_model = 256
 dropout = 0.1
+n_experts = 4
+moe_every = 2
 
 [data]
 path = "data/tiny.txt"
@@ -145,6 +147,9 @@ run_folder = "runs/full"
   CHECK(c.model.d_model == 256);
   CHECK(c.model.dropout == 0.1);
   CHECK(c.model.tie_embeddings == false);  // Llama's default when not given
+  CHECK(c.model.n_experts == 4);
+  CHECK(c.model.moe_every == 2);
+  CHECK(c.model.moe_top_k == 2);  // the default
   CHECK(c.data.path == "data/tiny.txt");
   CHECK(c.data.tokenizer == "byte");
   CHECK(c.data.eval_fraction == 0.05);
@@ -323,6 +328,14 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
         "override --optimizer.beta2=1.0: optimizer.beta2 must be in [0, 1), got 1.0");
   CHECK(load_error("", {"optimizer.beta1=-0.1"}) ==
         "override --optimizer.beta1=-0.1: optimizer.beta1 must be in [0, 1), got -0.1");
+  CHECK(load_error("", {"model.n_experts=4", "model.moe_top_k=5"}) ==
+        "override --model.moe_top_k=5: model.moe_top_k must be in [1, n_experts 4], got 5");
+  CHECK(load_error("", {"model.moe_aux_coef=-1"}) ==
+        "override --model.moe_aux_coef=-1: model.moe_aux_coef must be a finite number at least 0, "
+        "got -1.0");
+  CHECK(load_error("", {"data.tokenizer=bpe"}) ==
+        "override --data.tokenizer=bpe: data.tokenizer = \"bpe\" reads a token file: set "
+        "data.path to the .bin that spmd-tokenize wrote");
   CHECK(load_error("", {"schedule.decay=cos"}) ==
         "override --schedule.decay=cos: schedule.decay must be one of \"cosine\", \"linear\", "
         "\"constant\", got \"cos\"");
@@ -381,12 +394,22 @@ TEST_CASE("check_layout: the dims' product is the world; every split divides", "
         "parallel: dp_replicate 1 x dp_shard 2 x cp 1 x tp 2 x pp 1 = 4 ranks, but the world "
         "has 2");
   // dp x tp x pp on 8 ranks: 2 x 2 x 2.
-  CHECK(layout_error({"parallel.dp_shard=2", "parallel.tp=2", "parallel.pp=2"}, 8) == "");
-  // ep borrows from dp_shard x cp and adds no ranks.
-  CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=2"}, 4) == "");
-  CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=3"}, 4) ==
-        "parallel: ep 3 must divide dp_shard 4 x cp 1 = 4 (expert parallel borrows its ranks "
-        "from those axes)");
+  CHECK(layout_error({"parallel.dp_shard=2", "parallel.tp=2", "parallel.pp=2",
+                      "model.tie_embeddings=false"},
+                     8) == "");
+  CHECK(layout_error({"parallel.pp=2"}, 2) ==
+        "parallel: pp 2 with model.tie_embeddings = true: the head would live on the last stage "
+        "and its embedding on the first; set model.tie_embeddings = false");
+  // ep borrows from the data-parallel axes and adds no ranks.
+  CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=2", "model.n_experts=4"}, 4) == "");
+  CHECK(layout_error({"parallel.dp_shard=4", "parallel.ep=3", "model.n_experts=3"}, 4) ==
+        "parallel: ep 3 must divide dp_replicate 1 x dp_shard 4 x cp 1 = 4 (expert parallel "
+        "borrows its ranks from those axes)");
+  CHECK(layout_error({"parallel.dp_replicate=2", "parallel.ep=2"}, 2) ==
+        "parallel: ep 2 must divide model.n_experts 0 (a model without experts has nothing to "
+        "split)");
+  CHECK(layout_error({"parallel.dp_replicate=4", "parallel.ep=4", "model.n_experts=6"}, 4) ==
+        "parallel: ep 4 must divide model.n_experts 6");
   CHECK(layout_error({"parallel.dp_replicate=2", "parallel.dp_shard=2", "training.microbatches=4"},
                      4) ==
         "parallel: training.global_batch 8 is not divisible by dp_replicate 2 x dp_shard 2 x "
@@ -397,7 +420,7 @@ TEST_CASE("check_layout: the dims' product is the world; every split divides", "
         "parallel: tp 2 must divide model.vocab_size 257");
   CHECK(layout_error({"parallel.pp=8", "training.global_batch=8"}, 8) ==
         "parallel: pp 8 is more than model.n_layers 4 (every stage needs a layer)");
-  CHECK(layout_error({"parallel.pp=2", "parallel.pp_microbatches=3"}, 2) ==
+  CHECK(layout_error({"parallel.pp=2", "parallel.pp_microbatches=3", "model.tie_embeddings=false"}, 2) ==
         "parallel: pp_microbatches 3 must divide each rank's batch of 8 sequences "
         "(global_batch 8 / (dp 1 x microbatches 1))");
   CHECK(layout_error({"model.seq_len=100", "parallel.cp=8", "parallel.dp_shard=1"}, 8) ==

@@ -15,6 +15,9 @@
 #include "parallel/comm/init.h"
 #include "runtime/hash_store.h"
 #include "train/config.h"
+#include "train/flops.h"
+#include "autograd/data/bpe.h"
+#include "autograd/data/token_file.h"
 #include "train/trainer.h"
 
 using namespace spmd;
@@ -71,12 +74,15 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   }
 }
 
-void check_layout(int world_size, const std::vector<std::string>& layout, const std::string& name) {
+// `model`: overrides both runs share (the model, the training).
+void check_layout(int world_size, std::vector<std::string> layout, const std::string& name,
+                  const std::vector<std::string>& model = {}) {
+  layout.insert(layout.end(), model.begin(), model.end());
   const train::TrainConfig c = base(4, layout);
   run_world(
       world_size,
       [&](dist::ProcessGroup& world) {
-        const std::vector<double> want = run_single(base(4, {}));
+        const std::vector<double> want = run_single(base(4, model));
         const auto got = train::run_training(c, dist::testing::borrow(world)).losses;
         expect_close(got, want, 1e-5, str_cat(name, " (rank ", world.rank(), ")"));
       },
@@ -84,6 +90,23 @@ void check_layout(int world_size, const std::vector<std::string>& layout, const 
 }
 
 }  // namespace
+
+TEST_CASE("flops_per_token: 6 x the weights a token meets + 12 L C T, by hand", "[train][mfu]") {
+  // tiny: C 128, L 4, V 256, T 128, MLP 512. Per block: wq, wk, wv, wo
+  // 4 x 128^2 = 65,536 and the MLP 2 x 128 x 512 = 131,072; the head
+  // 256 x 128 = 32,768: 819,200 weights. 6 x 819,200 + 12 x 4 x 128 x 128.
+  nn::TransformerConfig c = nn::TransformerConfig::preset("tiny");
+  CHECK(train::flops_per_token(c) == 6.0 * 819200 + 786432);
+  // Four experts, top 2: each block's router 128 x 4 and two MLPs.
+  c.n_experts = 4;
+  CHECK(train::flops_per_token(c) == 6.0 * (32768 + 4 * (65536 + 512 + 2 * 131072)) + 786432);
+  // Grouped-query attention: wk and wv shrink to the kv heads' width.
+  c = nn::TransformerConfig::preset("tiny");
+  c.n_kv_heads = 2;
+  CHECK(train::flops_per_token(c) == 6.0 * (32768 + 4 * (128 * (128 + 2 * 64) + 16384 + 131072)) +
+                                         786432);
+  CHECK(train::measured_gemm_flops(64, 1) > 0);
+}
 
 TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP, FSDP x TP and CP trains as one process",
           "[train][equivalence]") {
@@ -99,35 +122,82 @@ TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP, FSDP x TP and CP trains as one 
   check_layout(4, {"parallel.cp=2", "parallel.tp=2"}, "cp 2 x tp 2 (heads split, sequence split)");
 }
 
-TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
-          "[train][checkpoint]") {
+TEST_CASE("spmd-train on BPE tokens (spmd-tokenize's files) trains as one process",
+          "[train][bpe][equivalence]") {
+  std::ifstream in(text_file());
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  const data::BpeTokenizer bpe = data::BpeTokenizer::train(text, 300);
+  const std::string tokens = "/tmp/spmd_test_trainer_bpe_" + std::to_string(::getpid()) + ".bin";
+  data::write_token_file(tokens, bpe.encode(text), bpe.vocab_size());
+  const std::vector<std::string> shared = {"data.tokenizer=\"bpe\"", "data.path=\"" + tokens + "\"",
+                                           "model.vocab_size=" + std::to_string(bpe.vocab_size())};
+  check_layout(2, {"parallel.dp_replicate=2"}, "ddp 2 on bpe tokens", shared);
+  // A vocabulary smaller than the file's is refused, naming both.
+  std::vector<std::string> small = shared;
+  small.back() = "model.vocab_size=256";
+  const std::string error = [&] {
+    try {
+      run_single(base(1, small));
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  CHECK(error == "model.vocab_size 256 is less than the vocabulary of " + tokens + " (" +
+                     std::to_string(bpe.vocab_size()) +
+                     " tokens): set model.vocab_size to at least that");
+  fs::remove(tokens);
+}
+
+TEST_CASE("spmd-train with pipeline stages (and dp) trains as one process", "[train][pp][equivalence]") {
+  const std::vector<std::string> untied = {"model.tie_embeddings=false", "model.n_layers=4"};
+  check_layout(2, {"parallel.pp=2"}, "pp 2, 1f1b over 2 microbatches", untied);
+  std::vector<std::string> clipped = untied;
+  clipped.push_back("training.grad_clip=0.05");  // every step clipped: the norm over the stages
+  check_layout(4, {"parallel.pp=4", "parallel.pp_schedule=\"gpipe\"", "parallel.pp_microbatches=4"},
+               "pp 4, gpipe over 4 microbatches, clipped", clipped);
+  check_layout(4, {"parallel.pp=2", "parallel.dp_replicate=2", "training.microbatches=2",
+                   "training.activation_checkpointing=\"full\""},
+               "pp 2 x ddp 2, 2 accumulation chunks, activation checkpointing", untied);
+}
+
+TEST_CASE("spmd-train with experts split over ranks trains as one process", "[train][ep][equivalence]") {
+  const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2"};
+  check_layout(2, {"parallel.dp_replicate=2", "parallel.ep=2"}, "ep 2", moe);
+  std::vector<std::string> every_other = moe;
+  every_other.push_back("model.moe_every=2");
+  check_layout(4, {"parallel.dp_replicate=4", "parallel.ep=2", "training.microbatches=2"},
+               "dp 2 x ep 2, MoE every other block, 2 accumulation chunks", every_other);
+}
+
+namespace {
+
+struct Resume {
+  int world;
+  std::vector<std::string> layout;
+  double tol;  // 0: the same layout as the save, compared with an uninterrupted run of it
+  const char* name;
+};
+
+// Saved under `saved` on 2 ranks after 2 of 4 steps, resumed under each
+// case's layout; `shared` overrides apply to every run, the reference's too.
+void check_resumes(const std::vector<std::string>& saved, const std::vector<std::string>& shared,
+                   const std::vector<Resume>& resumes) {
   const std::string folder = "/tmp/spmd_test_trainer_ckpt_" + std::to_string(::getpid());
-  // Saved under FSDP on 2 ranks after 2 of 4 steps, resumed under each layout.
+  const auto with = [&](std::vector<std::string> o, const std::vector<std::string>& more) {
+    o.insert(o.end(), more.begin(), more.end());
+    o.insert(o.end(), shared.begin(), shared.end());
+    return o;
+  };
   const auto ck = [&](int64_t steps, const std::vector<std::string>& layout) {
-    std::vector<std::string> o = layout;
-    o.push_back("checkpoint.folder=\"" + folder + "\"");
-    o.push_back("checkpoint.interval=2");
-    return base(steps, o);
+    return base(steps, with(layout, {"checkpoint.folder=\"" + folder + "\"", "checkpoint.interval=2"}));
   };
-  struct Case {
-    int world;
-    std::vector<std::string> layout;
-    double tol;
-    const char* name;
-  };
-  const Case resumes[] = {
-      {2, {"parallel.dp_shard=2"}, 0.0, "fsdp 2 -> fsdp 2"},
-      {4, {"parallel.dp_shard=4"}, 1e-5, "fsdp 2 -> fsdp 4"},
-      {2, {"parallel.tp=2"}, 1e-5, "fsdp 2 -> tp 2"},
-      {1, {}, 1e-5, "fsdp 2 -> one process"},
-  };
-  for (const Case& r : resumes) {
+  for (const Resume& r : resumes) {
     fs::remove_all(folder);
     fs::remove_all(folder + "_whole");
-    std::vector<double> uninterrupted;
     run_world(2, [&](dist::ProcessGroup& world) {
       const auto w = dist::testing::borrow(world);
-      train::run_training(ck(4, {"parallel.dp_shard=2"}), w, /*stop_after=*/2);  // saves at 2
+      train::run_training(ck(4, saved), w, /*stop_after=*/2);  // saves at 2
     }, std::chrono::seconds(60));
     run_world(2, [&](dist::ProcessGroup& world) {
       const auto w = dist::testing::borrow(world);
@@ -136,8 +206,8 @@ TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
         // its own. (It saves too because the step after a save can differ
         // from the same step without one in the last bit: the save's
         // allocations move where later buffers land.)
-        std::vector<std::string> o = {"parallel.dp_shard=2", "checkpoint.interval=2",
-                                      "checkpoint.folder=\"" + folder + "_whole\""};
+        const auto o = with(saved, {"checkpoint.interval=2",
+                                    "checkpoint.folder=\"" + folder + "_whole\""});
         const auto full = train::run_training(base(4, o), w).losses;
         std::ofstream out(folder + "/want_rank" + std::to_string(world.rank()));
         out << std::setprecision(17) << full[2] << " " << full[3];  // round-trips a double
@@ -157,7 +227,7 @@ TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
         // so the first step after a restart may differ by one ulp.
         expect_close(res.losses, want, 2.5e-7, r.name);
       } else {
-        const auto single = run_single(base(4, {}));
+        const auto single = run_single(base(4, shared));
         want = {single[2], single[3]};
         expect_close(res.losses, want, r.tol, r.name);
       }
@@ -165,4 +235,41 @@ TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
   }
   fs::remove_all(folder);
   fs::remove_all(folder + "_whole");
+}
+
+}  // namespace
+
+TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
+          "[train][checkpoint]") {
+  check_resumes({"parallel.dp_shard=2"}, {},
+                {
+                    {2, {"parallel.dp_shard=2"}, 0.0, "fsdp 2 -> fsdp 2"},
+                    {4, {"parallel.dp_shard=4"}, 1e-5, "fsdp 2 -> fsdp 4"},
+                    {2, {"parallel.tp=2"}, 1e-5, "fsdp 2 -> tp 2"},
+                    {1, {}, 1e-5, "fsdp 2 -> one process"},
+                });
+}
+
+TEST_CASE("a run saved with pipeline stages resumes with or without them",
+          "[train][checkpoint][pp]") {
+  check_resumes({"parallel.pp=2"}, {"model.tie_embeddings=false", "model.n_layers=4"},
+                {
+                    {2, {"parallel.pp=2"}, 0.0, "pp 2 -> pp 2"},
+                    {4, {"parallel.pp=2", "parallel.dp_replicate=2"}, 1e-5, "pp 2 -> pp 2 x ddp 2"},
+                    {2, {"parallel.dp_shard=2"}, 1e-5, "pp 2 -> fsdp 2"},
+                    {1, {}, 1e-5, "pp 2 -> one process"},
+                });
+  // And the other way: a run saved without stages resumes on 4 of them.
+  check_resumes({"parallel.tp=2"}, {"model.tie_embeddings=false", "model.n_layers=4"},
+                {{4, {"parallel.pp=4"}, 1e-5, "tp 2 -> pp 4"}});
+}
+
+TEST_CASE("a run saved with experts split resumes split or whole", "[train][checkpoint][ep]") {
+  check_resumes({"parallel.dp_replicate=2", "parallel.ep=2"}, {"model.n_experts=4"},
+                {
+                    {2, {"parallel.dp_replicate=2", "parallel.ep=2"}, 0.0, "ep 2 -> ep 2"},
+                    {2, {"parallel.dp_replicate=2"}, 1e-5, "ep 2 -> ddp 2"},
+                    {4, {"parallel.dp_replicate=4", "parallel.ep=4"}, 1e-5, "ep 2 -> ep 4"},
+                    {1, {}, 1e-5, "ep 2 -> one process"},
+                });
 }

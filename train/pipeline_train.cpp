@@ -1,0 +1,67 @@
+// The pipeline's share of spmd-train's step (pipeline_train.h).
+#include "train/pipeline_train.h"
+
+#include <cmath>
+
+#include "autograd/autograd.h"
+#include "autograd/grad_mode.h"
+#include "autograd/nn_functional.h"
+#include "autograd/optim/clip_grad.h"
+#include "tensor/ops.h"
+
+namespace spmd::train {
+
+void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGroup& dp, int64_t chunks) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  for (Tensor p : params) {
+    if (!p.grad().defined()) p.set_grad(ops::zeros_like(p));  // this rank's stage never reached it
+    grads.push_back(p.grad());
+  }
+  if (dp.size() > 1) {
+    std::vector<dist::Work> works;
+    for (const Tensor& g : grads) works.push_back(dp.all_reduce(g));
+    for (const dist::Work& w : works) dp.wait(w, dist::OpType::kAllReduce);
+  }
+  const double scale = 1.0 / double(dp.size() * chunks);
+  if (scale != 1.0)
+    for (Tensor& g : grads) ops::mul_(g, scale);
+}
+
+double pipeline_grad_norm(const std::vector<Tensor>& params, dist::ProcessGroup& pp) {
+  Tensor sq = ops::scalar_tensor(optim::local_grad_sq_sum(params), {DType::kF64});
+  pp.wait(pp.all_reduce(sq), dist::OpType::kAllReduce);
+  return std::sqrt(sq.item<double>());
+}
+
+double from_last_stage(double value, bool is_last, dist::ProcessGroup& pp) {
+  Tensor v = ops::scalar_tensor(is_last ? value : 0.0, {DType::kF64});
+  pp.wait(pp.all_reduce(v), dist::OpType::kAllReduce);
+  return v.item<double>();
+}
+
+double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T) {
+  NoGradGuard no_grad;
+  dist::pp::TransformerStage& stage = *p.stage;
+  dist::ProcessGroup& pp = *p.pp;
+  const int64_t C = stage.model().config.d_model;
+  const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
+  double total = 0;
+  for (const data::Batch& b : batches) {
+    Tensor x = b.x;
+    if (!stage.is_first()) {
+      x = ops::empty({b.x.size(0), T, C}, {DType::kF32, b.x.device()});
+      pp.wait(pp.recv(x, pp.rank() - 1), dist::OpType::kRecv);
+    }
+    const Tensor out = stage.forward(x);
+    if (stage.is_last()) {
+      total += cross_entropy(out, b.y).item<double>();
+    } else {
+      pp.wait(pp.send(ops::contiguous(out), pp.rank() + 1), dist::OpType::kSend);
+    }
+  }
+  const double mean = batches.empty() ? 0.0 : total / double(batches.size());
+  return from_last_stage(mean, stage.is_last(), pp);
+}
+
+}  // namespace spmd::train

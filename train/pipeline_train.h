@@ -1,0 +1,41 @@
+// What spmd-train's loop does differently when the model is cut into
+// pipeline stages (parallel.pp > 1, parallelize.h).
+//
+// A step runs the executor once per gradient-accumulation chunk (each chunk
+// cut again into parallel.pp_microbatches), so each rank's stage gradients
+// are the sum of the chunks' means; then, per step:
+//
+//   stage gradients summed over dp_replicate, divided by dp x chunks
+//   grad norm: each stage's squares, summed over the pp ranks
+//   loss: the last stage's, given to every stage (a sum over pp of it and zeros)
+//
+// The held-out loss runs the stages forward only, one batch after another.
+#pragma once
+
+#include <vector>
+
+#include "autograd/data/text_dataset.h"
+#include "parallel/comm/process_group.h"
+#include "train/parallelize.h"
+
+namespace spmd::train {
+
+// After the step's backwards: every gradient of `params` (zeros where none
+// arrived) summed over `dp` and divided by dp.size() x chunks. Collective
+// over `dp`.
+void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGroup& dp, int64_t chunks);
+
+// The global gradient norm of a model whose stages hold `params` on each pp
+// rank. Collective over `pp`.
+double pipeline_grad_norm(const std::vector<Tensor>& params, dist::ProcessGroup& pp);
+
+// The last stage's `value` on every rank of `pp` (the others pass anything,
+// NaN included). Collective over `pp`.
+double from_last_stage(double value, bool is_last, dist::ProcessGroup& pp);
+
+// The held-out loss: the first windows of the validation split, each run
+// through the stages (activations sent on, no graph kept), the mean on every
+// rank. Collective over the pp group.
+double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T);
+
+}  // namespace spmd::train

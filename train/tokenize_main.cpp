@@ -1,0 +1,113 @@
+// spmd-tokenize: learn a byte-level BPE vocabulary from a text file and
+// write the text's tokens, for spmd-train's data.tokenizer = "bpe".
+//
+//   spmd-tokenize --input shakespeare.txt --vocab-size 1024 --out data/shakespeare
+//       learns 768 merges, writes data/shakespeare.bpe (the vocabulary) and
+//       data/shakespeare.bin (the tokens, llm.c's layout: data/token_file.h)
+//   spmd-tokenize --input other.txt --vocab data/shakespeare.bpe --out data/other
+//       encodes with a vocabulary learned before (writes only other.bin)
+//
+// It prints the vocabulary size, the tokens' count and the bytes per token.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "autograd/data/bpe.h"
+#include "autograd/data/token_file.h"
+#include "runtime/error.h"
+
+using namespace spmd;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: spmd-tokenize --input TEXT --out PREFIX (--vocab-size N | --vocab FILE.bpe)\n"
+    "  --vocab-size N  learn a BPE vocabulary of N tokens (256 bytes + N - 256 merges),\n"
+    "                  written to PREFIX.bpe\n"
+    "  --vocab FILE    encode with this vocabulary instead\n"
+    "  writes the tokens to PREFIX.bin (uint16 after a 256-int32 header, as llm.c)\n";
+
+struct Args {
+  std::string input, out, vocab;
+  int64_t vocab_size = 0;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      SPMD_CHECK(i + 1 < argc, arg, " needs a value\n", kUsage);
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (arg == "--input") {
+      a.input = value();
+    } else if (arg == "--out") {
+      a.out = value();
+    } else if (arg == "--vocab") {
+      a.vocab = value();
+    } else if (arg == "--vocab-size") {
+      const std::string v = value();
+      char* end = nullptr;
+      a.vocab_size = std::strtoll(v.c_str(), &end, 10);
+      SPMD_CHECK(!v.empty() && *end == '\0' && a.vocab_size >= 256 && a.vocab_size <= 65536,
+                 "--vocab-size must be an integer in [256, 65536] (the bytes, and what a uint16 ",
+                 "token holds), got '", v, "'");
+    } else {
+      SPMD_THROW(InvalidArgument, "unknown argument '", arg, "'\n", kUsage);
+    }
+  }
+  SPMD_CHECK(!a.input.empty() && !a.out.empty(), "--input and --out are required\n", kUsage);
+  SPMD_CHECK((a.vocab_size > 0) != !a.vocab.empty(),
+             "give one of --vocab-size (to learn a vocabulary) and --vocab (to use one)\n", kUsage);
+  return a;
+}
+
+std::string read_text(const std::string& path) {
+  SPMD_CHECK(std::filesystem::is_regular_file(path), "--input ", path,
+             std::filesystem::is_directory(path) ? " is a directory" : " is not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  SPMD_CHECK(in.good(), "cannot open ", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args args = parse_args(argc, argv);
+    const std::string text = read_text(args.input);
+    const auto start = std::chrono::steady_clock::now();
+    const data::BpeTokenizer bpe = args.vocab.empty()
+                                       ? data::BpeTokenizer::train(text, args.vocab_size)
+                                       : data::BpeTokenizer::load(args.vocab);
+    const double train_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (args.vocab.empty()) bpe.save(args.out + ".bpe");
+    const std::vector<int64_t> tokens = bpe.encode(text);
+    data::write_token_file(args.out + ".bin", tokens, bpe.vocab_size());
+    std::printf("%s: %zu bytes -> %zu tokens (%.2f bytes per token), vocabulary %lld%s\n",
+                args.input.c_str(), text.size(), tokens.size(),
+                tokens.empty() ? 0.0 : double(text.size()) / double(tokens.size()),
+                (long long)bpe.vocab_size(),
+                args.vocab.empty() ? " (learned)" : " (from --vocab)");
+    if (args.vocab.empty())
+      std::printf("learned in %.2f s; wrote %s.bpe and %s.bin\n", train_s, args.out.c_str(),
+                  args.out.c_str());
+    else
+      std::printf("wrote %s.bin\n", args.out.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spmd-tokenize: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
