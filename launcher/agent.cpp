@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 
 #include "launcher/console_writer.h"
 #include "launcher/failure_report.h"
@@ -74,7 +73,7 @@ std::string command_line(const std::vector<std::string>& argv) {
   return out;
 }
 
-void say(const std::string& line) { std::cerr << "spmdrun: " << line << std::endl; }
+void say(const std::string& line) { ConsoleWriter::say("spmdrun: " + line + "\n"); }
 
 }  // namespace
 
@@ -226,8 +225,7 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
   }
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
   FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts};
-  ConsoleWriter::instance().flush(std::chrono::seconds(1));  // the workers' last lines first
-  std::cerr << format_failure_report(group, failed, context) << std::flush;
+  ConsoleWriter::say(format_failure_report(group, failed, context));  // after the workers' lines
 }
 
 Agent::Outcome Agent::exit_barrier(NodeRendezvous& rdzv, int round, int group_rank) {

@@ -210,23 +210,28 @@ def group_launcher():
         code=2, says=r"starts 300 processes, but this user may run at most 100 \(ulimit -u\) "
                      r"and runs \d+ already", within_s=3)
 
-    # stdout piped to a reader that never reads: SIGTERM still stops the job.
-    c = Case("SIGTERM with a console that does not read",
-             [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--stop-grace", "2", "yes"])
-    r, w = os.pipe()
-    p = c.start(stdout=w, stderr=subprocess.PIPE)
-    os.close(w)
-    time.sleep(1.5)  # the pipe (64 KiB) is long full by now
-    p.send_signal(signal.SIGTERM)
-    try:
-        _, err = p.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        _, err = p.communicate()
-        c.fail("spmdrun ignored SIGTERM for 10 s while its stdout was full")
-    os.close(r)
-    c.finish(p.returncode, err.decode(errors="replace")).expect(code=128 + signal.SIGTERM,
-                                                                within_s=14)
+    # stdout (then stderr) piped to a reader that never reads: SIGTERM still
+    # stops the job, and the launcher's own messages do not block it either.
+    for stream, worker in (("stdout", ["yes"]), ("stderr", ["/bin/sh", "-c", "yes >&2"])):
+        c = Case(f"SIGTERM with a {stream} that does not read",
+                 [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--stop-grace", "2"] + worker,
+                 env={"SPMD_LOG_LEVEL": "info"})
+        r, w = os.pipe()
+        kw = {"stdout": w, "stderr": subprocess.PIPE} if stream == "stdout" else \
+            {"stdout": subprocess.PIPE, "stderr": w}
+        p = c.start(**kw)
+        os.close(w)
+        time.sleep(1.5)  # the pipe (64 KiB) is long full by now
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            c.fail(f"spmdrun ignored SIGTERM for 10 s while its {stream} was full")
+        os.close(r)
+        c.finish(p.returncode, (err or out or b"").decode(errors="replace")).expect(
+            code=128 + signal.SIGTERM, within_s=14)
 
     # A line over 64 KiB reaches the log file whole.
     with tempfile.TemporaryDirectory() as d:
