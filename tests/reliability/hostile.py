@@ -178,6 +178,15 @@ def group_files():
     with tempfile.TemporaryDirectory() as d:
         Case("--data DIR", [single, "--data", d]).run().expect(
             code=1, says=re.escape(d) + r" is a directory; give a file", within_s=5)
+        # A held-out text too short for one batch: an error, not "val loss 0.0000".
+        small = os.path.join(d, "small.txt")
+        with open(small, "w") as f:
+            f.write("tiny text " * 400)  # 400 held-out bytes: 3 windows of 129, a batch is 4
+        Case("05_ddp with no held-out batch",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", os.path.join(EX, "05_ddp"),
+              "--data", small, "--steps", "2", "--batch", "4"], limit_s=60).run().expect(
+            code=1, says=r"the held-out text is shorter than one batch of 4 x 129 tokens",
+            not_says=r"val loss 0\.0000", within_s=60)
     Case("--data missing", [single, "--data", "/nonexistent/text"]).run().expect(
         code=1, says=r"/nonexistent/text: No such file or directory", within_s=5)
     Case("--batch 100000", [single, "--data", TEXT, "--batch", "100000"], prlimit=cap).run().expect(
