@@ -262,8 +262,11 @@ def group_launcher():
                                "--stop-grace", "30", PY, "-c", ignore])
     p = c.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = b""
-    while b"ready" not in out:
-        out += p.stdout.read1(4096)
+    while b"ready" not in out:  # the worker is up, its handlers set (EOF: it never came)
+        chunk = p.stdout.read1(4096)
+        if not chunk:
+            break
+        out += chunk
     p.send_signal(signal.SIGINT)
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
