@@ -198,6 +198,12 @@ def group_files():
           "--parallel.dp_shard=1", "--training.global_batch=100000"], prlimit=cap).run().expect(
         code=1, says=r"training.global_batch 100000 \(100000 rows per rank per micro-batch\) "
                      r"needs about [0-9.]+ GiB, but only", within_s=15)
+    Case("spmd-train eval_every with no held-out batch",
+         [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
+          "--parallel.dp_shard=1", "--data.eval_fraction=0.0001", "--metrics.eval_every=1",
+          "--training.steps=2", "--schedule.warmup_steps=1"]).run().expect(
+        code=1, says=r"metrics.eval_every = 1 asks for held-out evals, but data.eval_fraction = "
+                     r"0.0001 holds out \d+ tokens, fewer than one eval batch", within_s=30)
     Case("--batch 100000 uncapped", [single, "--data", TEXT, "--batch", "100000"]).run().expect(
         code=1, says=r"needs about [0-9.]+ GiB, but only", within_s=15)
 
