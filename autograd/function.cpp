@@ -1,6 +1,7 @@
 // The non-template parts of custom Functions: the context and output wiring.
 #include "autograd/function.h"
 
+#include "autograd/engine.h"
 #include "autograd/variable.h"
 
 namespace spmd::autograd {
@@ -17,6 +18,10 @@ TensorList FunctionCtx::saved_tensors() const {
   TensorList out;
   for (const SavedTensor& s : saved_) out.push_back(s.get());
   return out;
+}
+
+bool FunctionCtx::needs_input_grad(size_t i) const {
+  return i < needs_.size() && needs_[i] && autograd::needs_input_grad(i);
 }
 
 void FunctionCtx::release() {

@@ -49,8 +49,10 @@ class FunctionCtx {
   }
   template <class T>
   const T& get(const std::string& key) const;
-  // True when the gradient of Tensor argument i is wanted.
-  bool needs_input_grad(size_t i) const { return i < needs_.size() && needs_[i]; }
+  // True when the gradient of Tensor argument i is wanted: it required
+  // grad at forward, and the pass now running asks for it (a split
+  // backward asks for the inputs' and the weights' in different passes).
+  bool needs_input_grad(size_t i) const;
 
   void set_needs_input_grad(std::vector<bool> needs) { needs_ = std::move(needs); }
   void release();

@@ -7,6 +7,7 @@
 // that broadcast summed away; linear() folds every leading dim into one so
 // that dW is one GEMM, not one per batch and a sum.
 #include "autograd/autocast.h"
+#include "autograd/engine.h"
 #include "autograd/node.h"
 #include "autograd/tensor_ops.h"
 #include "tensor/ops.h"
@@ -94,12 +95,12 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
         Tensor g2 = b_vec ? ops::unsqueeze(g, -1) : g;
         if (a_vec) g2 = ops::unsqueeze(g2, -2);
         Tensor ga, gb;
-        if (sb.defined()) {
+        if (sb.defined() && autograd::needs_input_grad(0)) {
           const Tensor b2 = as_matrix(sb.get(), 1);
           ga = ops::matmul(g2, ops::transpose(b2, -1, -2));
           ga = ops::reshape(ops::sum_to(ga, a_vec ? Shape{1, shape_a[0]} : shape_a), shape_a);
         }
-        if (sa.defined()) {
+        if (sa.defined() && autograd::needs_input_grad(1)) {
           const Tensor a2 = as_matrix(sa.get(), 0);
           if (!b_vec && shape_b.ndim() == 2) {  // fold the batch: one GEMM
             const int64_t K = a2.size(-1), N = g2.size(-1);
@@ -132,13 +133,14 @@ Tensor linear(const Tensor& x_in, const Tensor& weight, const Tensor& bias) {
                   const int64_t out_f = g.size(-1);
                   const Tensor g2 = ops::reshape(g, {-1, out_f});  // (N, out)
                   Tensor gx, gw, gb;
-                  if (sw.defined()) gx = ops::reshape(ops::matmul(g2, sw.get()), in_shape);
-                  if (sx.defined()) {
+                  // A split backward asks for dx and dW in different passes.
+                  if (sw.defined() && autograd::needs_input_grad(0)) gx = ops::reshape(ops::matmul(g2, sw.get()), in_shape);
+                  if (sx.defined() && autograd::needs_input_grad(1)) {
                     const Tensor x2 = ops::reshape(sx.get(), {-1, in_shape.back()});  // (N, in)
                     gw = ops::empty({out_f, in_shape.back()}, {w_dtype, g.device()});
                     ops::matmul_out(gw, ops::transpose(g2, 0, 1), x2);  // (out, in), f32 if w is
                   }
-                  if (nb) gb = ops::sum(g2, {0});
+                  if (nb && autograd::needs_input_grad(2)) gb = ops::sum(g2, {0});
                   return TensorList{gx, gw, gb};
                 });
 }

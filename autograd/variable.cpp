@@ -14,6 +14,13 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   autograd::run_backward(roots, grads, retain_graph);
 }
 
+autograd::WeightBackward backward_input(const Tensor& root, const Tensor& grad,
+                                        const std::vector<Tensor>& inputs) {
+  return autograd::run_backward_input({root}, {grad}, inputs);
+}
+
+void backward_weight(autograd::WeightBackward& weights) { weights.run(); }
+
 Tensor detach(const Tensor& t) {
   return Tensor(t.storage(), t.shape(), t.strides(), t.offset(), t.dtype());
 }

@@ -21,6 +21,7 @@
 #include <functional>
 #include <string>
 
+#include "autograd/engine.h"
 #include "autograd/node.h"
 
 namespace spmd {
@@ -34,6 +35,14 @@ void backward(const Tensor& root, const Tensor& grad = {}, bool retain_graph = f
 // The same for several roots at once (their gradients meet where the graphs join).
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
               bool retain_graph = false);
+
+// backward() in two halves, for zero-bubble pipelines (engine.h): the
+// gradient of root to `inputs` (leaves that require grad) now, into their
+// .grad(); the weights' when the returned pass's run() is called, which
+// backward_weight() does.
+autograd::WeightBackward backward_input(const Tensor& root, const Tensor& grad,
+                                        const std::vector<Tensor>& inputs);
+void backward_weight(autograd::WeightBackward& weights);
 
 // A tensor sharing t's data but outside any graph: it does not require grad,
 // and nothing computed from it flows gradients back to t.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs spmd-bench and its peers side by side, in one go, for 2 and 4 ranks:
-# spmd's TCP backend, OpenMPI over TCP (bench/peers/mpi_bench.c), Gloo's every
+# spmd's TCP backend over TCP sockets (SPMD_TRANSPORT=tcp: on one host it
+# would otherwise use shared memory; bench/compare_shm.sh compares that),
+# OpenMPI over TCP (bench/peers/mpi_bench.c), Gloo's every
 # algorithm through its C++ API (bench/peers/gloo_bench.cpp, built by CMake
 # where libgloo-dev is installed) and PyTorch's gloo
 # (bench/peers/torch_gloo_bench.py), the same sweeps, interleaved round by
@@ -67,7 +69,7 @@ run() {
   shift 5
   local json="$out/r${round}_${impl}_${p}_${sweep}.json"
   case "$impl" in
-    spmd) "$spmdrun" --standalone --nproc-per-node "$p" "$bench" "$ops" "$@" --json "$json" ;;
+    spmd) SPMD_TRANSPORT=tcp "$spmdrun" --standalone --nproc-per-node "$p" "$bench" "$ops" "$@" --json "$json" ;;
     mpi) mpirun -np "$p" --oversubscribe --allow-run-as-root --bind-to none \
            --mca pml ob1 --mca btl self,tcp "$build/bench-peers/mpi_bench" "$ops" "$@" --json "$json" ;;
     gloo) "$gloo_bench" --nprocs "$p" "$ops" "$@" --json "$json" ;;

@@ -9,7 +9,7 @@ allocator's peak over a step (mem_peak: the model is tiny, so this is
 activations), and that peak less what stays allocated after the step
 (parameters, gradients, AdamW's moments): the activations'. Then
 examples/11_context_parallel on the same model reports the share of the
-forward's key/value transfers hidden behind compute. They alternate for --rounds rounds; ratios are the median of
+ring's transfers hidden behind compute, forward and backward. They alternate for --rounds rounds; ratios are the median of
 the rounds' pairwise ratios.
 
   bench/cp_bench.py [--build build] [--seq-len 2048] [--rounds 3] [--steps 6]
@@ -66,15 +66,16 @@ def main():
               f"{statistics.median(v['peak']) / 2**20:.1f} | {pr:.2f} | "
               f"{statistics.median(v['act']) / 2**20:.1f} | {ar:.2f} |")
 
-    # The share of forward's key/value transfers hidden behind the blocks'
-    # compute, from examples/11_context_parallel on the same model.
+    # The share of the ring's transfers hidden behind the blocks' compute,
+    # forward and backward, from examples/11_context_parallel on the same model.
+    print()
     example = [spmdrun, "--standalone", "--nproc-per-node", "2",
                os.path.join(args.build, "examples", "11_context_parallel"), "--seq-len",
                str(args.seq_len), "--layers", "2", "--d-model", "64", "--batch", "1", "--steps",
                str(args.steps)]
     for line in run_lines(example, env, "cp_bench"):
-        if line.startswith("forward's key/value transfers"):
-            print("\n" + line)
+        if "ring transfers" in line:
+            print(line)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@
 
 Reads the Chrome traces a run wrote with SPMD_TRACE=DIR (DIR/trace_rank*.json,
 one per rank), keeps the executor's actions (category "pipeline": F<mb>s<stage>
-forwards, B<mb>s<stage> backwards, each from after its receive to before its
-send), and draws the last --steps steps as boxes: forwards light, backwards
-dark, the gaps between them the bubble.
+forwards, B<mb>s<stage> backwards, W<mb>s<stage> weight passes of a split
+backward, each from after its receive to before its send), and draws the
+last --steps steps as boxes: forwards light, weight passes middle, backwards
+dark, the gaps between them the bubble. With several stages a rank, each
+box names its stage too.
 
   SPMD_TRACE=/tmp/tr spmdrun --standalone --nproc-per-node 4 build/examples/07_pipeline ...
   bench/plot_pipeline_trace.py /tmp/tr docs/img/pipeline_1f1b.png [--steps 1] [--title TEXT]
@@ -41,24 +43,25 @@ def main():
     ranks = [actions(p) for p in files]
     if not ranks or not all(ranks):
         raise SystemExit(f"plot_pipeline_trace: no pipeline actions in {args.trace_dir}")
-    # A step is 2m actions per rank (a forward and a backward per microbatch).
-    m = 1 + max(int(re.match(r"[FB](\d+)", e["name"]).group(1)) for e in ranks[0])
-    per_step = 2 * m
-    kept = [r[-per_step * args.steps:] for r in ranks]
+    # A step runs each of a rank's actions once: as many as it has names.
+    kept = [r[-len({e["name"] for e in r}) * args.steps:] for r in ranks]
+    several = any(len({e["name"].split("s")[1] for e in r}) > 1 for r in kept)
+    colors = {"F": ("#9ecae1", "black"), "W": ("#4292c6", "white"), "B": ("#08519c", "white")}
     t0 = min(r[0]["ts"] for r in kept)
     fig, ax = plt.subplots(figsize=(12, 0.6 * len(kept) + 1))
     for rank, events in enumerate(kept):
         for e in events:
-            forward = e["name"].startswith("F")
+            face, ink = colors[e["name"][0]]
             ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3)], (rank - 0.4, 0.8),
-                           facecolors="#9ecae1" if forward else "#08519c", edgecolor="white")
-            ax.text((e["ts"] - t0 + e["dur"] / 2) / 1e3, rank, e["name"].split("s")[0],
-                    ha="center", va="center", fontsize=7, color="black" if forward else "white")
+                           facecolors=face, edgecolor="white")
+            ax.text((e["ts"] - t0 + e["dur"] / 2) / 1e3, rank,
+                    e["name"] if several else e["name"].split("s")[0],
+                    ha="center", va="center", fontsize=7, color=ink)
     ax.set_yticks(range(len(kept)), [f"rank {r}" for r in range(len(kept))])
     ax.invert_yaxis()
     ax.set_xlabel("ms")
     title = args.title or os.path.basename(args.trace_dir.rstrip("/"))
-    ax.set_title(f"{title}: forwards light, backwards dark, gaps are the bubble")
+    ax.set_title(f"{title}: forwards light, W middle, backwards dark, gaps are the bubble")
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
 

@@ -3,19 +3,27 @@
 // and microbatch counts, with the measured bubble beside the predicted one.
 // Run it under spmdrun, or alone for the one-process reference:
 //
-//   spmdrun --standalone --nproc-per-node 2 spmd-bench-pp --schedules gpipe,1f1b --microbatches
-//   1,2,4,8,16 spmd-bench-pp --single
+//   spmdrun --standalone --nproc-per-node 2 spmd-bench-pp --schedules gpipe,1f1b,interleaved,zbh1
+//   --microbatches 1,2,4,8,16
+//   spmd-bench-pp --single
 //
 // Each (schedule, m) trains --steps steps of a global batch of --batch
 // sequences after --warmup untimed ones; a step is the pipeline's forwards
 // and backwards and the AdamW step. Rank 0 prints one line per run:
 //   spmd-pp schedule=1f1b m=8 stages=2 tokens_per_s=... step_ms=... bubble=... predicted=...
-//   in_flight=... peak_rss_mb=...
+//   in_flight=... act_mb=r0,r1 peak_rss_mb=...
 // bubble: the share of a step a rank spent not computing (waiting on its
 // neighbours, or idle at the start and end), the median step's, averaged
-// over ranks; predicted: (p - 1) / (m + p - 1); in_flight: the most
-// microbatches a rank holds at once (the schedule's simulation), which
-// activation memory follows. --single prints `spmd-pp schedule=single ...`.
+// over ranks; predicted: the schedule's simulated bubble under
+// pp::typical_costs ((p - 1) / (m + p - 1) for GPipe and 1F1B, (p - 1) /
+// (vm + p - 1) interleaved over v = --stages-per-rank stages a rank, (p -
+// 1) / (3m + p - 1) for ZB-H1 from m = p); in_flight: the most (stage,
+// microbatch) pairs a rank holds at once (the schedule's simulation), which
+// activation memory follows; act_mb: per rank, the allocator's peak during
+// the step (its forwards and backwards) less what is still allocated after
+// it (parameters, gradients): the activations' peak, the median step's.
+// A microbatch count the interleaved schedule
+// refuses (not a multiple of p) is skipped with a note on stderr. --single prints `spmd-pp schedule=single ...`.
 // bench/pp_bench.py runs them side by side.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -31,6 +39,7 @@
 #include "parallel/pipeline/executor.h"
 #include "runtime/flag_checks.h"
 #include "runtime/trace.h"
+#include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -43,9 +52,9 @@ using bench::median;
 using bench::peak_rss_mb;
 
 struct Flags {
-  std::string schedules = "gpipe,1f1b", microbatches = "1,2,4,8,16";
+  std::string schedules = "gpipe,1f1b,interleaved,zbh1", microbatches = "1,2,4,8,16";
   bool single = false;
-  int threads = 1, steps = 3, warmup = 1;
+  int threads = 1, steps = 3, warmup = 1, stages_per_rank = 2;
   int64_t batch = 16;
 };
 
@@ -70,41 +79,67 @@ std::vector<Tensor> batches(const nn::TransformerConfig& c, int64_t B, int n) {
   return out;  // ids and targets, alternating
 }
 
+// The allocator's peak since reset_host_peak_memory() less what is
+// allocated now, in MB.
+double activation_mb() {
+  const cpu::HostMemoryStats m = cpu::host_memory_stats();
+  return double(m.peak_allocated - m.allocated) / (1 << 20);
+}
+
 void run_single(const Flags& f) {
   const auto c = bench_config();
   auto model = std::make_shared<nn::Transformer>(c, 0);
   optim::AdamW opt(model->parameters(), {.lr = 3e-4, .weight_decay = 0.1});
   const auto data = batches(c, f.batch, f.warmup + f.steps);
-  std::vector<double> step_s;
+  std::vector<double> step_s, act;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     const int64_t start = trace_now_us();
-    const Tensor loss = cross_entropy((*model)(data[2 * i]), data[2 * i + 1]);
     opt.zero_grad();
-    backward(loss);
+    cpu::reset_host_peak_memory();
+    {
+      const Tensor loss = cross_entropy((*model)(data[2 * i]), data[2 * i + 1]);
+      backward(loss);
+    }
+    act.push_back(activation_mb());
     opt.step();
     if (i >= f.warmup) step_s.push_back(double(trace_now_us() - start) / 1e6);
   }
   const double step = median(step_s);
   std::printf(
       "spmd-pp schedule=single m=1 stages=1 tokens_per_s=%.0f step_ms=%.1f bubble=0 "
-      "predicted=0 in_flight=1 peak_rss_mb=%.1f\n",
-      double(f.batch * c.max_seq_len) / step, step * 1e3, peak_rss_mb());
+      "predicted=0 in_flight=1 act_mb=%.1f peak_rss_mb=%.1f\n",
+      double(f.batch * c.max_seq_len) / step, step * 1e3, median(act), peak_rss_mb());
 }
 
 void run_pipeline(dist::ProcessGroup& world, const std::string& name, int m, const Flags& f) {
   const auto c = bench_config();
-  auto model = std::make_shared<nn::Transformer>(c, 0);
-  pp::TransformerStage stage = pp::split_model(model, world.rank(), world.size());
   const pp::ScheduleKind kind = pp::parse_schedule(name);
-  pp::PipelineExecutor executor(stage, world, kind, m);
-  optim::AdamW opt(stage.parameters(), {.lr = 3e-4, .weight_decay = 0.1});
+  const int p = world.size();
+  const int v = kind == pp::ScheduleKind::kInterleaved1F1B ? f.stages_per_rank : 1;
+  if (kind == pp::ScheduleKind::kInterleaved1F1B && m % p != 0) {
+    if (world.rank() == 0)
+      std::fprintf(stderr, "spmd-bench-pp: interleaved m=%d skipped (not a multiple of %d)\n", m, p);
+    return;
+  }
+  auto model = std::make_shared<nn::Transformer>(c, 0);
+  std::vector<pp::TransformerStage> stages = pp::split_model_interleaved(model, world.rank(), p, v);
+  std::vector<pp::TransformerStage*> mine;
+  std::vector<Tensor> params;
+  for (pp::TransformerStage& st : stages) {
+    mine.push_back(&st);
+    for (const Tensor& t : st.parameters()) params.push_back(t);
+  }
+  pp::PipelineExecutor executor(mine, world, kind, m);
+  optim::AdamW opt(params, {.lr = 3e-4, .weight_decay = 0.1});
   const auto data = batches(c, f.batch, f.warmup + f.steps);
-  std::vector<double> step_s, bubbles;
+  std::vector<double> step_s, bubbles, act;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     world.barrier().wait();  // start the ranks' steps together
     const int64_t start = trace_now_us();
     opt.zero_grad();
+    cpu::reset_host_peak_memory();
     executor.step(data[2 * i], data[2 * i + 1]);
+    act.push_back(activation_mb());
     opt.step();
     if (i < f.warmup) continue;
     step_s.push_back(double(trace_now_us() - start) / 1e6);
@@ -113,15 +148,20 @@ void run_pipeline(dist::ProcessGroup& world, const std::string& name, int m, con
   // The median step's bubble, averaged over the ranks.
   Tensor bubble = ops::full({1}, median(bubbles), {DType::kF64});
   world.all_reduce(bubble, dist::ReduceOp::kAvg).wait();
-  const auto sim = pp::simulate(executor.schedule(), world.size(), m);
+  const auto sim = pp::simulate(executor.schedule(), p * v, m);
+  const Tensor acts = ops::empty({p}, {DType::kF64});  // every rank's
+  world.all_gather(acts, ops::scalar_tensor(median(act), {DType::kF64})).wait();
+  std::string act_mb;
+  for (int r = 0; r < p; ++r) act_mb += str_cat(r ? "," : "", int(acts.data<double>()[r] + 0.5));
   const double step = median(step_s);
   if (world.rank() == 0)
     std::printf(
         "spmd-pp schedule=%s m=%d stages=%d tokens_per_s=%.0f step_ms=%.1f bubble=%.3f "
-        "predicted=%.3f in_flight=%d peak_rss_mb=%.1f\n",
+        "predicted=%.3f in_flight=%d act_mb=%s peak_rss_mb=%.1f\n",
         name.c_str(), m, world.size(), double(f.batch * c.max_seq_len) / step, step * 1e3,
-        bubble.item<double>(), pp::predicted_bubble(world.size(), m),
-        *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end()), peak_rss_mb());
+        bubble.item<double>(), pp::predicted_bubble(kind, p, m, v),
+        *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end()), act_mb.c_str(),
+        peak_rss_mb());
   std::fflush(stdout);
 }
 
@@ -131,7 +171,9 @@ int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"Pipeline-parallel training of the small transformer (CPU); see pp_bench.py."};
   app.add_flag("--single", f.single, "one process, no pipeline: the reference");
-  app.add_option("--schedules", f.schedules, "comma-separated: gpipe, 1f1b");
+  app.add_option("--schedules", f.schedules, "comma-separated: gpipe, 1f1b, interleaved, zbh1");
+  app.add_option("--stages-per-rank", f.stages_per_rank, "the interleaved schedule's stages a rank")
+      ->check(CLI::PositiveNumber);
   app.add_option("--microbatches", f.microbatches, "comma-separated microbatch counts");
   app.add_option("--threads", f.threads, "CPU threads per rank")
       ->check(spmd::flags::count(1, 1024));

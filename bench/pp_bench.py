@@ -8,12 +8,14 @@ The single run and the pipeline run alternate for --rounds rounds, so that
 a noisy machine slows both alike; each figure is the median over rounds,
 and the speed ratio the median of the rounds' pairwise ratios against the
 single run of the same round. Printed per row: tokens/s, the measured
-bubble beside (p-1)/(m+p-1), the most microbatches a rank holds (which
-activation memory follows) and the peak RSS of rank 0 (its largest so far:
-the runs share one process per rank).
+bubble beside the schedule's simulated one ((p-1)/(m+p-1) for GPipe and
+1F1B), the most (stage, microbatch) pairs a rank holds (which
+activation memory follows) and each rank's activation peak (the
+allocator's peak during the step less what stays allocated after it).
 
   bench/pp_bench.py [--build build] [--world 2] [--threads 1] [--rounds 2] [--steps 3]
-                    [--batch 16] [--schedules gpipe,1f1b] [--microbatches 1,2,4,8,16]
+                    [--batch 16] [--schedules gpipe,1f1b,interleaved,zbh1]
+                    [--microbatches 1,2,4,8,16]
 """
 import argparse
 import os
@@ -37,7 +39,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--schedules", default="gpipe,1f1b")
+    ap.add_argument("--schedules", default="gpipe,1f1b,interleaved,zbh1")
     ap.add_argument("--microbatches", default="1,2,4,8,16")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -60,17 +62,21 @@ def main():
     print(f"\nsmall transformer (untied head), global batch {args.batch}, {args.world} stages x "
           f"{args.threads} thread(s), one process x {args.threads}; median of {args.rounds} "
           f"interleaved rounds\n")
+    def act(results):  # per rank, the median over rounds
+        per = [[float(v) for v in str(x["act_mb"]).split(",")] for x in results]
+        return " / ".join(f"{statistics.median(col):.0f}" for col in zip(*per))
+
     print("| run | m | tok/s | step ms | bubble measured | predicted | microbatches in flight | "
-          "peak RSS MB (rank 0) | tok/s vs one process |")
+          "activations MB per rank | tok/s vs one process |")
     print("|---|---|---|---|---|---|---|---|---|")
     print(f"| one process | — | {med(singles, 'tokens_per_s'):,.0f} | {med(singles, 'step_ms'):.0f} | "
-          f"— | — | 1 | {med(singles, 'peak_rss_mb'):.0f} | 1.00 |")
+          f"— | — | 1 | {act(singles)} | 1.00 |")
     for (name, m), results in rows.items():
         ratio = statistics.median(float(x["tokens_per_s"]) / float(s["tokens_per_s"])
                                   for x, s in zip(results, singles))
         print(f"| {name} | {m} | {med(results, 'tokens_per_s'):,.0f} | {med(results, 'step_ms'):.0f} | "
               f"{med(results, 'bubble'):.3f} | {results[0]['predicted']} | {results[0]['in_flight']} | "
-              f"{med(results, 'peak_rss_mb'):.0f} | {ratio:.2f} |")
+              f"{act(results)} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":

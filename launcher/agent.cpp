@@ -12,6 +12,8 @@
 
 #include "launcher/console_writer.h"
 #include "launcher/failure_report.h"
+#include "launcher/flight_report.h"
+#include "launcher/hang_triage.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/process.h"
@@ -100,10 +102,21 @@ Agent::Agent(const LaunchOptions& options, SignalChannel& signals)
     }
     log_root_ = (std::filesystem::path(dir) / options.run_id).string();
   }
+  if (const char* dir = std::getenv("SPMD_FLIGHT_RECORDER_DIR")) flight_user_dir_ = dir;
+}
+
+Agent::~Agent() {
+  if (flight_temp_root_.empty()) return;
+  std::error_code ec;
+  for (const auto& attempt : std::filesystem::directory_iterator(flight_temp_root_, ec)) {
+    if (!flight_dump_files(attempt.path().string()).empty()) return;  // kept for the user
+  }
+  std::filesystem::remove_all(flight_temp_root_, ec);
 }
 
 std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int restart) {
   std::vector<WorkerSetup> setups;
+  flight_dir_ = flight_dir(flight_user_dir_, log_root_, flight_temp_root_, restart);
   for (int lr = 0; lr < a.local_world_size; ++lr) {
     WorkerSetup s;
     s.local_rank = lr;
@@ -125,6 +138,7 @@ std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int resta
     set("TORCHELASTIC_MAX_RESTARTS", options_.max_restarts);
     set("TORCHELASTIC_RUN_ID", options_.run_id);
     set("SPMD_AGENT_STORE", agent_store_);  // where spmd workers meet
+    if (flight_user_dir_.empty()) set("SPMD_FLIGHT_RECORDER_DIR", flight_dir_);
     s.stdout_route = route(lr, s.rank, restart, kStdoutBit);
     s.stderr_route = route(lr, s.rank, restart, kStderrBit);
     setups.push_back(std::move(s));
@@ -158,6 +172,8 @@ int Agent::run() {
     SPMD_LOG_INFO("node ", a.group_rank, " of ", a.group_world_size, ": ranks ", a.rank_offset,
                   "..", a.rank_offset + a.local_world_size - 1, " of ", a.world_size, ", restart ",
                   round);
+    world_size_ = a.world_size;
+    if (options_.preflight && round == 0 && !run_preflight(a, rdzv)) return 1;
     WorkerGroup group(command_, worker_setups(a, round));
     Outcome outcome;
     try {
@@ -183,6 +199,8 @@ int Agent::run() {
     }
     if (outcome == Outcome::kLocalFailure) {
       on_local_failure(group, rdzv, round, a.group_rank);
+    } else if (outcome == Outcome::kHung) {
+      on_hang(group, rdzv, round, a.group_rank);
     } else {
       say("another node failed (" + remote_failure_ + "): stopping the workers");
       group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
@@ -196,6 +214,11 @@ int Agent::run() {
 Agent::Outcome Agent::monitor(WorkerGroup& group, NodeRendezvous& rdzv, int round) {
   Ms interval = options_.nnodes > 1 ? ms(options_.monitor_interval_s) : Ms(1000);
   auto next_check = Clock::now() + interval;
+  std::optional<HangWatch> hang;
+  if (options_.hang_timeout_s > 0 && rdzv.hosting()) {  // the node that hosts the store watches
+    hang.emplace(rdzv.worker_store(), round, world_size_, ms(options_.hang_timeout_s));
+  }
+  auto next_hang_check = Clock::now();
   for (;;) {
     group.pump(interval, signals_);
     if (signals_.has_termination()) return Outcome::kSignaled;
@@ -203,6 +226,13 @@ Agent::Outcome Agent::monitor(WorkerGroup& group, NodeRendezvous& rdzv, int roun
     if (group.all_exited()) {
       group.drain_output(Ms(1000), signals_);
       return Outcome::kSucceeded;
+    }
+    if (hang && Clock::now() >= next_hang_check) {
+      next_hang_check = Clock::now() + Ms(250);
+      if (hang->stalled()) {
+        hang_report_ = hang->report();
+        return Outcome::kHung;
+      }
     }
     if (options_.nnodes > 1 && Clock::now() >= next_check) {
       if (std::optional<std::string> f = rdzv.failure(round)) {
@@ -223,9 +253,68 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
       SPMD_LOG_WARN("could not tell the other nodes: ", e.what());
     }
   }
+  // The others often fail a moment later (a peer died) and dump their flight recorders.
+  wait_for_flight_dumps(group, flight_dir_, Ms(3000), signals_);
+  std::string wavefront;  // where each rank stood, from the progress records (hang_triage.h)
+  if (rdzv.hosting()) {
+    try {
+      const Worker& dead = group.workers()[failed];
+      auto ranks = read_progress(rdzv.worker_store(), round, world_size_);
+      if (std::any_of(ranks.begin(), ranks.end(), [](auto& p) { return p.has_value(); }))
+        wavefront = wavefront_report(ranks, "world", wall_clock_us(), dead.rank,
+                                     describe_wait_status(dead.status));
+    } catch (const Error&) {
+    }
+  }
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
   FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts};
-  ConsoleWriter::say(format_failure_report(group, failed, context));  // after the workers' lines
+  ConsoleWriter::say(format_failure_report(group, failed, context) + wavefront +
+                     merge_flight_dumps(flight_dir_));  // queued after the workers' lines
+}
+
+void Agent::on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank) {
+  ConsoleWriter::say(str_cat("spmdrun: no rank made progress for ", options_.hang_timeout_s,
+                             " s (--hang-timeout) while one waits in a collective; stopping the "
+                             "job\n",
+                             hang_report_));
+  if (options_.nnodes > 1) {
+    try {
+      rdzv.report_failure(round, str_cat("node ", group_rank, " saw a hang: ",
+                                         hang_report_.substr(0, hang_report_.find('\n'))));
+    } catch (const Error& e) {
+      SPMD_LOG_WARN("could not tell the other nodes: ", e.what());
+    }
+  }
+  group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
+}
+
+// spmd-preflight (launcher/preflight/) on every rank of this node, with the
+// workers' environment; true when every one passed.
+bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
+  std::string program = (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
+                         "spmd-preflight").string();
+  if (const char* p = std::getenv("SPMD_PREFLIGHT_PROGRAM")) program = p;
+  const WorkerCommand job = command_;
+  command_ = resolve_command(program, {});
+  Outcome outcome;
+  {
+    WorkerGroup group(command_, worker_setups(a, 0));
+    outcome = monitor(group, rdzv, 0);
+    if (outcome != Outcome::kSucceeded) group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
+    if (outcome == Outcome::kLocalFailure) {
+      const Worker& w = group.workers()[*group.first_failure()];
+      say(str_cat("preflight failed on rank ", w.rank, " (", describe_wait_status(w.status),
+                  "; its report is above): the program was not started"));
+    }
+  }
+  command_ = job;
+  if (outcome == Outcome::kSucceeded) {
+    say(str_cat("preflight passed on ranks ", a.rank_offset, "..",
+                a.rank_offset + a.local_world_size - 1));
+    return true;
+  }
+  if (outcome != Outcome::kLocalFailure) say("preflight did not finish: the program was not started");
+  return false;
 }
 
 Agent::Outcome Agent::exit_barrier(NodeRendezvous& rdzv, int round, int group_rank) {

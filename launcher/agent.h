@@ -33,15 +33,19 @@ class Agent {
   // missing, port taken, rendezvous timeout) and Interrupted for a signal
   // that arrived while no worker ran.
   int run();
+  // Removes the flight recorder's temporary folder when no dump landed in it.
+  ~Agent();
 
  private:
-  enum class Outcome { kSucceeded, kLocalFailure, kRemoteFailure, kSignaled };
+  enum class Outcome { kSucceeded, kLocalFailure, kRemoteFailure, kSignaled, kHung };
 
   std::vector<WorkerSetup> worker_setups(const NodeAssignment& a, int restart);
   OutputRoute route(int local_rank, int rank, int restart, int stream_bit);
   Outcome monitor(WorkerGroup& group, NodeRendezvous& rdzv, int round);
   Outcome exit_barrier(NodeRendezvous& rdzv, int round, int group_rank);
   void on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank);
+  void on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank);
+  bool run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv);
 
   const LaunchOptions& options_;
   SignalChannel& signals_;
@@ -50,6 +54,11 @@ class Agent {
   std::string log_root_;               // <log dir>/<run id>, when logs are written
   std::string agent_store_;            // "host:port" of the store, the workers' SPMD_AGENT_STORE
   std::string remote_failure_;         // what another node reported
+  int world_size_ = 0;                 // this round's
+  std::string hang_report_;            // --hang-timeout's wavefront table (hang_triage.h)
+  // The flight recorder (launcher/flight_report.h): the user's folder, the
+  // temporary one spmdrun made (when no log folder), this attempt's.
+  std::string flight_user_dir_, flight_temp_root_, flight_dir_;
 };
 
 }  // namespace spmd::launcher

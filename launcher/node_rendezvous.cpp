@@ -100,6 +100,8 @@ NodeRendezvous::~NodeRendezvous() = default;
 
 bool NodeRendezvous::hosting() const { return tcp_ && tcp_->is_server(); }
 
+Store& NodeRendezvous::worker_store() { return *tcp_; }
+
 NodeAssignment NodeRendezvous::join(int round) {
   std::string rk = str_cat("round", round, "/");
   int node = take_node_rank(rk);

@@ -78,6 +78,9 @@ class NodeRendezvous {
   const std::string& store_host() const { return store_host_; }
   int store_port() const { return store_port_; }
   bool hosting() const;
+  // The store itself, without the launcher's prefix: the keys the workers
+  // write (attempt_<N>/...), for hang triage.
+  Store& worker_store();
 
  private:
   // Binds the endpoint when this launcher is to host the store (sets

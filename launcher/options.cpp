@@ -73,6 +73,7 @@ void check_options(const LaunchOptions& o) {
   check_process_limits(str_cat("--nproc-per-node ", o.nproc_per_node), o.nproc_per_node, 4);
   SPMD_CHECK(o.monitor_interval_s > 0, "--monitor-interval must be positive");
   SPMD_CHECK(o.stop_grace_s >= 0, "--stop-grace must not be negative");
+  SPMD_CHECK(o.hang_timeout_s >= 0, "--hang-timeout must not be negative (0: off)");
   SPMD_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative");
   SPMD_CHECK(!o.program.empty(), "no program to run (usage: spmdrun [options] PROGRAM [ARGS...])");
   SPMD_CHECK(o.program[0] != '-', "unknown option '", o.program, "' (see spmdrun --help)");
@@ -126,6 +127,14 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
                  "Seconds between SIGTERM and SIGKILL when workers are stopped")
       ->capture_default_str()
       ->check(flags::number(0, 3600));
+  app.add_option("--hang-timeout,--hang_timeout", o.hang_timeout_s,
+                 "Seconds without progress of any rank, while one waits in a collective, "
+                 "after which spmdrun prints where each rank stands and stops the job (0: off)")
+      ->capture_default_str()
+      ->check(flags::number(0, flags::kMaxTimeoutSeconds));
+  app.add_flag("--preflight", o.preflight,
+               "Before the program, run spmd-preflight on every rank (store, GPUs, an "
+               "all_reduce, clocks, versions); a failure names the rank and the check");
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "Write worker output to LOG_DIR/RUN_ID/attempt_N/rank_R/{stdout,stderr}.log "
                  "(alone, it implies --tee 3)");

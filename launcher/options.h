@@ -39,6 +39,8 @@ struct LaunchOptions {
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double stop_grace_s = 30;
+  double hang_timeout_s = 0;  // --hang-timeout: 0 = off (launcher/hang_triage.h)
+  bool preflight = false;     // --preflight: spmd-preflight on every rank first
   std::string log_dir;
   StreamSelection redirects;
   StreamSelection tee;

@@ -71,7 +71,8 @@ fi
 
 # --- Build: only the targets below ---------------------------------------------------
 tests=(test_gpu_ops test_gpu_runtime test_attention test_autograd_nn test_comm_nccl test_ddp_equivalence
-       test_tp_equivalence test_pp_equivalence test_fsdp_equivalence test_expert_parallel)
+       test_tp_equivalence test_pp_equivalence test_fsdp_equivalence test_expert_parallel
+       test_trainer)
 targets=("${tests[@]}")
 [ $bench = 1 ] && targets+=(spmd-bench-gpu-kernels spmd-bench-train)
 generator=()

@@ -64,6 +64,7 @@ void for_each_field(F&& f, C&... c) {
   f("training", "seed", c.training.seed...);
   f("training", "threads", c.training.threads...);
   f("training", "activation_checkpointing", c.training.activation_checkpointing...);
+  f("training", "device", c.training.device...);
   f("parallel", "dp_replicate", c.parallel.dp_replicate...);
   f("parallel", "dp_shard", c.parallel.dp_shard...);
   f("parallel", "tp", c.parallel.tp...);
@@ -344,6 +345,7 @@ void check(const TrainConfig& t, const Checker& c) {
   c.finite_at_least("training.grad_clip", r.grad_clip, 0);
   c.at_least("training.threads", r.threads, 0);
   c.one_of("training.activation_checkpointing", r.activation_checkpointing, {"none", "full"});
+  c.one_of("training.device", r.device, {"cpu", "cuda"});
 
   c.at_least("schedule.warmup_steps", t.schedule.warmup_steps, 0);
   c.require(t.schedule.warmup_steps <= r.steps, {"schedule.warmup_steps", "training.steps"},
@@ -362,6 +364,9 @@ void check(const TrainConfig& t, const Checker& c) {
   c.one_of("parallel.pp_schedule", p.pp_schedule, {"gpipe", "1f1b"});
   c.at_least("parallel.pp_microbatches", p.pp_microbatches, 0);
   c.one_of("parallel.backend", p.backend, {"auto", "tcp", "gloo", "nccl"});
+  c.require(p.backend != "nccl" || t.training.device == "cuda",
+            {"parallel.backend", "training.device"}, "parallel.backend = \"nccl\" runs collectives on GPUs: it needs training.device = "
+            "\"cuda\"");
 
   c.at_least("checkpoint.interval", t.checkpoint.interval, 0);
   c.at_least("checkpoint.keep", t.checkpoint.keep, 0);

@@ -90,6 +90,9 @@ struct TrainingConfig {
   uint64_t seed = 0;         // less than 2^63 (a TOML integer)
   int threads = 0;           // intra-op threads per rank; 0: OpenMP's default
   std::string activation_checkpointing = "none";  // "none" or "full" (every block)
+  // "cpu", or "cuda": each rank on GPU LOCAL_RANK (spmdrun sets it), the
+  // NCCL backend unless parallel.backend says otherwise.
+  std::string device = "cpu";
   bool operator==(const TrainingConfig&) const = default;
 };
 
@@ -106,7 +109,7 @@ struct ParallelConfig {
   bool sequence_parallel = false;    // with tp > 1: norms and dropout on T/tp of the sequence
   std::string pp_schedule = "1f1b";  // "gpipe" or "1f1b"
   int64_t pp_microbatches = 0;       // 0: pp
-  std::string backend = "auto";      // "auto" (nccl on GPUs, else tcp), "tcp", "gloo", "nccl"
+  std::string backend = "auto";  // "auto" (nccl on GPUs, else tcp), "tcp" (= "gloo"), "nccl"
   bool fsdp_reshard_after_forward = true;
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -22,14 +22,19 @@ double flops_per_token(const nn::TransformerConfig& c) {
   return 6 * weights + 12 * L * C * double(c.max_seq_len);
 }
 
-double measured_gemm_flops(int64_t n, int repeats) {
-  const Tensor a = ops::full({n, n}, 0.5), b = ops::full({n, n}, 0.25);
-  (void)ops::matmul(a, b);  // warm-up: threads started, pages touched
+double measured_gemm_flops(const Device& device, int64_t n, int repeats) {
+  if (n == 0) n = device.is_cuda() ? 4096 : 512;
+  const Tensor a = ops::full({n, n}, 0.5, {DType::kF32, device});
+  const Tensor b = ops::full({n, n}, 0.25, {DType::kF32, device});
+  (void)ops::matmul(a, b);  // warm-up: threads started, pages touched, kernels loaded
+  ops::synchronize(device);
   double best = 1e30;
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
     (void)ops::matmul(a, b);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    ops::synchronize(device);
+    const auto took = std::chrono::steady_clock::now() - start;
+    best = std::min(best, std::chrono::duration<double>(took).count());
   }
   return 2.0 * double(n) * double(n) * double(n) / best;
 }

@@ -23,9 +23,10 @@ namespace spmd::train {
 // Training FLOPs per token of a model of this config (forward and backward).
 double flops_per_token(const nn::TransformerConfig& config);
 
-// FLOP/s of this process's CPU threads on an f32 GEMM of n x n x n, the best
-// of `repeats` timed runs after one warm-up: the peak MFU is measured
-// against when none is given (metrics.peak_tflops = 0).
-double measured_gemm_flops(int64_t n = 512, int repeats = 3);
+// FLOP/s of an f32 GEMM of n x n x n on `device` (the CPU: this process's
+// threads), the best of `repeats` timed runs after one warm-up: the peak
+// MFU is measured against when none is given (metrics.peak_tflops = 0).
+// n = 0: 512 on the CPU, 4096 on a GPU.
+double measured_gemm_flops(const Device& device = Device::cpu(), int64_t n = 0, int repeats = 3);
 
 }  // namespace spmd::train

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     dist::InitOptions init;
+    init.backend = train::comm_backend(config);
     if (std::getenv("RANK") == nullptr) {  // alone: a world of one
       init.store = std::make_shared<HashStore>();
       init.world_size = 1, init.rank = 0;

@@ -40,7 +40,8 @@ double from_last_stage(double value, bool is_last, dist::ProcessGroup& pp) {
   return v.item<double>();
 }
 
-double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T) {
+double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T,
+                         const Device& device) {
   NoGradGuard no_grad;
   dist::pp::TransformerStage& stage = *p.stage;
   dist::ProcessGroup& pp = *p.pp;
@@ -48,14 +49,14 @@ double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T
   const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
   double total = 0;
   for (const data::Batch& b : batches) {
-    Tensor x = b.x;
+    Tensor x = ops::to(b.x, device);
     if (!stage.is_first()) {
-      x = ops::empty({b.x.size(0), T, C}, {DType::kF32, b.x.device()});
+      x = ops::empty({b.x.size(0), T, C}, {DType::kF32, device});
       pp.wait(pp.recv(x, pp.rank() - 1), dist::OpType::kRecv);
     }
     const Tensor out = stage.forward(x);
     if (stage.is_last()) {
-      total += cross_entropy(out, b.y).item<double>();
+      total += cross_entropy(out, ops::to(b.y, device)).item<double>();
     } else {
       pp.wait(pp.send(ops::contiguous(out), pp.rank() + 1), dist::OpType::kSend);
     }

@@ -36,6 +36,7 @@ double from_last_stage(double value, bool is_last, dist::ProcessGroup& pp);
 // The held-out loss: the first windows of the validation split, each run
 // through the stages (activations sent on, no graph kept), the mean on every
 // rank. Collective over the pp group.
-double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T);
+double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T,
+                         const Device& device);
 
 }  // namespace spmd::train

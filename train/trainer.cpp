@@ -19,8 +19,10 @@
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/placement.h"
 #include "parallel/tensor_parallel/loss.h"
+#include "runtime/env.h"
 #include "runtime/resource_limits.h"
 #include "tensor/cpu/allocator.h"
+#include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 #include "train/data_loader.h"
@@ -74,31 +76,18 @@ Losses loss_of(Parallelized& p, const ModelConfig& m, Tensor x, Tensor y) {
 
 // The held-out loss: the same windows on every rank (tp and FSDP ranks must
 // all run each forward).
-double val_loss(Parallelized& p, const ModelConfig& m, const data::TextDataset& ds, int64_t T) {
+double val_loss(Parallelized& p, const ModelConfig& m, const data::TextDataset& ds, int64_t T,
+                const Device& device) {
   NoGradGuard no_grad;
   const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
   double total = 0;
-  for (const data::Batch& b : batches) total += loss_of(p, m, b.x, b.y).loss.item<double>();
+  for (const data::Batch& b : batches)
+    total += loss_of(p, m, ops::to(b.x, device), ops::to(b.y, device)).loss.item<double>();
   Tensor mean = ops::scalar_tensor(batches.empty() ? 0.0 : total / double(batches.size()),
                                    {DType::kF64});
   if (p.cp->size() > 1)  // each cp rank saw its chunks: the sequence's loss is their mean
     p.cp->wait(p.cp->all_reduce(mean, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
   return mean.item<double>();
-}
-
-// Refuses, before any parameter moves, a step that cannot fit in this rank's
-// memory: the lower bound of one micro-batch's step, split as evenly as tp,
-// cp and pp could split it (each rank holds at least that share).
-void check_fits(const TrainConfig& config, const nn::Transformer& model) {
-  const ParallelConfig& p = config.parallel;
-  const TrainingConfig& t = config.training;
-  const int64_t rows = std::max<int64_t>(
-      1, t.global_batch / (p.dp_replicate * p.dp_shard) / std::max<int64_t>(1, t.microbatches));
-  const uint64_t whole =
-      nn::training_step_bytes_lower_bound(model.config, model.num_parameters(), rows);
-  check_memory_fits(str_cat("training.global_batch ", t.global_batch, " (", rows,
-                            " rows per rank per micro-batch)"),
-                    whole / uint64_t(std::max<int64_t>(1, p.tp * p.cp * p.pp)));
 }
 
 // The text's bytes, or a BPE token file's tokens (data.tokenizer).
@@ -116,7 +105,60 @@ data::TextDataset load_dataset(const TrainConfig& c) {
   return data::TextDataset::from_tokens(std::move(file.tokens), c.data.eval_fraction);
 }
 
+// This rank's allocator: the host's, or the GPU's caching allocator.
+struct Memory {
+  int64_t allocated, peak;
+};
+Memory memory_stats(const Device& device) {
+  if (device.is_cuda())
+    return {int64_t(cuda::memory_allocated(device.index)),
+            int64_t(cuda::max_memory_allocated(device.index))};
+  const auto m = cpu::host_memory_stats();
+  return {int64_t(m.allocated), int64_t(m.peak_allocated)};
+}
+
+void reset_peak_memory(const Device& device) {
+  if (device.is_cuda()) {
+    cuda::reset_peak_memory_stats(device.index);
+  } else {
+    cpu::reset_host_peak_memory();
+  }
+}
+
+// Refuses, before any parameter moves, a step that cannot fit in this rank's
+// memory: the lower bound of one micro-batch's step, split as evenly as tp,
+// cp and pp could split it (each rank holds at least that share).
+void check_fits(const TrainConfig& config, const nn::Transformer& model) {
+  const ParallelConfig& p = config.parallel;
+  const TrainingConfig& t = config.training;
+  const int64_t rows = std::max<int64_t>(
+      1, t.global_batch / (p.dp_replicate * p.dp_shard) / std::max<int64_t>(1, t.microbatches));
+  const uint64_t whole =
+      nn::training_step_bytes_lower_bound(model.config, model.num_parameters(), rows);
+  check_memory_fits(str_cat("training.global_batch ", t.global_batch, " (", rows,
+                            " rows per rank per micro-batch)"),
+                    whole / uint64_t(std::max<int64_t>(1, p.tp * p.cp * p.pp)));
+}
+
 }  // namespace
+
+dist::CommBackend comm_backend(const TrainConfig& config) {
+  const std::string& b = config.parallel.backend;
+  if (b == "nccl" || (b == "auto" && config.training.device == "cuda"))
+    return dist::CommBackend::kNccl;
+  return dist::CommBackend::kTcp;
+}
+
+Device training_device(const TrainConfig& config, int world_size) {
+  if (config.training.device == "cpu") return Device::cpu();
+  const int local = world_size == 1 ? 0 : launch_env_from_environment().local_rank;
+  SPMD_CHECK(cuda::is_available(), "training.device = \"cuda\", but no GPU is visible here ",
+             "(or spmd was built without CUDA)");
+  SPMD_CHECK(local < cuda::device_count(), "training.device = \"cuda\": local rank ", local,
+             " has no GPU of its own (", cuda::device_count(), " visible)");
+  cuda::set_device(local);
+  return Device::cuda(local);
+}
 
 TrainResult run_training(const TrainConfig& config,
                          const std::shared_ptr<dist::ProcessGroup>& world, int64_t stop_after) {
@@ -131,8 +173,13 @@ TrainResult run_training(const TrainConfig& config,
 
   // The layout, then the model on it.
   dist::DeviceMesh mesh = build_mesh(world, config.parallel);
+  const Device device = training_device(config, world->size());
   auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), t.seed);
-  check_fits(config, *model);
+  if (device.is_cuda()) {
+    model->to(device);
+  } else {
+    check_fits(config, *model);  // the host's memory, which a CPU step uses
+  }
   Parallelized par = parallelize(model, mesh, config);
   const NamedTensors named = par.named_parameters();
   std::vector<Tensor> params;
@@ -175,11 +222,11 @@ TrainResult run_training(const TrainConfig& config,
   const double tokens_per_step = double(t.global_batch * T);
   // MFU: the model's FLOPs per step over what every rank's peak allows.
   const double peak = config.metrics.peak_tflops > 0 ? config.metrics.peak_tflops * 1e12
-                                                     : measured_gemm_flops();
+                                                     : measured_gemm_flops(device);
   const double flops_per_step = flops_per_token(model->config) * tokens_per_step;
   if (lead)
     std::printf("mfu against %.1f GFLOP/s per rank (%s), %.2f MFLOP per token\n", peak / 1e9,
-                config.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "an f32 GEMM, measured",
+                config.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "an f32 GEMM, measured here",
                 flops_per_token(model->config) / 1e6);
 
   const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
@@ -187,9 +234,10 @@ TrainResult run_training(const TrainConfig& config,
     const auto start = Clock::now();
     manual_seed(t.seed * 1000003 + uint64_t(step));  // dropout: the same masks after a resume
     for (const auto& g : par.groups) g->reset_stats();
-    cpu::reset_host_peak_memory();
+    reset_peak_memory(device);
     opt.zero_grad();
-    const data::Batch batch = loader.next();
+    data::Batch batch = loader.next();
+    batch.x = ops::to(batch.x, device), batch.y = ops::to(batch.y, device);
     double loss_sum = 0;
     for (int64_t m = 0; m < t.microbatches && par.pipeline; ++m) {  // pp: the executor's step
       const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
@@ -230,7 +278,7 @@ TrainResult run_training(const TrainConfig& config,
     const double loss = mean.item<double>();
     result.losses.push_back(loss);
     const double step_s = std::chrono::duration<double>(Clock::now() - start).count();
-    const auto mem = cpu::host_memory_stats();
+    const Memory mem = memory_stats(device);
     nlohmann::json line = {{"step", step},
                            {"loss", loss},
                            {"grad_norm", grad_norm},
@@ -240,10 +288,11 @@ TrainResult run_training(const TrainConfig& config,
                            {"step_ms", step_s * 1e3},
                            {"comm_wait_ms", wait_ms(par.groups)},
                            {"mem_allocated", mem.allocated},
-                           {"mem_peak", mem.peak_allocated}};
+                           {"mem_peak", mem.peak}};
     const bool eval = config.metrics.eval_every > 0 && (step + 1) % config.metrics.eval_every == 0;
     if (eval)
-      line["val_loss"] = par.pipeline ? pipeline_val_loss(par, dataset, T) : val_loss(par, config.model, dataset, T);
+      line["val_loss"] = par.pipeline ? pipeline_val_loss(par, dataset, T, device)
+                     : val_loss(par, config.model, dataset, T, device);
     const bool save_now = !ck.folder.empty() &&
                           ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
     if (save_now) {

@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/types.h"
 #include "train/config.h"
 
 namespace spmd::train {
@@ -29,6 +30,16 @@ struct TrainResult {
   std::vector<double> losses;  // per step this run took
   int64_t first_step = 0;      // > 0 when it resumed
 };
+
+// The backend parallel.backend names: "auto" is NCCL when
+// training.device = "cuda", else TCP ("gloo" is TCP too).
+dist::CommBackend comm_backend(const TrainConfig& config);
+
+// The device a rank trains on: the CPU, or GPU LOCAL_RANK (0 in a world of
+// one), made current. Throws InvalidArgument when training.device = "cuda"
+// and that GPU is not there (a build without CUDA, or fewer GPUs than local
+// ranks).
+Device training_device(const TrainConfig& config, int world_size);
 
 // Collective over the world: every rank runs it with the same config.
 // stop_after: end after this many steps of the schedule (as if the job were

@@ -6,7 +6,11 @@
 // in which order each rank runs its forwards and backwards:
 //   gpipe: every forward, then every backward (M microbatches in flight);
 //   1f1b:  one forward and one backward in turn once the pipe is full (at
-//          most p - r in flight on rank r): the same bubble, less memory.
+//          most p - r in flight on rank r): the same bubble, less memory;
+//   interleaved: 1F1B over --stages-per-rank stages a rank (stage s on rank
+//          s % p; M a multiple of p): a bubble that many times smaller;
+//   zbh1:  1F1B with each backward split in the input gradient (sent at
+//          once) and the weight gradient, run when the rank would idle.
 // pp::PipelineExecutor runs this rank's list with the transfers between
 // neighbours; the gradients accumulate over the microbatches, and the
 // optimizer step, the LR schedule and the clipping by the norm over all the
@@ -14,8 +18,7 @@
 // bubble and the peak microbatches in flight that pp::simulate finds; the
 // last stage, which has the loss, logs training and at the end each rank's
 // measured bubble beside the formula's (p - 1) / (M + p - 1).
-// Not here: interleaved (virtual) stages, pipelines combined with data or
-// tensor parallelism.
+// Not here: pipelines combined with data or tensor parallelism.
 //
 //   spmdrun --standalone --nproc-per-node 2 07_pipeline --data
 //   ../shared/data/tinyshakespeare.txt --schedule 1f1b --microbatches 8
@@ -48,7 +51,7 @@ namespace {
 struct Flags {
   std::string data, config = "tiny", schedule = "1f1b";
   int64_t steps = 600, batch = 8, warmup = 50, log_every = 50;
-  int microbatches = 4;
+  int microbatches = 4, stages_per_rank = 2;
   double lr = 2e-3, grad_clip = 1.0;
   uint64_t seed = 1337;
   int threads = 1;
@@ -60,7 +63,9 @@ Flags parse_flags(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
   app.add_option("--data", f.data, "text file to train on")->required();
   app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--schedule", f.schedule, "gpipe or 1f1b");
+  app.add_option("--schedule", f.schedule, "gpipe, 1f1b, interleaved or zbh1");
+  app.add_option("--stages-per-rank", f.stages_per_rank, "stages a rank holds under interleaved")
+      ->check(CLI::PositiveNumber);
   app.add_option("--microbatches", f.microbatches, "microbatches per step (they divide --batch)")
       ->check(spmd::flags::count(1));
   app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
@@ -89,22 +94,24 @@ double seconds_since(Clock::time_point t) {
 
 // Rank 0, before training: which blocks each stage holds, the schedule's
 // picture, and what running it in unit time finds.
-void print_plan(const pp::PipelineExecutor& executor, int64_t num_layers, const Flags& f, int p) {
+void print_plan(const pp::PipelineExecutor& executor, int64_t num_layers, const Flags& f, int p,
+                int v) {
   const int64_t L = num_layers;
-  const int m = f.microbatches;
-  const std::vector<int64_t> starts = pp::split_layers(L, p);  // first block of stages 1..p-1
-  std::printf("config %s, untied head, %d stages over %lld blocks:", f.config.c_str(), p,
+  const int m = f.microbatches, S = p * v;
+  const std::vector<int64_t> starts = pp::split_layers(L, S);  // first block of stages 1..S-1
+  std::printf("config %s, untied head, %d stages over %lld blocks:", f.config.c_str(), S,
               (long long)L);
-  for (int s = 0; s < p; ++s) {
-    const int64_t first = s == 0 ? 0 : starts[s - 1], end = s == p - 1 ? L : starts[s];
+  for (int s = 0; s < S; ++s) {
+    const int64_t first = s == 0 ? 0 : starts[s - 1], end = s == S - 1 ? L : starts[s];
     std::printf(" %d: layers %lld-%lld%s", s, (long long)first, (long long)(end - 1),
-                s == p - 1 ? "\n" : ",");
+                s == S - 1 ? "\n" : ",");
   }
   std::printf("%s, the batch of %lld sequences in %d microbatches\n%s", f.schedule.c_str(),
-              (long long)f.batch, m, pp::to_table(executor.schedule(), p, m).c_str());
-  const pp::SimulationResult sim = pp::simulate(executor.schedule(), p, m);
+              (long long)f.batch, m, pp::to_table(executor.schedule(), S, m).c_str());
+  const pp::SimulationResult sim = pp::simulate(executor.schedule(), S, m);
   std::printf("simulated: %d time steps, bubble %.3f (the formula's %.3f), peak in flight",
-              sim.steps, sim.bubble, pp::predicted_bubble(p, m));
+              sim.steps, sim.bubble,
+              pp::predicted_bubble(pp::parse_schedule(f.schedule), p, m, v));
   for (int n : sim.peak_in_flight) std::printf(" %d", n);
   std::printf("\n");
   std::fflush(stdout);
@@ -112,15 +119,20 @@ void print_plan(const pp::PipelineExecutor& executor, int64_t num_layers, const 
 
 // The last stage prints every rank's mean measured bubble, gathered so that
 // the lines come out in rank order.
-void print_bubbles(dist::ProcessGroup& world, double bubble, const Flags& f) {
+void print_bubbles(dist::ProcessGroup& world, double bubble, const Flags& f, int v) {
   const int p = world.size();
   const Tensor all = ops::empty({p}, {DType::kF64});
   world.all_gather(all, ops::scalar_tensor(bubble, {DType::kF64})).wait();
   if (world.rank() != p - 1) return;
-  for (int r = 0; r < p; ++r)
-    std::printf("rank %d (stage %d): bubble measured %.3f, predicted %.3f (%s, %d microbatches)\n",
-                r, r, all.data<double>()[r], pp::predicted_bubble(p, f.microbatches),
-                f.schedule.c_str(), f.microbatches);
+  const double predicted =
+      pp::predicted_bubble(pp::parse_schedule(f.schedule), p, f.microbatches, v);
+  for (int r = 0; r < p; ++r) {
+    std::string held = str_cat("stage", v > 1 ? "s " : " ", r);
+    for (int i = 1; i < v; ++i) held += str_cat(", ", r + i * p);
+    std::printf("rank %d (%s): bubble measured %.3f, predicted %.3f (%s, %d microbatches)\n", r,
+                held.c_str(), all.data<double>()[r], predicted, f.schedule.c_str(),
+                f.microbatches);
+  }
 }
 
 void train(dist::ProcessGroup& world, const Flags& f) {
@@ -131,11 +143,19 @@ void train(dist::ProcessGroup& world, const Flags& f) {
   config.tie_embeddings = false;  // the head would span the first and the last stage
   // The whole model on every rank, the same weights; each keeps its stage.
   auto model = std::make_shared<nn::Transformer>(config, f.seed);
-  pp::TransformerStage stage = pp::split_model(model, rank, p);  // refuses p > blocks
-  pp::PipelineExecutor executor(stage, world, pp::parse_schedule(f.schedule), f.microbatches);
-  if (rank == 0) print_plan(executor, config.n_layers, f, p);
+  const pp::ScheduleKind kind = pp::parse_schedule(f.schedule);
+  const int v = kind == pp::ScheduleKind::kInterleaved1F1B ? f.stages_per_rank : 1;
+  // This rank's stages: rank, rank + p, ... (refuses more stages than blocks).
+  std::vector<pp::TransformerStage> stages = pp::split_model_interleaved(model, rank, p, v);
+  std::vector<pp::TransformerStage*> mine;
+  std::vector<Tensor> params;
+  for (pp::TransformerStage& st : stages) {
+    mine.push_back(&st);
+    for (const Tensor& t : st.parameters()) params.push_back(t);
+  }
+  pp::PipelineExecutor executor(mine, world, kind, f.microbatches);
+  if (rank == 0) print_plan(executor, config.n_layers, f, p, v);
 
-  const std::vector<Tensor> params = stage.parameters();
   optim::AdamW opt(params, {.lr = f.lr, .weight_decay = 0.1});
   const optim::WarmupCosine schedule(f.lr, std::min(f.warmup, f.steps), f.steps, f.lr / 10);
   const auto sum_over_stages = [&world](double sq) {  // every stage's squared gradients
@@ -158,7 +178,7 @@ void train(dist::ProcessGroup& world, const Flags& f) {
     if (step > 0 || f.steps == 1) bubble_sum += executor.measured_bubble();
 
     ++window_steps;
-    if (stage.is_last() && (step % f.log_every == 0 || step == f.steps - 1)) {
+    if (stages.back().is_last() && (step % f.log_every == 0 || step == f.steps - 1)) {
       std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss,
                   double(window_steps * B * T) / seconds_since(window_start));
       std::fflush(stdout);
@@ -166,7 +186,7 @@ void train(dist::ProcessGroup& world, const Flags& f) {
       window_steps = 0;
     }
   }
-  print_bubbles(world, bubble_sum / double(std::max<int64_t>(1, f.steps - 1)), f);
+  print_bubbles(world, bubble_sum / double(std::max<int64_t>(1, f.steps - 1)), f, v);
 }
 
 }  // namespace

@@ -128,9 +128,11 @@ void report(dist::ProcessGroup& group, const std::vector<double>& mine, const St
       "causal attention over 2 cp chunks has\n",
       v0[3] / double(L), (long long)(2 * n + 1), (long long)(n * (2 * n + 1)));
   // Per block and rank: forward passes keys and values (2 tensors) cp - 1
-  // times, backward keys, values and their gradients (4) cp times, each
-  // (B, H, T/cp, D) in f32, which is B x T/cp x C floats.
-  const double formula = double(L * (2 * (n - 1) + 4 * n) * B * (T / n) * config.d_model * 4);
+  // times; backward keys and values cp - 1 times and their gradients' (2)
+  // accumulator cp times; each (B, H, T/cp, D) in f32, which is B x T/cp x C
+  // floats.
+  const double formula =
+      double(L * (2 * (n - 1) + 2 * (n - 1) + 2 * n) * B * (T / n) * config.d_model * 4);
   std::printf("ring sent %.0f bytes per rank per step, %s %.0f; DDP's all_reduce %.2f MB\n", v0[4],
               v0[4] == formula ? "as the formula says:" : "but the formula says", formula,
               mb(v0[6]));
@@ -210,13 +212,14 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
     }
   }
   report(group, measured, whole, config, B);
-  const cp::RingTransfers t = cp::ring_forward_transfers();
-  if (lead && t.transfer_us > 0)
-    std::printf(
-        "forward's key/value transfers (rank 0, %lld of them): %.1f ms in flight, %.1f ms "
-        "waited after the blocks: %.0f%% hidden behind compute\n",
-        (long long)t.transfers, double(t.transfer_us) / 1e3, double(t.wait_us) / 1e3,
-        100.0 * (1.0 - double(t.wait_us) / double(t.transfer_us)));
+  const cp::RingTransferStats t = cp::ring_transfers();
+  for (const auto& [pass, x] : {std::pair{"forward", t.forward}, std::pair{"backward", t.backward}})
+    if (lead && x.transfer_us > 0)
+      std::printf(
+          "%s's ring transfers (rank 0, %lld of them): %.1f ms in flight, %.1f ms waited "
+          "after the blocks: %.0f%% hidden behind compute\n",
+          pass, (long long)x.transfers, double(x.transfer_us) / 1e3, double(x.wait_us) / 1e3,
+          100.0 * (1.0 - double(x.wait_us) / double(x.transfer_us)));
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ Work ProcessGroup::gather(const Tensor& output, const Tensor& input, int root) {
   op.input = input;
   op.root = root;
   count(OpType::kGather, uint64_t(size_) * input.nbytes());
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::scatter(const Tensor& output, const Tensor& input, int root) {
@@ -117,7 +117,7 @@ Work ProcessGroup::scatter(const Tensor& output, const Tensor& input, int root) 
   mark_written(output);
   op.root = root;
   count(OpType::kScatter, uint64_t(size_) * output.nbytes());
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::all_to_allv(const Tensor& output, const Tensor& input,
@@ -144,7 +144,7 @@ Work ProcessGroup::all_to_allv(const Tensor& output, const Tensor& input,
   op.recv_counts = std::move(recv.counts);
   op.recv_offsets = std::move(recv.offsets);
   count(OpType::kAllToAllv, sent * element_size(input.dtype()));
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 }  // namespace spmd::dist

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "parallel/comm/arg_checks.h"
+#include "parallel/comm/desync_check.h"
+#include "parallel/comm/flight_recorder.h"
 #include "runtime/error.h"
 
 namespace spmd::dist {
@@ -58,7 +60,16 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Gro
   SPMD_CHECK(options_.global_ranks.empty() || int(options_.global_ranks.size()) == size_,
              "ProcessGroup: ", options_.global_ranks.size(), " global ranks for ", size_, " ranks");
   SPMD_CHECK(options_.timeout.count() > 0, "ProcessGroup: the timeout must be positive");
+  if (DesyncCheck::enabled_by_env()) {
+    desync_ = std::make_shared<DesyncCheck>(store_, key(""), name(), rank_, size_);
+  }
+  if (FlightRecorder::enabled_by_env()) {
+    recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::capacity_from_env());
+    FlightRecorder::arm(global_rank(rank_));
+  }
 }
+
+ProcessGroup::~ProcessGroup() = default;
 
 int ProcessGroup::global_rank(int r) const {
   return options_.global_ranks.empty() ? r : options_.global_ranks[r];
@@ -127,6 +138,20 @@ CommOp ProcessGroup::collective(OpType type, std::string_view op_name) {
   return op;
 }
 
+Work ProcessGroup::issue(CommOp op) {
+  const bool p2p = op.type == OpType::kSend || op.type == OpType::kRecv;
+  const bool ledger = desync_ && !p2p;
+  if (ledger) desync_->record(op, call_site_);
+  if (!recorder_ && !ledger) return launch(std::move(op));
+  const uint64_t id = recorder_ ? recorder_->issued(op) : 0;
+  Work work = launch(std::move(op));
+  work.on_complete([recorder = recorder_, desync = ledger ? desync_ : nullptr, id, work] {
+    if (recorder) recorder->ended(id, !work.exception());
+    if (desync && !work.exception()) desync->completed();  // a failed one stays where it stood
+  });
+  return work;
+}
+
 Work ProcessGroup::broadcast(const Tensor& t, int root) {
   check_tensor(t, "broadcast", "");
   SPMD_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of group ",
@@ -136,7 +161,7 @@ Work ProcessGroup::broadcast(const Tensor& t, int root) {
   mark_written(t);
   op.root = root;
   count(OpType::kBroadcast, t);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp reduce_op) {
@@ -147,7 +172,7 @@ Work ProcessGroup::all_reduce(const Tensor& t, ReduceOp reduce_op) {
   mark_written(t);
   op.reduce_op = reduce_op;
   count(OpType::kAllReduce, t);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp reduce_op) {
@@ -161,7 +186,7 @@ Work ProcessGroup::reduce(const Tensor& t, int root, ReduceOp reduce_op) {
   op.root = root;
   op.reduce_op = reduce_op;
   count(OpType::kReduce, t);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
@@ -176,7 +201,7 @@ Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   mark_written(output);
   op.input = input;
   count(OpType::kAllGather, output);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp reduce_op) {
@@ -193,7 +218,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   op.input = input;
   op.reduce_op = reduce_op;
   count(OpType::kReduceScatter, input);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
@@ -214,22 +239,22 @@ Work ProcessGroup::all_to_all(const Tensor& output, const Tensor& input,
   op.send_counts = std::move(send);
   op.recv_counts = std::move(recv);
   count(OpType::kAllToAll, input);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::barrier() {
   count(OpType::kBarrier, Tensor());
-  return launch(collective(OpType::kBarrier, "barrier"));
+  return issue(collective(OpType::kBarrier, "barrier"));
 }
 
 Work ProcessGroup::send(const Tensor& t, int dst, int tag) {
-  return launch(point_to_point(OpType::kSend, t, dst, tag));
+  return issue(point_to_point(OpType::kSend, t, dst, tag));
 }
 
 Work ProcessGroup::recv(const Tensor& t, int src, int tag) {
   CommOp op = point_to_point(OpType::kRecv, t, src, tag);
   mark_written(t);
-  return launch(std::move(op));
+  return issue(std::move(op));
 }
 
 Work ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops) {
@@ -278,7 +303,7 @@ Work ProcessGroup::launch_batch(std::vector<CommOp> ops) {
   count->left = ops.size();
   std::vector<Work> parts;
   for (CommOp& op : ops) {
-    Work one = launch(std::move(op));
+    Work one = issue(std::move(op));
     one.on_complete([one, all, count] {
       std::exception_ptr error = one.exception();
       std::lock_guard lock(count->mu);
@@ -299,6 +324,25 @@ Work ProcessGroup::launch_batch(std::vector<CommOp> ops) {
     return true;
   });
   return all;
+}
+
+// --- Diagnosis (desync_check.h) -----------------------------------------------------
+
+std::string ProcessGroup::desync_report(uint64_t seq) {
+  if (!desync_) return "";
+  const auto grace = std::clamp(timeout() / 8, std::chrono::milliseconds(50),
+                                std::chrono::milliseconds(2000));
+  const std::string line = desync_->diagnose(seq, grace);
+  return line.empty() ? "" : "; " + line;
+}
+
+void ProcessGroup::note_failure() {
+  if (desync_) desync_->publish_final();
+}
+
+std::string ProcessGroup::dump_flight_record(int64_t failed_seq, const std::string& reason) {
+  if (!recorder_) return "";
+  return recorder_->dump(global_rank(rank_), name(), rank_, size_, reason, failed_seq);
 }
 
 // --- Subgroups -------------------------------------------------------------------

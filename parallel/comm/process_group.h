@@ -39,6 +39,9 @@
 
 namespace spmd::dist {
 
+class DesyncCheck;     // desync_check.h
+class FlightRecorder;  // flight_recorder.h
+
 struct GroupOptions {
   // Unique among the groups that share a store: it prefixes the group's keys.
   std::string name = "world";
@@ -94,7 +97,7 @@ struct CommOp {
 
 class ProcessGroup {
  public:
-  virtual ~ProcessGroup() = default;
+  virtual ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -190,6 +193,11 @@ class ProcessGroup {
   // differentiable collectives, tensor parallelism) shows where its time goes.
   void wait(const Work& work, OpType op);
 
+  // A call-site tag ("ddp.bucket3") recorded with each collective issued
+  // after it, until the next call (empty: none); the fingerprint ledger
+  // compares it across ranks and names it in desync reports (desync_check.h).
+  void set_call_site(std::string_view tag) { call_site_ = tag; }
+
   // Finishes the queued operations and closes the connections. Idempotent;
   // the destructor calls it. Later calls fail.
   virtual void shutdown() = 0;
@@ -216,12 +224,25 @@ class ProcessGroup {
   std::string key(const std::string& k) const { return name() + "/" + k; }
   // "rank 2" or "rank 2 (global rank 5)", for messages.
   std::string rank_name(int r) const;
+  // For a backend's failure path. A timeout or a disagreement of the ranks
+  // at collective #seq: "; desync: <how the ranks' ledgers differ>", or ""
+  // when they agree (or the check is off). Waits a little for the peers'
+  // records.
+  std::string desync_report(uint64_t seq);
+  // Any other failure: publishes this rank's ledger as final.
+  void note_failure();
+  // Writes the flight recorder's dump (flight_recorder.h), collective
+  // #failed_seq marked failed with `reason`; returns the file ("" if none).
+  std::string dump_flight_record(int64_t failed_seq, const std::string& reason);
 
  private:
   CommOp point_to_point(OpType type, const Tensor& t, int peer, int tag);
   void count(OpType type, const Tensor& payload);
   void count(OpType type, uint64_t payload_bytes);
   CommOp collective(OpType type, std::string_view op_name);
+  // Records an operation in the ledger (collectives) and the flight
+  // recorder, then launches it.
+  Work issue(CommOp op);
   std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members,
                                               const std::string& suffix);
 
@@ -236,6 +257,9 @@ class ProcessGroup {
     std::atomic<uint64_t> calls{0}, bytes{0}, wait_ns{0};
   };
   AtomicCount counts_[16];
+  std::shared_ptr<DesyncCheck> desync_;       // null when SPMD_DESYNC_CHECK=0
+  std::shared_ptr<FlightRecorder> recorder_;  // null when SPMD_FLIGHT_RECORDER=0
+  std::string call_site_;
 };
 
 }  // namespace spmd::dist

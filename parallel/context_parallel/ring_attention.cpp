@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "autograd/function.h"
@@ -16,7 +18,6 @@ namespace spmd::dist::cp {
 namespace {
 
 std::atomic<int64_t> g_blocks{0};
-std::atomic<int64_t> g_transfers{0}, g_transfer_us{0}, g_wait_us{0};
 
 enum class Visible { kNone, kDiagonal, kFull };
 
@@ -100,13 +101,44 @@ void block_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Ten
   ops::add_(dk, ops::mul(ops::matmul(ops::transpose(ds, -2, -1), q), scale));
 }
 
-// Sends `mine` to the next rank of the ring and receives the previous
-// rank's into a fresh tensor of the same shape; returns at once.
-Work pass_on(const Tensor& mine, Tensor& incoming, ProcessGroup& g) {
-  incoming = ops::empty_like(mine);
-  const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
-  return g.batch_isend_irecv({{OpType::kSend, mine, next, 0}, {OpType::kRecv, incoming, prev, 0}});
-}
+// What the ring's transfers cost, per pass (ring_transfers()).
+struct TransferCounters {
+  std::atomic<int64_t> transfers{0}, transfer_us{0}, wait_us{0};
+  RingTransfers get() const { return {transfers.load(), transfer_us.load(), wait_us.load()}; }
+};
+TransferCounters g_forward, g_backward;
+
+// One transfer around the ring: `mine` sent to the next rank, the previous
+// rank's received into `incoming`, timed from posting to completion.
+// Keys and values travel with tag 0, backward's gradient accumulators with
+// tag 1; each link carries them in the order both ends post them.
+class Transfer {
+ public:
+  Transfer(const Tensor& mine, Tensor& incoming, ProcessGroup& g, int tag)
+      : g_(&g), issued_us_(trace_now_us()), done_us_(std::make_shared<std::atomic<int64_t>>(0)) {
+    incoming = ops::empty_like(mine);
+    const int next = (g.rank() + 1) % g.size(), prev = (g.rank() + g.size() - 1) % g.size();
+    work_ = g.batch_isend_irecv(
+        {{OpType::kSend, mine, next, tag}, {OpType::kRecv, incoming, prev, tag}});
+    work_.on_complete([done = done_us_] { done->store(trace_now_us()); });
+  }
+  // Waits for it, and counts its time in flight and the time waited.
+  void wait(TransferCounters& counters) {
+    const int64_t start = trace_now_us();
+    g_->wait(work_, OpType::kSend);
+    const int64_t end = trace_now_us();
+    const int64_t done = done_us_->load() > 0 ? done_us_->load() : end;
+    counters.transfers.fetch_add(1);
+    counters.transfer_us.fetch_add(done - issued_us_);
+    counters.wait_us.fetch_add(end - start);
+  }
+
+ private:
+  ProcessGroup* g_;
+  int64_t issued_us_;
+  std::shared_ptr<std::atomic<int64_t>> done_us_;
+  Work work_;
+};
 
 // Keys or values of Hkv heads repeated to H (grouped-query attention).
 Tensor repeat_heads(const Tensor& t, int64_t H) {
@@ -138,13 +170,8 @@ struct Ring : autograd::Function<Ring> {
     std::vector<Tensor> block_lses;  // each block's own lse, in compute order (for backward)
     for (int64_t step = 0; step < n; ++step) {
       Tensor next;
-      std::optional<Work> moving;
-      const int64_t issued_us = trace_now_us();
-      auto done_us = std::make_shared<std::atomic<int64_t>>(0);
-      if (step + 1 < n) {
-        moving = pass_on(kv, next, *g);  // overlaps this step's blocks
-        moving->on_complete([done_us] { done_us->store(trace_now_us()); });
-      }
+      std::optional<Transfer> moving;
+      if (step + 1 < n) moving.emplace(kv, next, *g, 0);  // overlaps this step's blocks
       const auto [ka, kb] = chunk_ids(n, (r - step + n) % n);
       const int64_t kid[2] = {ka, kb};
       for (int i = 0; i < 2; ++i) {
@@ -160,13 +187,7 @@ struct Ring : autograd::Function<Ring> {
         }
       }
       if (moving) {
-        const int64_t wait_start = trace_now_us();
-        g->wait(*moving, OpType::kSend);
-        const int64_t waited_until = trace_now_us();
-        const int64_t done = done_us->load() > 0 ? done_us->load() : waited_until;
-        g_transfers.fetch_add(1);
-        g_transfer_us.fetch_add(done - issued_us);
-        g_wait_us.fetch_add(waited_until - wait_start);
+        moving->wait(g_forward);
         kv = next;
       }
     }
@@ -194,12 +215,23 @@ struct Ring : autograd::Function<Ring> {
     const auto [a, b] = chunk_ids(n, r);
     const int64_t qid[2] = {a, b};
     Tensor dq = ops::zeros_like(q);
-    // Keys, values and their gradient accumulators travel together: (4, B, H, 2c, D).
-    Tensor kvg = ops::stack({repeat_heads(k_in, H), repeat_heads(v_in, H),
-                             ops::zeros_like(q), ops::zeros_like(q)}, 0);
+    // At step s this rank holds the keys and values of rank o = r - s, and
+    // adds its share of o's dK, dV to the accumulator that started at o and
+    // has visited o+1 .. r-1. Keys and values for step s+1 travel while step
+    // s computes; the accumulator goes on to r+1 after step s and is needed
+    // there after its step s+1, so its transfer hides behind that step. The
+    // last one brings every rank its own accumulator home.
+    Tensor kv = ops::stack({repeat_heads(k_in, H), repeat_heads(v_in, H)}, 0);  // (2, B, H, 2c, D)
+    Tensor acc;                        // (2, B, H, 2c, D): o's dK, dV so far
+    std::optional<Transfer> incoming;  // the next owner's accumulator, on its way from r-1
+    Tensor next_acc;
     for (int64_t step = 0; step < n; ++step) {
+      Tensor next_kv;
+      std::optional<Transfer> moving;
+      if (step + 1 < n) moving.emplace(kv, next_kv, *g, 0);
       const auto [ka, kb] = chunk_ids(n, (r - step + n) % n);
       const int64_t kid[2] = {ka, kb};
+      Tensor mine = ops::zeros_like(kv);  // this rank's share of o's dK, dV
       for (int i = 0; i < 2; ++i) {
         const Tensor qi = ops::narrow(q, 2, i * c, c), doi = ops::narrow(dout, 2, i * c, c);
         const Tensor li = ops::narrow(lse, 2, i * c, c), di = ops::narrow(delta, 2, i * c, c);
@@ -208,21 +240,33 @@ struct Ring : autograd::Function<Ring> {
         for (int j = 0; j < 2; ++j) {
           const Visible how = visibility(qid[i], kid[j]);
           if (how == Visible::kNone) continue;
-          auto part = [&](int t) { return ops::narrow(ops::select(kvg, 0, t), 2, j * c, c); };
-          Tensor dk = part(2), dv = part(3);
-          block_backward(qi, part(0), part(1), doi, oi, li, block_lses[block++], di, scale, how,
-                         dqi, dk, dv);
+          auto part = [&](const Tensor& t, int which) {
+            return ops::narrow(ops::select(t, 0, which), 2, j * c, c);
+          };
+          Tensor dk = part(mine, 0), dv = part(mine, 1);
+          block_backward(qi, part(kv, 0), part(kv, 1), doi, oi, li, block_lses[block++], di, scale,
+                         how, dqi, dk, dv);
         }
       }
-      // After n passes every accumulator is back with its owner (a group of
-      // one has nothing to pass).
-      if (n == 1) break;
-      Tensor next;
-      g->wait(pass_on(kvg, next, *g), OpType::kSend);
-      kvg = next;
+      if (incoming) {  // o's accumulator from r-1, which it sent after its step s-1
+        incoming->wait(g_backward);
+        acc = ops::add(next_acc, mine);
+      } else {
+        acc = mine;  // step 0: o is this rank, the accumulator starts here
+      }
+      if (n == 1) break;  // a group of one has nothing to pass
+      incoming.emplace(acc, next_acc, *g, 1);
+      if (moving) {
+        moving->wait(g_backward);
+        kv = next_kv;
+      }
+    }
+    if (n > 1) {  // the last accumulator to arrive is this rank's own
+      incoming->wait(g_backward);
+      acc = next_acc;
     }
     const int64_t Hkv = k_in.size(1);
-    return {dq, sum_heads(ops::select(kvg, 0, 2), Hkv), sum_heads(ops::select(kvg, 0, 3), Hkv)};
+    return {dq, sum_heads(ops::select(acc, 0, 0), Hkv), sum_heads(ops::select(acc, 0, 1), Hkv)};
   }
 };
 
@@ -246,8 +290,6 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Process
 
 int64_t ring_attention_blocks() { return g_blocks.load(); }
 
-RingTransfers ring_forward_transfers() {
-  return {g_transfers.load(), g_transfer_us.load(), g_wait_us.load()};
-}
+RingTransferStats ring_transfers() { return {g_forward.get(), g_backward.get()}; }
 
 }  // namespace spmd::dist::cp

@@ -6,7 +6,7 @@
 // the causal mask every rank has the same work: an early chunk sees little,
 // its partner late chunk sees much. The key/value pair then travels around
 // the ring, cp steps: at step s rank r holds the chunks of rank (r - s) mod
-// cp; in forward the next pair's transfer runs while this pair is computed.
+// cp; the next pair's transfer runs while this pair is computed.
 //
 //   rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2 (cp = 2):
 //
@@ -24,9 +24,9 @@
 // Blocks run on the fused attention kernel (f64 in raw ops, for precision),
 // which never holds a block's probabilities. Backward recomputes each
 // block's probabilities against the saved global lse, so nothing of size
-// T x T is kept: dQ accumulates locally, dK and dV accumulate in buffers
-// that travel the ring with their keys and values and arrive home after cp
-// steps.
+// T x T is kept: dQ accumulates locally, dK and dV in an accumulator per
+// owner that follows its keys and values one step behind (so its transfer
+// too runs while the next step computes) and arrives home after cp steps.
 //
 // Grouped-query attention: keys and values of fewer heads are repeated to
 // the query heads before the ring (their gradients summed back after).
@@ -51,14 +51,16 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Process
 // load-balance check: equal on every rank).
 int64_t ring_attention_blocks();
 
-// The key/value transfers of this process's ring_attention forwards so
-// far: how many, their time in flight (posted to completed) and the time
-// the computing thread waited on them after its blocks. The share hidden
-// behind compute is 1 - wait_us / transfer_us. (Backward's transfers carry
-// the gradients computed in their step, so it waits on each at once.)
+// The ring's transfers in this process's ring_attention calls so far, per
+// pass: how many, their time in flight (posted to completed) and the time
+// the computing thread then waited on them. The share hidden behind compute
+// is 1 - wait_us / transfer_us.
 struct RingTransfers {
   int64_t transfers = 0, transfer_us = 0, wait_us = 0;
 };
-RingTransfers ring_forward_transfers();
+struct RingTransferStats {
+  RingTransfers forward, backward;
+};
+RingTransferStats ring_transfers();
 
 }  // namespace spmd::dist::cp

@@ -2,6 +2,7 @@
 // forward() and backward() below are an action each, transfers included.
 #include "parallel/pipeline/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -13,16 +14,37 @@
 
 namespace spmd::dist::pp {
 
+namespace {
+
+// The tags of the messages into and out of stage s (executor.h).
+int activation_tag(int s, int mb, int m) { return (s - 1) * m + mb; }
+int gradient_tag(int s, int mb, int m, int num_stages) { return (num_stages + s) * m + mb; }
+
+}  // namespace
+
 PipelineExecutor::PipelineExecutor(TransformerStage& stage, ProcessGroup& group, ScheduleKind kind,
                                    int num_microbatches)
-    : stage_(stage), group_(group), num_microbatches_(num_microbatches) {
-  SPMD_CHECK(stage.num_stages() == group.size() && stage.index() == group.rank(),
-             "PipelineExecutor: stage ", stage.index(), " of ", stage.num_stages(), " on rank ",
-             group.rank(), " of a pp group of ", group.size(),
-             "; rank r must own stage r of as many stages as ranks");
+    : PipelineExecutor(std::vector<TransformerStage*>{&stage}, group, kind, num_microbatches) {}
+
+PipelineExecutor::PipelineExecutor(std::vector<TransformerStage*> stages, ProcessGroup& group,
+                                   ScheduleKind kind, int num_microbatches)
+    : stages_(std::move(stages)),
+      group_(group),
+      num_stages_(int(stages_.size()) * group.size()),
+      num_microbatches_(num_microbatches),
+      split_backward_(splits_backward(kind)) {
+  const int p = group.size(), v = int(stages_.size());
+  SPMD_CHECK(v >= 1, "PipelineExecutor: no stages");
+  for (int i = 0; i < v; ++i) {
+    const TransformerStage& st = *stages_[size_t(i)];
+    SPMD_CHECK(st.num_stages() == num_stages_ && st.index() == group.rank() + i * p,
+               "PipelineExecutor: stage ", st.index(), " of ", st.num_stages(), " given as the ",
+               i, "th of ", v, " on rank ", group.rank(), " of a pp group of ", group.size(),
+               "; rank r must own stages r, r + p, ... of p x ", v);
+  }
   SPMD_CHECK(num_microbatches >= 1, "PipelineExecutor: ", num_microbatches,
              " microbatches; at least 1 is needed");
-  schedule_ = make_schedule(kind, group.size(), num_microbatches);
+  schedule_ = make_schedule(kind, p, num_microbatches, v);
 }
 
 double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
@@ -31,68 +53,111 @@ double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
   const int64_t B = ids.size(0), T = ids.size(1);
   SPMD_CHECK(B % num_microbatches_ == 0, "PipelineExecutor: a batch of ", B,
              " sequences does not divide into ", num_microbatches_, " microbatches");
-  activation_shape_ = Shape{B / num_microbatches_, T, stage_.model().config.d_model};
+  activation_shape_ = Shape{B / num_microbatches_, T, stages_[0]->model().config.d_model};
   check_neighbours(ids.device());
-  in_flight_.assign(size_t(num_microbatches_), {});
+  in_flight_.clear();
+  in_flight_.resize(stages_.size());
+  for (auto& per_stage : in_flight_) per_stage.resize(size_t(num_microbatches_));
+  mailbox_.clear();
   loss_sum_ = 0;
   timeline_.clear();
   step_start_us_ = trace_now_us();
   for (const Action& a : schedule_[size_t(group_.rank())]) {
-    if (a.type == Action::Type::kForward) {
-      forward(a.microbatch, ids, targets);
-    } else {
-      backward(a.microbatch);
+    switch (a.type) {
+      case Action::Type::kForward: forward(a, ids, targets); break;
+      case Action::Type::kBackward: backward(a); break;
+      case Action::Type::kWeight: weight(a); break;
     }
   }
   for (const Work& w : sends_) group_.wait(w, OpType::kSend);
   sends_.clear();
   step_us_ = trace_now_us() - step_start_us_;
-  return stage_.is_last() ? loss_sum_ : std::numeric_limits<double>::quiet_NaN();
+  return stages_.back()->is_last() ? loss_sum_ : std::numeric_limits<double>::quiet_NaN();
 }
 
-void PipelineExecutor::forward(int mb, const Tensor& ids, const Tensor& targets) {
+void PipelineExecutor::forward(const Action& a, const Tensor& ids, const Tensor& targets) {
   const int64_t b = activation_shape_[0];
-  InFlight& f = in_flight_[size_t(mb)];
-  if (stage_.is_first()) {
+  const int mb = a.microbatch, m = num_microbatches_;
+  TransformerStage& st = stage(a.stage);
+  InFlight& f = in_flight(a);
+  if (st.is_first()) {
     f.input = ops::narrow(ids, 0, mb * b, b);
   } else {  // the previous stage's output: a leaf whose gradient goes back to it
     f.input = ops::empty(activation_shape_, {DType::kF32, ids.device()});
-    group_.wait(group_.recv(f.input, group_.rank() - 1, mb), OpType::kRecv);
+    recv_from(a.stage - 1, f.input, activation_tag(a.stage, mb, m));
     f.input.requires_grad_();
   }
   const int64_t start = trace_now_us();
-  const Tensor out = stage_.forward(f.input);
-  if (stage_.is_last()) {
-    f.output = mul(cross_entropy(out, ops::narrow(targets, 0, mb * b, b)), 1.0 / num_microbatches_);
+  const Tensor out = st.forward(f.input);
+  if (st.is_last()) {
+    f.output = mul(cross_entropy(out, ops::narrow(targets, 0, mb * b, b)), 1.0 / m);
     loss_sum_ += f.output.item<double>();
   } else {
     f.output = out;
   }
-  record({Action::Type::kForward, stage_.index(), mb}, start);
-  if (!stage_.is_last())
-    sends_.push_back(group_.send(ops::contiguous(detach(out)), group_.rank() + 1, mb));
+  record(a, start);
+  if (!st.is_last()) send_to(a.stage + 1, ops::contiguous(detach(out)), activation_tag(a.stage + 1, mb, m));
 }
 
-void PipelineExecutor::backward(int mb) {
-  InFlight& f = in_flight_[size_t(mb)];
+void PipelineExecutor::backward(const Action& a) {
+  const int mb = a.microbatch;
+  TransformerStage& st = stage(a.stage);
+  InFlight& f = in_flight(a);
   SPMD_CHECK(f.output.defined(), "PipelineExecutor: backward of microbatch ", mb, " on stage ",
-             stage_.index(), " before its forward");
+             a.stage, " before its forward");
   Tensor grad;  // of the output: from the next stage, or none (the loss) on the last
-  if (!stage_.is_last()) {
+  if (!st.is_last()) {
     grad = ops::empty(f.output.shape(), {f.output.dtype(), f.output.device()});
-    group_.wait(group_.recv(grad, group_.rank() + 1, mb), OpType::kRecv);
+    recv_from(a.stage + 1, grad, gradient_tag(a.stage + 1, mb, num_microbatches_, num_stages_));
   }
   const int64_t start = trace_now_us();
-  spmd::backward(f.output, grad);
-  record({Action::Type::kBackward, stage_.index(), mb}, start);
-  if (!stage_.is_first())
-    sends_.push_back(group_.send(ops::contiguous(f.input.grad()), group_.rank() - 1, mb));
-  f = InFlight{};  // the microbatch's activations are freed here
+  if (split_backward_) {  // B: to the input alone; the weights' part waits for W
+    f.weights = backward_input(f.output, grad, 
+                               st.is_first() ? std::vector<Tensor>{} : std::vector<Tensor>{f.input});
+  } else {
+    spmd::backward(f.output, grad);
+  }
+  record(a, start);
+  if (!st.is_first())
+    send_to(a.stage - 1, ops::contiguous(f.input.grad()),
+            gradient_tag(a.stage, mb, num_microbatches_, num_stages_));
+  f.input = Tensor();  // the microbatch's activations are freed here (but what W needs)
+  f.output = Tensor();
 }
 
-// Each stage but the last tells the next the (dtype, b, T, C) of the
-// activations it will send; each but the first compares them with what it
-// expects. Both sides of a disagreement throw the same message.
+void PipelineExecutor::weight(const Action& a) {
+  InFlight& f = in_flight(a);
+  const int64_t start = trace_now_us();
+  backward_weight(f.weights);
+  record(a, start);
+  f = InFlight{};
+}
+
+void PipelineExecutor::send_to(int s, const Tensor& t, int tag) {
+  if (rank_of(s) == group_.rank()) {
+    mailbox_[tag] = t;
+    return;
+  }
+  sends_.push_back(group_.send(t, rank_of(s), tag));
+}
+
+void PipelineExecutor::recv_from(int s, Tensor& t, int tag) {
+  if (rank_of(s) == group_.rank()) {
+    const auto it = mailbox_.find(tag);
+    SPMD_CHECK(it != mailbox_.end(), "PipelineExecutor: stage ", s, "'s message ", tag,
+               " is not there yet (the schedule runs a receive before its send)");
+    t = it->second;
+    mailbox_.erase(it);
+    return;
+  }
+  group_.wait(group_.recv(t, rank_of(s), tag), OpType::kRecv);
+}
+
+// At each cut between stages s and s + 1 on different ranks, the sender
+// tells the receiver the (dtype, b, T, C) of the activations it will send
+// and the receiver tells the sender what it expects; both compare. Both
+// sides of a disagreement throw the same message. (Stages on one rank share
+// this rank's model and batch: nothing to compare.)
 void PipelineExecutor::check_neighbours(const Device& device) {
   auto describe = [](const Tensor& d) {
     const std::vector<int64_t> v = ops::to_vector<int64_t>(d);
@@ -103,28 +168,35 @@ void PipelineExecutor::check_neighbours(const Device& device) {
                                                     activation_shape_[1], activation_shape_[2]},
                                {4}),
               device);
-  const int r = group_.rank();
-  std::vector<P2POp> ops_;
-  Tensor from_prev = ops::empty({4}, {DType::kI64, device});
-  Tensor from_next = ops::empty({4}, {DType::kI64, device});
-  if (!stage_.is_last()) {
-    ops_.push_back({OpType::kSend, mine, r + 1, -1});
-    ops_.push_back({OpType::kRecv, from_next, r + 1, -1});
-  }
-  if (!stage_.is_first()) {
-    ops_.push_back({OpType::kSend, mine, r - 1, -1});
-    ops_.push_back({OpType::kRecv, from_prev, r - 1, -1});
-  }
-  group_.wait(group_.batch_isend_irecv(ops_), OpType::kRecv);
-  auto check = [&](const Tensor& theirs, int sender, int receiver) {
-    SPMD_CHECK(ops::to_vector<int64_t>(theirs) == ops::to_vector<int64_t>(mine), "pipeline: stage ",
-               sender, " sends activations ", describe(sender == r ? mine : theirs),
-               " for each microbatch, but stage ", receiver, " expects ",
-               describe(receiver == r ? mine : theirs),
-               " (do both ranks build the same model and pass the same batch?)");
+  constexpr int kTag = 1 << 30;  // above every microbatch's tag
+  struct Cut {
+    int sender, receiver;  // the stages
+    Tensor theirs;
   };
-  if (!stage_.is_first()) check(from_prev, r - 1, r);
-  if (!stage_.is_last()) check(from_next, r, r + 1);
+  std::vector<Cut> cuts;
+  std::vector<P2POp> ops_;
+  for (const TransformerStage* st : stages_) {
+    const int s = st->index();
+    if (!st->is_last() && rank_of(s + 1) != group_.rank()) cuts.push_back({s, s + 1, Tensor()});
+    if (!st->is_first() && rank_of(s - 1) != group_.rank()) cuts.push_back({s - 1, s, Tensor()});
+  }
+  std::sort(cuts.begin(), cuts.end(), [](const Cut& x, const Cut& y) { return x.sender < y.sender; });
+  for (Cut& c : cuts) {  // in the order of the cuts, the same on both sides
+    const bool sending = rank_of(c.sender) == group_.rank();
+    const int peer = rank_of(sending ? c.receiver : c.sender);
+    c.theirs = ops::empty({4}, {DType::kI64, device});
+    ops_.push_back({OpType::kSend, mine, peer, kTag + 2 * c.sender + (sending ? 0 : 1)});
+    ops_.push_back({OpType::kRecv, c.theirs, peer, kTag + 2 * c.sender + (sending ? 1 : 0)});
+  }
+  if (!ops_.empty()) group_.wait(group_.batch_isend_irecv(ops_), OpType::kRecv);
+  for (const Cut& c : cuts) {
+    const bool sending = rank_of(c.sender) == group_.rank();
+    SPMD_CHECK(ops::to_vector<int64_t>(c.theirs) == ops::to_vector<int64_t>(mine),
+               "pipeline: stage ", c.sender, " sends activations ",
+               describe(sending ? mine : c.theirs), " for each microbatch, but stage ", c.receiver,
+               " expects ", describe(sending ? c.theirs : mine),
+               " (do both ranks build the same model and pass the same batch?)");
+  }
 }
 
 void PipelineExecutor::record(const Action& action, int64_t start_us) {

@@ -14,12 +14,27 @@
 // step() they are the whole batch's, as one process would have them; the
 // optimizer step is the caller's.
 //
-// Messages between two stages flow one way each (activations forward,
-// gradients back) in the same microbatch order on both sides, so they match
-// by order, as NCCL requires; the microbatch is also the tag.
+// With several stages per rank (the interleaved schedule) a rank runs each
+// action on the stage it names; stage s + 1 of stage s lives on rank
+// (s + 1) % p, so the last rank's stages send round to rank 0's next ones.
+// Under ZB-H1 a backward is split: B runs autograd back to the stage's input
+// alone (autograd::WeightBackward keeps what the weights need) and sends
+// the gradient at once; W, later, accumulates the stage's parameter
+// gradients. On the first stage, which has no input, B computes nothing and
+// W the whole backward.
+//
+// Every message carries a tag naming its stage and microbatch (activations
+// into stage s: (s - 1) m + mb; gradients out of stage s: (S + s) m + mb),
+// and the TCP backend matches by tag. One stage per rank, the messages
+// between two ranks also come in the same order on both sides, as NCCL
+// (which ignores tags) requires; with several stages per rank they need not,
+// so run interleaved pipelines on the TCP backend.
 #pragma once
 
+#include <unordered_map>
 #include <vector>
+
+#include "autograd/engine.h"
 
 #include "parallel/comm/process_group.h"
 #include "parallel/pipeline/schedule.h"
@@ -31,8 +46,15 @@ class PipelineExecutor {
  public:
   // REQUIRES: group rank r owns stage r (stage.index() == group.rank(),
   // stage.num_stages() == group.size()). Throws InvalidArgument otherwise,
-  // or for num_microbatches < 1.
+  // or for num_microbatches < 1, or for the interleaved schedule (which
+  // needs several stages per rank).
   PipelineExecutor(TransformerStage& stage, ProcessGroup& group, ScheduleKind kind,
+                   int num_microbatches);
+  // Several stages per rank: stages[i] is stage rank + i p of p v, v =
+  // stages.size() (split_model_interleaved gives them). Throws
+  // InvalidArgument when they are not, or for a schedule make_schedule
+  // refuses (interleaved with m not a multiple of p, say).
+  PipelineExecutor(std::vector<TransformerStage*> stages, ProcessGroup& group, ScheduleKind kind,
                    int num_microbatches);
 
   // One step's forwards and backwards over ids and targets (B, T), the same
@@ -65,18 +87,31 @@ class PipelineExecutor {
   struct InFlight {
     Tensor input;   // what the stage received (a leaf that requires grad), or the ids
     Tensor output;  // the stage's output; on the last stage the microbatch's loss
+    autograd::WeightBackward weights;  // after a split backward's B, its W
   };
-  void forward(int mb, const Tensor& ids, const Tensor& targets);
-  void backward(int mb);
+  void forward(const Action& a, const Tensor& ids, const Tensor& targets);
+  void backward(const Action& a);
+  void weight(const Action& a);
+  TransformerStage& stage(int s) const { return *stages_[size_t(s / group_.size())]; }
+  InFlight& in_flight(const Action& a) {
+    return in_flight_[size_t(a.stage / group_.size())][size_t(a.microbatch)];
+  }
+  int rank_of(int s) const { return s % group_.size(); }
+  // Point-to-point to the rank of stage s, or through mailbox_ when that
+  // is this rank (one rank holding every stage).
+  void send_to(int s, const Tensor& t, int tag);
+  void recv_from(int s, Tensor& t, int tag);
   void record(const Action& action, int64_t start_us);
   void check_neighbours(const Device& device);
 
-  TransformerStage& stage_;
+  std::vector<TransformerStage*> stages_;
   ProcessGroup& group_;
-  int num_microbatches_;
+  int num_stages_, num_microbatches_;
+  bool split_backward_;
   Schedule schedule_;
-  std::vector<InFlight> in_flight_;
+  std::vector<std::vector<InFlight>> in_flight_;  // [local stage][microbatch]
   std::vector<Work> sends_;
+  std::unordered_map<int, Tensor> mailbox_;  // by tag
   Shape activation_shape_;  // (b, T, C) between stages
   std::vector<Timed> timeline_;
   int64_t step_start_us_ = 0, step_us_ = 0;

@@ -1,11 +1,11 @@
-// Pipeline schedules as data: the two generators (GPipe, 1F1B), then the
-// checker. simulate() first reads the lists without running them (every action
-// in range, on the rank that owns its stage, exactly once, each backward after
-// its own forward), then runs them in unit time: at each step every rank whose
-// next action's input arrived in an earlier step executes it; a step in which
-// no rank can move is a deadlock. to_table() draws that run, one row per rank.
-// Not here: interleaved (virtual-stage) generators, zero-bubble splits of the
-// backward, and unequal forward and backward costs.
+// Pipeline schedules as data: the checker (the generators are in
+// generators.cpp). simulate() first reads the lists without running them
+// (every action in range, on the rank that owns its stage, exactly once,
+// each backward after its own forward and each W after its B), then runs
+// them in time steps: at each step every rank that is not busy and whose
+// next action's input was finished by then starts it, and is busy for the
+// action's cost; a step in which no rank is busy or can start is a
+// deadlock. to_table() draws that run, one row per rank.
 #include "parallel/pipeline/schedule.h"
 
 #include <algorithm>
@@ -20,60 +20,7 @@ namespace {
 Action forward(int stage, int microbatch) { return {Action::Type::kForward, stage, microbatch}; }
 Action backward(int stage, int microbatch) { return {Action::Type::kBackward, stage, microbatch}; }
 
-// GPipe on rank r: every forward of stage r, then every backward, the last
-// microbatch's first (its activations are the freshest).
-std::vector<Action> gpipe_rank(int rank, int m) {
-  std::vector<Action> list;
-  for (int i = 0; i < m; ++i) list.push_back(forward(rank, i));
-  for (int i = m - 1; i >= 0; --i) list.push_back(backward(rank, i));
-  return list;
-}
-
-// 1F1B on rank r of p: p - r - 1 forwards fill the pipe below it, then one
-// forward and one backward in turn (so at most p - r microbatches are held),
-// then the backwards still owed.
-std::vector<Action> one_f_one_b_rank(int rank, int p, int m) {
-  const int warmup = std::min(p - rank - 1, m);
-  std::vector<Action> list;
-  int f = 0, b = 0;  // the next microbatch to forward, to backward
-  while (f < warmup) list.push_back(forward(rank, f++));
-  while (f < m) {
-    list.push_back(forward(rank, f++));
-    list.push_back(backward(rank, b++));
-  }
-  while (b < m) list.push_back(backward(rank, b++));
-  return list;
-}
-
 }  // namespace
-
-std::string Action::str() const {
-  return str_cat(type == Type::kForward ? "F" : "B", microbatch, "s", stage);
-}
-
-ScheduleKind parse_schedule(const std::string& name) {
-  if (name == "gpipe") return ScheduleKind::kGPipe;
-  if (name == "1f1b") return ScheduleKind::k1F1B;
-  SPMD_THROW(InvalidArgument, "parse_schedule: unknown schedule \"", name,
-             "\"; the known ones are gpipe, 1f1b");
-}
-
-const char* schedule_name(ScheduleKind kind) {
-  return kind == ScheduleKind::kGPipe ? "gpipe" : "1f1b";
-}
-
-Schedule make_schedule(ScheduleKind kind, int num_ranks, int num_microbatches) {
-  SPMD_CHECK(num_ranks >= 1, "make_schedule(", schedule_name(kind),
-             "): num_ranks must be >= 1, got ", num_ranks);
-  SPMD_CHECK(num_microbatches >= 1, "make_schedule(", schedule_name(kind),
-             "): num_microbatches must be >= 1, got ", num_microbatches);
-  Schedule schedule(num_ranks);
-  for (int r = 0; r < num_ranks; ++r) {
-    schedule[r] = kind == ScheduleKind::kGPipe ? gpipe_rank(r, num_microbatches)
-                                               : one_f_one_b_rank(r, num_ranks, num_microbatches);
-  }
-  return schedule;
-}
 
 namespace {
 
@@ -82,12 +29,12 @@ namespace {
 class ActionIndex {
  public:
   ActionIndex(int num_stages, int num_microbatches) : S_(num_stages), M_(num_microbatches) {}
-  int size() const { return 2 * S_ * M_; }
+  int size() const { return 3 * S_ * M_; }
   int operator()(const Action& a) const {
-    return (a.type == Action::Type::kForward ? 0 : S_ * M_) + a.stage * M_ + a.microbatch;
+    return int(a.type) * S_ * M_ + a.stage * M_ + a.microbatch;
   }
   Action at(int i) const {
-    const Action::Type type = i < S_ * M_ ? Action::Type::kForward : Action::Type::kBackward;
+    const auto type = Action::Type(i / (S_ * M_));
     i %= S_ * M_;
     return {type, i / M_, i % M_};
   }
@@ -124,55 +71,80 @@ std::string check_lists(const Schedule& schedule, int num_stages, int m) {
       position[index(a)] = k;
     }
   }
-  for (int i = 0; i < index.size(); ++i) {
+  const int n = index.size() / 3;  // actions of one type
+  bool split = false;              // any W: then every B has one
+  for (int i = 2 * n; i < 3 * n; ++i) split = split || position[i] >= 0;
+  for (int i = 0; i < (split ? 3 : 2) * n; ++i) {
     const Action a = index.at(i);
     if (position[i] < 0) {
       return str_cat(a.str(), " is missing (it belongs on rank ", a.stage % num_ranks, ")");
     }
   }
-  for (int i = index.size() / 2; i < index.size(); ++i) {  // the backwards
-    const Action b = index.at(i), f = forward(b.stage, b.microbatch);
-    if (position[i] < position[index(f)]) {
-      return str_cat("rank ", b.stage % num_ranks, " runs ", b.str(), " (position ", position[i],
-                     ") before its forward ", f.str(), " (position ", position[index(f)], ")");
+  for (int i = n; i < index.size(); ++i) {  // each backward after its forward, W after its B
+    const Action later = index.at(i);
+    if (position[i] < 0) continue;
+    Action before = forward(later.stage, later.microbatch);
+    if (later.type == Action::Type::kWeight) before = backward(later.stage, later.microbatch);
+    if (position[i] < position[index(before)]) {
+      return str_cat("rank ", later.stage % num_ranks, " runs ", later.str(), " (position ",
+                     position[i], ") before its ",
+                     later.type == Action::Type::kWeight ? "backward " : "forward ", before.str(),
+                     " (position ", position[index(before)], ")");
     }
   }
   return "";
 }
 
-// One run of a schedule in unit time. The constructor checks the lists; run()
-// steps the clock until every list is done or no rank can move.
+// One run of a schedule. The constructor checks the lists; run() steps the
+// clock until every list is done or no rank can move.
 class Simulator {
  public:
-  Simulator(const Schedule& schedule, int num_stages, int num_microbatches)
+  Simulator(const Schedule& schedule, int num_stages, int num_microbatches, ActionCosts costs)
       : schedule_(schedule),
         num_stages_(num_stages),
+        costs_(costs),
         index_(num_stages, num_microbatches),
         finished_(std::max(0, index_.size()), -1),
         next_(schedule.size(), 0),
+        busy_until_(schedule.size(), 0),
         in_flight_(schedule.size(), 0),
+        last_(schedule.size(), nullptr),
         cells_(schedule.size()) {
     result_.peak_in_flight.assign(schedule.size(), 0);
     result_.error = check_lists(schedule, num_stages, num_microbatches);
+    if (costs.forward < 1 || costs.backward < 1 || costs.weight < 1)
+      result_.error = str_cat("simulate: action costs must be >= 1, got F ", costs.forward, " B ",
+                              costs.backward, " W ", costs.weight);
+    for (const auto& list : schedule)
+      for (const Action& a : list) split_ = split_ || a.type == Action::Type::kWeight;
   }
 
   void run() {
     if (!result_.error.empty()) return;
     int remaining = 0;
-    for (const auto& list : schedule_) remaining += int(list.size());
-    for (int t = 0; remaining > 0; ++t) {
+    int64_t busy = 0;
+    for (const auto& list : schedule_) {
+      remaining += int(list.size());
+      for (const Action& a : list) busy += cost(a);
+    }
+    int t = 0;
+    for (; remaining > 0; ++t) {
       const int moved = step(t);
-      if (moved == 0) {
+      if (moved < 0) {
         result_.steps = t;
         result_.error = deadlock_message();
         return;
       }
       remaining -= moved;
-      result_.steps = t + 1;
     }
-    const int ranks = int(schedule_.size()), busy = index_.size();
-    const double rank_steps = double(ranks) * result_.steps;
-    result_.bubble = rank_steps > 0 ? (rank_steps - busy) / rank_steps : 0.0;
+    for (int until : busy_until_) t = std::max(t, until);
+    result_.steps = t;
+    for (size_t r = 0; r < cells_.size(); ++r) {  // the last actions still running
+      while (int(cells_[r].size()) < t)
+        cells_[r].push_back(busy_until_[r] > int(cells_[r].size()) ? last_[r] : nullptr);
+    }
+    const double rank_steps = double(schedule_.size()) * result_.steps;
+    result_.bubble = rank_steps > 0 ? (rank_steps - double(busy)) / rank_steps : 0.0;
     result_.ok = true;
   }
 
@@ -181,34 +153,53 @@ class Simulator {
   const std::vector<std::vector<const Action*>>& cells() const { return cells_; }
 
  private:
-  // Step t: each rank runs its next action if that action's input arrived
-  // before t. Returns how many ranks moved.
+  int cost(const Action& a) const {
+    switch (a.type) {
+      case Action::Type::kForward: return costs_.forward;
+      case Action::Type::kBackward: return costs_.backward;
+      default: return costs_.weight;
+    }
+  }
+
+  // Step t: each free rank starts its next action if that action's input
+  // was finished by t. Returns how many started, or -1 when none started
+  // and none is busy (a deadlock).
   int step(int t) {
-    int moved = 0;
+    int started = 0;
+    bool any_busy = false;
     for (size_t r = 0; r < schedule_.size(); ++r) {
+      if (busy_until_[r] > t) {  // still running what it started earlier
+        any_busy = true;
+        cells_[r].push_back(cells_[r].back());
+        continue;
+      }
       const Action* a = next_[r] < schedule_[r].size() ? &schedule_[r][next_[r]] : nullptr;
       if (a == nullptr || !arrived(*a, t)) {
         cells_[r].push_back(nullptr);
         continue;
       }
-      finished_[index_(*a)] = t;
+      finished_[index_(*a)] = t + cost(*a);
+      busy_until_[r] = t + cost(*a);
       ++next_[r];
-      in_flight_[r] += a->type == Action::Type::kForward ? 1 : -1;
+      if (a->type == Action::Type::kForward) ++in_flight_[r];
+      if (a->type == (split_ ? Action::Type::kWeight : Action::Type::kBackward)) --in_flight_[r];
       result_.peak_in_flight[r] = std::max(result_.peak_in_flight[r], in_flight_[r]);
       cells_[r].push_back(a);
-      ++moved;
+      last_[r] = a;
+      ++started;
+      any_busy = true;
     }
-    return moved;
+    return started == 0 && !any_busy ? -1 : started;
   }
 
-  // An action's input has arrived when the action producing it ran before
-  // step t. (A backward's own forward is on the same rank and earlier in its
-  // list, which check_lists() made sure of.)
+  // An action's input has arrived when the action producing it finished by
+  // step t. (A backward's own forward, and a W's own B, are on the same rank
+  // and earlier in its list, which check_lists() made sure of.)
   bool arrived(const Action& a, int t) const {
     const std::optional<Action> input = input_of(a, num_stages_);
     if (!input) return true;
     const int when = finished_[index_(*input)];
-    return when >= 0 && when < t;
+    return when >= 0 && when <= t;
   }
 
   std::string deadlock_message() const {
@@ -229,18 +220,23 @@ class Simulator {
 
   const Schedule& schedule_;
   int num_stages_;
+  ActionCosts costs_;
   ActionIndex index_;
-  std::vector<int> finished_;  // per action: the step it ran in, -1 before
+  bool split_ = false;
+  std::vector<int> finished_;  // per action: the step it finished by, -1 before
   std::vector<size_t> next_;   // per rank: the position of its next action
+  std::vector<int> busy_until_;
   std::vector<int> in_flight_;
+  std::vector<const Action*> last_;  // per rank: the action it started last
   std::vector<std::vector<const Action*>> cells_;
   SimulationResult result_;
 };
 
 }  // namespace
 
-SimulationResult simulate(const Schedule& schedule, int num_stages, int num_microbatches) {
-  Simulator sim(schedule, num_stages, num_microbatches);
+SimulationResult simulate(const Schedule& schedule, int num_stages, int num_microbatches,
+                          ActionCosts costs) {
+  Simulator sim(schedule, num_stages, num_microbatches, costs);
   sim.run();
   return sim.result();
 }
@@ -250,8 +246,16 @@ double predicted_bubble(int num_ranks, int num_microbatches) {
   return double(p - 1) / double(m + p - 1);
 }
 
-std::string to_table(const Schedule& schedule, int num_stages, int num_microbatches) {
-  Simulator sim(schedule, num_stages, num_microbatches);
+double predicted_bubble(ScheduleKind kind, int num_ranks, int num_microbatches,
+                        int stages_per_rank) {
+  const Schedule schedule = make_schedule(kind, num_ranks, num_microbatches, stages_per_rank);
+  return simulate(schedule, num_ranks * stages_per_rank, num_microbatches, typical_costs(kind))
+      .bubble;
+}
+
+std::string to_table(const Schedule& schedule, int num_stages, int num_microbatches,
+                     ActionCosts costs) {
+  Simulator sim(schedule, num_stages, num_microbatches, costs);
   sim.run();
   SPMD_CHECK(sim.result().ok, "to_table: the schedule does not run: ", sim.result().error);
   // With one stage per rank the row names the stage; otherwise each cell does.
@@ -259,7 +263,7 @@ std::string to_table(const Schedule& schedule, int num_stages, int num_microbatc
   auto label = [&](const Action* a) -> std::string {
     if (a == nullptr) return ".";
     if (!one_stage_per_rank) return a->str();
-    return str_cat(a->type == Action::Type::kForward ? "F" : "B", a->microbatch);
+    return a->str().substr(0, a->str().find('s'));  // "F3"
   };
   size_t width = 1;
   for (const auto& row : sim.cells()) {
@@ -282,8 +286,10 @@ namespace {
 
 // The action whose output `a` receives: the previous stage's forward for a
 // forward, the next stage's backward for a backward; none for the first
-// stage's forward. The last stage's backward starts from its own forward.
+// stage's forward. The last stage's backward starts from its own forward, a
+// W from its own B.
 std::optional<Action> input_of(const Action& a, int num_stages) {
+  if (a.type == Action::Type::kWeight) return backward(a.stage, a.microbatch);
   if (a.type == Action::Type::kForward) {
     if (a.stage == 0) return std::nullopt;
     return forward(a.stage - 1, a.microbatch);

@@ -128,4 +128,18 @@ TransformerStage split_model(std::shared_ptr<nn::Transformer> model, int index, 
   return TransformerStage(std::move(model), index, num_stages, first, end);
 }
 
+std::vector<TransformerStage> split_model_interleaved(std::shared_ptr<nn::Transformer> model,
+                                                     int rank, int num_ranks, int stages_per_rank,
+                                                     const std::vector<std::string>& split_points) {
+  SPMD_CHECK(num_ranks >= 1 && rank >= 0 && rank < num_ranks, "split_model_interleaved: rank ",
+             rank, " of ", num_ranks);
+  SPMD_CHECK(stages_per_rank >= 1, "split_model_interleaved: ", stages_per_rank,
+             " stages per rank; at least 1 is needed");
+  std::vector<TransformerStage> stages;
+  for (int i = 0; i < stages_per_rank; ++i)
+    stages.push_back(
+        split_model(model, rank + i * num_ranks, num_ranks * stages_per_rank, split_points));
+  return stages;
+}
+
 }  // namespace spmd::dist::pp

@@ -69,4 +69,13 @@ std::vector<int64_t> split_layers(int64_t num_layers, int num_stages,
 TransformerStage split_model(std::shared_ptr<nn::Transformer> model, int index, int num_stages,
                              const std::vector<std::string>& split_points = {});
 
+// The stages of rank `rank` of num_ranks when each rank holds
+// stages_per_rank of them (interleaved pipelines): stages rank, rank + p,
+// ..., rank + (v - 1)p of p v, cut as split_layers says. Throws
+// InvalidArgument, naming the values, for stages_per_rank < 1 or more
+// stages than blocks.
+std::vector<TransformerStage> split_model_interleaved(
+    std::shared_ptr<nn::Transformer> model, int rank, int num_ranks, int stages_per_rank,
+    const std::vector<std::string>& split_points = {});
+
 }  // namespace spmd::dist::pp

@@ -16,6 +16,8 @@
 #include "runtime/hash_store.h"
 #include "train/config.h"
 #include "train/flops.h"
+#include "tensor/cuda_api.h"
+#include "tests/skip.h"
 #include "autograd/data/bpe.h"
 #include "autograd/data/token_file.h"
 #include "train/trainer.h"
@@ -105,7 +107,23 @@ TEST_CASE("flops_per_token: 6 x the weights a token meets + 12 L C T, by hand", 
   c.n_kv_heads = 2;
   CHECK(train::flops_per_token(c) == 6.0 * (32768 + 4 * (128 * (128 + 2 * 64) + 16384 + 131072)) +
                                          786432);
-  CHECK(train::measured_gemm_flops(64, 1) > 0);
+  CHECK(train::measured_gemm_flops(Device::cpu(), 64, 1) > 0);
+}
+
+TEST_CASE("training.device = cuda without a GPU is refused before any step", "[train][device]") {
+  const train::TrainConfig c = base(3, {"training.device=\"cuda\""});
+  CHECK(train::comm_backend(c) == dist::CommBackend::kNccl);
+  CHECK(train::comm_backend(base(1, {})) == dist::CommBackend::kTcp);
+  if (cuda::is_available()) return;  // the [gpu] case below trains there
+  CHECK_THROWS_WITH(run_single(c), "training.device = \"cuda\", but no GPU is visible here (or "
+                                   "spmd was built without CUDA)");
+}
+
+TEST_CASE("spmd-train on a GPU trains as on the CPU", "[train][device][gpu]") {
+  if (!cuda::is_available()) SPMD_SKIP_WITHOUT_GPU("no GPU: spmd-train on CUDA not run");
+  // f32 on other kernels (cuBLAS, the CUDA attention): 1e-4 over 3 steps.
+  expect_close(run_single(base(3, {"training.device=\"cuda\""})), run_single(base(3, {})), 1e-4,
+               "cuda vs cpu");
 }
 
 TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP, FSDP x TP and CP trains as one process",

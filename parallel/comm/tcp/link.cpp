@@ -1,15 +1,14 @@
-// Link: non-blocking, batched socket I/O over queues of byte ranges.
+// Link: non-blocking, batched channel I/O over queues of byte ranges.
 //
-// pump_send() gathers up to kBatch queued ranges into one sendmsg; a short
-// write means the socket buffer is full, so it stops there instead of paying
-// for a syscall that would only say EAGAIN. pump_recv() scatters into up to
-// kBatch posted destinations with one recvmsg, by the same rule.
+// pump_send() gathers up to kBatch queued ranges into one write (over TCP one
+// sendmsg); a short write means the socket buffer (or the ring) is full, so
+// it stops there instead of paying for a call that would only say EAGAIN.
+// pump_recv() scatters into up to kBatch posted destinations with one read,
+// by the same rule.
 #include "parallel/comm/tcp/link.h"
 
 #include <poll.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -19,11 +18,10 @@ namespace {
 constexpr size_t kBatch = 64;  // ranges per syscall (well under IOV_MAX)
 }  // namespace
 
-Link::Link(int peer, int fd) : peer_(peer), fd_(fd) {}
+Link::Link(int peer, int fd) : Link(peer, std::make_unique<SocketChannel>(fd)) {}
 
-Link::~Link() {
-  if (fd_ >= 0) ::close(fd_);
-}
+Link::Link(int peer, std::unique_ptr<Channel> channel)
+    : peer_(peer), channel_(std::move(channel)) {}
 
 void Link::begin(const Header& to_send, const Header& to_expect) {
   send_header_ = to_send;
@@ -58,8 +56,23 @@ Link::Ticket Link::recv(void* dst, size_t n) {
   return recvs_posted_++;
 }
 
-short Link::poll_events() const {
+short Link::wanted_events() const {
   return short((out_.empty() ? 0 : POLLOUT) | (in_.empty() ? 0 : POLLIN));
+}
+
+short Link::prepare_wait() {
+  const short want = wanted_events();
+  return want ? channel_->prepare_wait(want) : 0;
+}
+
+void Link::on_ready(short revents) {
+  if (channel_->wakes_both()) {
+    channel_->on_wakeup();
+    pump();
+    return;
+  }
+  if (revents & (POLLOUT | POLLERR | POLLHUP)) pump_send();
+  if (revents & (POLLIN | POLLERR | POLLHUP)) pump_recv();
 }
 
 bool Link::pump() {
@@ -82,10 +95,7 @@ bool Link::pump_send() {
       retire_sends(0);  // only empty ranges were queued: they complete at once
       return true;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = k;
-    const ssize_t r = ::sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t r = channel_->write(iov, k);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
       if (errno == EINTR) continue;
@@ -113,10 +123,7 @@ bool Link::pump_recv() {
       retire_recvs(0);
       return true;
     }
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = k;
-    const ssize_t r = ::recvmsg(fd_, &msg, MSG_DONTWAIT);
+    const ssize_t r = channel_->read(iov, k);
     if (r == 0) fail_io("receive from", 0);
     if (r < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return moved;
@@ -189,10 +196,6 @@ std::string Link::pending() const {
                  " not yet sent (the peer is not reading)");
   }
   return s;
-}
-
-void Link::shutdown() {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
 }  // namespace spmd::dist::tcp

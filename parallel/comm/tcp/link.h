@@ -2,10 +2,12 @@
 // algorithm queues sends (byte ranges to write in order) and posts receives
 // (byte ranges to fill in order) and gets a ticket for each; the Mesh moves
 // the bytes while the algorithm waits for the tickets it needs. Nothing on a
-// Link blocks: pump() writes and reads as much as the socket takes right now,
-// with one sendmsg for every queued range and one recvmsg straight into every
-// posted destination (no intermediate copy), and poll_events() says what to
-// sleep on when nothing can move.
+// Link blocks: pump() writes and reads as much as its channel (channel.h: a
+// TCP socket, or shared-memory rings for a peer on this host) takes right
+// now, with one write for every queued range and one read straight into
+// every posted destination (over TCP one sendmsg and one recvmsg, no
+// intermediate copy), and prepare_wait() says what to sleep on when nothing
+// can move.
 //
 // Each collective opens with a header (parallel/comm/tcp/wire.h) in each
 // direction the algorithm uses: the first send() queues it ahead of the data
@@ -19,8 +21,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 
+#include "parallel/comm/tcp/channel.h"
 #include "parallel/comm/tcp/wire.h"
 #include "runtime/error.h"
 
@@ -48,12 +52,14 @@ class Link {
 
   // Takes ownership of `fd`, a connected TCP socket to group rank `peer`.
   Link(int peer, int fd);
-  ~Link();
+  // Over any channel to `peer`.
+  Link(int peer, std::unique_ptr<Channel> channel);
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
 
   int peer() const { return peer_; }
-  int fd() const { return fd_; }
+  int fd() const { return channel_->fd(); }
+  Channel& channel() { return *channel_; }
 
   // Starts a collective: `to_send` goes before the first data sent,
   // `to_expect` must match the first header received.
@@ -79,10 +85,15 @@ class Link {
   // reached the collective).
   bool heard() const { return heard_; }
 
-  // The poll() events this link waits for: POLLOUT while sends are queued,
-  // POLLIN while receives are posted; 0 when idle.
-  short poll_events() const;
-  // Moves whatever the socket accepts or holds now, without blocking; returns
+  // What this link waits for: POLLOUT while sends are queued, POLLIN while
+  // receives are posted; 0 when idle.
+  short wanted_events() const;
+  // Before sleeping: the poll() events to wait for on fd(), or 0 when the
+  // link can move now (or is idle) and must not sleep.
+  short prepare_wait();
+  // poll() reported `revents` on fd(): pumps what they say can move.
+  void on_ready(short revents);
+  // Moves whatever the channel accepts or holds now, without blocking; returns
   // whether any byte moved. Throws LinkError when the peer is gone or its
   // header does not match.
   bool pump();
@@ -93,8 +104,8 @@ class Link {
   // bytes from rank 3 not yet received").
   std::string pending() const;
   // Shuts the socket down in both directions: the peer sees EOF at once, and
-  // every later operation on this link fails.
-  void shutdown();
+  // every later operation on this link fails. Safe from any thread.
+  void shutdown() { channel_->shutdown(); }
 
  private:
   struct Range {
@@ -107,7 +118,7 @@ class Link {
   [[noreturn]] void fail_io(const char* what, int err) const;
 
   int peer_;
-  int fd_;
+  std::unique_ptr<Channel> channel_;
   std::deque<Range> out_;  // queued sends, in order
   std::deque<Range> in_;   // posted receives, in order
   Ticket sends_done_ = 0, sends_posted_ = 0;

@@ -6,7 +6,6 @@
 
 #include <poll.h>
 #include <sched.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -82,16 +81,20 @@ void Mesh::spin_while_waiting(const std::function<bool()>& done) {
   }
 }
 
-// Sleeps until a socket is ready (or the deadline, or the slow hook, is
-// due), then pumps the ready ones.
+// Sleeps until a channel is ready (or the deadline, or the slow hook, is
+// due), then pumps the ready ones. A shared-memory link that can move at
+// once (its rings changed while it got ready to sleep) skips the sleep.
 void Mesh::poll_once() {
   constexpr nfds_t kMax = 256;
   pollfd fds[kMax];
   Link* owners[kMax];
   nfds_t n = 0, n_used = 0;
+  bool ready_now = false;
   for (Link* l : used_) {
-    const short ev = l->poll_events();
-    if (ev && n < kMax) {
+    const short ev = l->prepare_wait();
+    if (ev == 0) {
+      ready_now |= l->wanted_events() != 0;
+    } else if (n < kMax) {
       fds[n] = {l->fd(), ev, 0};
       owners[n++] = l;
     }
@@ -100,11 +103,19 @@ void Mesh::poll_once() {
   for (int peer = 0; peer < size_ && n < kMax; ++peer) {  // unused links, until glanced at
     Link* l = links_[peer].get();
     if (!l || glanced_[peer] || std::find(used_.begin(), used_.end(), l) != used_.end()) continue;
+    if (l->channel().prepare_wait(POLLIN) == 0) {  // bytes in its ring already
+      peek_unused(*l);
+      continue;
+    }
     fds[n] = {l->fd(), POLLIN, 0};
     owners[n++] = l;
   }
   const auto now = Clock::now();
   if (now >= deadline_) throw_timeout();
+  if (ready_now) {
+    for (Link* l : used_) l->pump();
+    return;
+  }
   auto wake = deadline_;
   if (slow_hook_ && !slow_called_) wake = std::min(wake, start_ + slow_after_);
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
@@ -120,11 +131,13 @@ void Mesh::poll_once() {
     return;
   }
   for (nfds_t i = 0; i < n_used; ++i) {
-    if (fds[i].revents & (POLLOUT | POLLERR | POLLHUP)) owners[i]->pump_send();
-    if (fds[i].revents & (POLLIN | POLLERR | POLLHUP)) owners[i]->pump_recv();
+    if (fds[i].revents) owners[i]->on_ready(fds[i].revents);
   }
   for (nfds_t i = n_used; i < n; ++i) {
-    if (fds[i].revents) peek_unused(*owners[i]);
+    if (fds[i].revents) {
+      owners[i]->channel().on_wakeup();
+      peek_unused(*owners[i]);
+    }
   }
 }
 
@@ -135,7 +148,7 @@ void Mesh::poll_once() {
 void Mesh::peek_unused(Link& l) {
   glanced_[l.peer()] = true;  // whatever it is, it is looked at once
   Header h;
-  const ssize_t r = ::recv(l.fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+  const ssize_t r = l.channel().peek(&h, sizeof h);
   if (r != ssize_t(sizeof h) || h.seq != header_.seq || h.group != header_.group) return;
   if (auto why = mismatch(h, header_)) {
     throw LinkError(l.peer(), true, str_cat("header mismatch with rank ", l.peer(), ": ", *why));

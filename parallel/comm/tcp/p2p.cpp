@@ -25,7 +25,8 @@ std::string P2PEngine::describe_op(const Op& op) const {
                  " (", op.count, " ", dtype_name(op.dtype), ") in group ", group_);
 }
 
-P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
+P2PEngine::P2PEngine(std::string group_name, int rank,
+                     std::vector<std::unique_ptr<Channel>> channels,
                      std::chrono::milliseconds timeout, SpinPolicy spin,
                      std::chrono::microseconds start_after)
     : group_(std::move(group_name)),
@@ -36,16 +37,17 @@ P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
       timer_(/*nonblocking=*/true) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0, "P2PEngine: cannot create epoll/eventfd: ",
-             std::strerror(errno));
+  SPMD_CHECK(epoll_fd_ >= 0 && event_fd_ >= 0,
+             "P2PEngine: cannot create epoll/eventfd: ", std::strerror(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u32 = uint32_t(-1);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
-  for (int r = 0; r < int(fds.size()); ++r) {
+  for (int r = 0; r < int(channels.size()); ++r) {
     auto peer = std::make_unique<Peer>();
     peer->rank = r;
-    peer->fd = fds[r];
+    peer->channel = std::move(channels[r]);
+    peer->fd = peer->channel ? peer->channel->fd() : -1;
     if (peer->fd >= 0) {
       ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
       ev.data.u32 = uint32_t(r);
@@ -58,9 +60,7 @@ P2PEngine::P2PEngine(std::string group_name, int rank, std::vector<int> fds,
 
 P2PEngine::~P2PEngine() {
   stop();
-  for (auto& peer : peers_) {
-    if (peer->fd >= 0) ::close(peer->fd);
-  }
+  peers_.clear();  // closes the channels
   ::close(event_fd_);
   ::close(epoll_fd_);
 }
@@ -72,7 +72,7 @@ void P2PEngine::stop() {
       stopping_ = true;
       for (auto& peer : peers_) {
         fail_peer(*peer, "the process group was destroyed");
-        if (peer->fd >= 0) ::shutdown(peer->fd, SHUT_RDWR);  // wakes threads asleep on it
+        if (peer->channel) peer->channel->shutdown();  // wakes threads asleep on it
       }
     }
     flush_completions(lock);
@@ -85,7 +85,7 @@ void P2PEngine::abort(const std::string& why) {
   Lock lock(mu_);
   for (auto& peer : peers_) {
     fail_peer(*peer, why);
-    if (peer->fd >= 0) ::shutdown(peer->fd, SHUT_RDWR);
+    if (peer->channel) peer->channel->shutdown();
   }
   flush_completions(lock);
 }
@@ -154,7 +154,7 @@ void P2PEngine::start(std::unique_ptr<Op> op) {
   }
 }
 
-// Writes queued frames (header + payload, one sendmsg each) until the socket
+// Writes queued frames (header + payload, one write each) until the channel
 // is full.
 void P2PEngine::write_some(Peer& peer) {
   while (!peer.sends.empty() && peer.dead.empty()) {
@@ -166,10 +166,7 @@ void P2PEngine::write_some(Peer& peer) {
     }
     const size_t payload_done = op.done > sizeof(Header) ? op.done - sizeof(Header) : 0;
     if (op.bytes > payload_done) iov[k++] = {op.data + payload_done, op.bytes - payload_done};
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = size_t(k);
-    const ssize_t r = k ? ::sendmsg(peer.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) : 0;
+    const ssize_t r = k ? peer.channel->write(iov, size_t(k)) : 0;
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {

@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "parallel/comm/tcp/channel.h"
 #include "parallel/comm/tcp/tuning.h"
 #include "parallel/comm/tcp/wakeup_timer.h"
 #include "parallel/comm/tcp/wire.h"
@@ -54,15 +55,14 @@ class P2PEngine {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // fds[peer] is the point-to-point socket to each other rank (-1 for self);
-  // the engine owns them. `group_name` and `timeout` are for errors and
-  // deadlines. A waiting thread (or the engine's) pumps its sockets as
-  // `spin` says before sleeping (tuning.h); the engine's thread takes over
-  // what nobody waits on after `start_after`.
-  P2PEngine(std::string group_name, int rank, std::vector<int> fds,
+  // channels[peer] is the point-to-point channel (channel.h: a socket, or
+  // shared memory) to each other rank (null for self). `group_name` and `timeout` are for errors
+  // and deadlines. A waiting thread (or the engine's) pumps its sockets as `spin` says before
+  // sleeping (tuning.h); the engine's thread takes over what nobody waits on after `start_after`.
+  P2PEngine(std::string group_name, int rank, std::vector<std::unique_ptr<Channel>> channels,
             std::chrono::milliseconds timeout, SpinPolicy spin = {},
             std::chrono::microseconds start_after = std::chrono::microseconds(0));
-  ~P2PEngine();  // stop(), then closes the sockets
+  ~P2PEngine();  // stop(), then closes the channels
   P2PEngine(const P2PEngine&) = delete;
   P2PEngine& operator=(const P2PEngine&) = delete;
 
@@ -94,7 +94,9 @@ class P2PEngine {
   void post(std::unique_ptr<Op> op);
   void loop();
   void drive_from_engine(Lock& lock);
-  bool pump_all();
+  bool pump_all(bool shm_only = false);
+  short prepare_wait(Peer& peer, bool& ready);
+  void pump_ready(Peer& peer, bool readable, bool writable);
   void sleep_on_sockets(Lock& lock, Clock::time_point until);
   void flush_completions(Lock& lock);
   void finish(Work work, std::exception_ptr error = nullptr);
@@ -124,10 +126,10 @@ class P2PEngine {
   int event_fd_ = -1;  // wakes the engine thread at once
   std::mutex mu_;      // guards everything below
   std::vector<std::unique_ptr<Peer>> peers_;
-  uint64_t progress_ = 0;                                  // counts the syscalls that moved bytes
-  int drivers_ = 0;                                        // waiting threads driving right now
-  bool engine_driving_ = false;                            // the engine's thread is driving
-  WakeupTimer timer_;  // wakes it when pending work has waited start_after for a driver
+  uint64_t progress_ = 0;        // counts the syscalls that moved bytes
+  int drivers_ = 0;              // waiting threads driving right now
+  bool engine_driving_ = false;  // the engine's thread is driving
+  WakeupTimer timer_;            // wakes it when pending work has waited start_after for a driver
   // When the engine's thread takes over the pending work that no thread
   // drives (max: there is none, or a thread drives it).
   Clock::time_point engine_due_ = Clock::time_point::max();

@@ -52,32 +52,62 @@ bool P2PEngine::drive(const Work& work) {
   return work.is_completed();
 }
 
-// One non-blocking pass over every peer with something to move; whether a
-// byte moved.
-bool P2PEngine::pump_all() {
+// One non-blocking pass over every peer with something to move (only those
+// over shared memory when shm_only: a pass that costs no system call);
+// whether a byte moved.
+bool P2PEngine::pump_all(bool shm_only) {
   const uint64_t before = progress_;
   for (auto& peer : peers_) {
     if (peer->fd < 0 || !peer->dead.empty()) continue;
+    if (shm_only && !peer->channel->wakes_both()) continue;
     if (!peer->sends.empty()) write_some(*peer);
     if (!peer->recvs.empty() || peer->in == Peer::In::kPayload) read_some(*peer);
   }
   return progress_ != before;
 }
 
-// Sleeps in poll() until a socket with work is ready, `until` passes, or
+// The poll() events a peer with work waits for; 0 for one without work, and
+// for one whose channel can move now (`ready` is then set).
+short P2PEngine::prepare_wait(Peer& peer, bool& ready) {
+  if (peer.fd < 0 || !peer.dead.empty()) return 0;
+  short want = peer.sends.empty() ? 0 : POLLOUT;
+  if (!peer.recvs.empty() || peer.in == Peer::In::kPayload) want |= POLLIN;
+  if (!want) return 0;
+  const short ev = peer.channel->prepare_wait(want);
+  if (ev == 0) ready = true;
+  return ev;
+}
+
+// A peer's descriptor turned ready: move what can move.
+void P2PEngine::pump_ready(Peer& peer, bool readable, bool writable) {
+  if (peer.channel->wakes_both()) {
+    peer.channel->on_wakeup();
+    readable = writable = true;
+  }
+  if (readable) read_some(peer);
+  if (writable) write_some(peer);
+}
+
+// Sleeps in poll() until a channel with work is ready, `until` passes, or
 // 100 ms go by (so a stop() is noticed even on an idle socket).
 void P2PEngine::sleep_on_sockets(Lock& lock, Clock::time_point until) {
   std::vector<pollfd> fds;
+  bool ready = false;
   for (auto& peer : peers_) {
-    if (peer->fd < 0 || !peer->dead.empty()) continue;
-    short events = peer->sends.empty() ? 0 : POLLOUT;
-    if (!peer->recvs.empty() || peer->in == Peer::In::kPayload) events |= POLLIN;
+    const short events = prepare_wait(*peer, ready);
     if (events) fds.push_back({peer->fd, events, 0});
   }
+  if (ready) return;  // the caller pumps again at once
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
   lock.unlock();
   ::poll(fds.data(), fds.size(), int(std::clamp<int64_t>(left, 0, 100)));
   lock.lock();
+  for (const pollfd& p : fds) {  // shared memory: take the doorbells, notice a closed socket
+    if (!p.revents) continue;
+    for (auto& peer : peers_) {
+      if (peer->fd == p.fd && peer->channel->wakes_both()) peer->channel->on_wakeup();
+    }
+  }
 }
 
 // --- The engine's thread drives what nobody waits on -----------------------------
@@ -113,18 +143,28 @@ void P2PEngine::drive_from_engine(Lock& lock) {
   while (has_pending() && !stopping_) {
     flush_completions(lock);
     const bool spin = spin_.budget.count() > 0 && Clock::now() < spin_until;
+    // Shared-memory peers ring no doorbell for a spinner: pump them; and
+    // raise their asleep flags before sleeping.
+    bool ready = false;
+    if (spin) {
+      if (pump_all(/*shm_only=*/true)) spin_until = Clock::now() + spin_.budget;
+    } else {
+      for (auto& peer : peers_) prepare_wait(*peer, ready);
+    }
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(next_deadline() - Clock::now());
     lock.unlock();
-    const int n = ::epoll_wait(epoll_fd_, events, 64,
-                               spin ? 0 : int(std::clamp<int64_t>(left.count(), 0, 1 << 30)));
+    const int n =
+        ::epoll_wait(epoll_fd_, events, 64,
+                     spin || ready ? 0 : int(std::clamp<int64_t>(left.count(), 0, 1 << 30)));
     if (n == 0 && spin && spin_.yield) sched_yield();
     lock.lock();
     if (n > 0) spin_until = Clock::now() + spin_.budget;
+    if (ready && pump_all()) spin_until = Clock::now() + spin_.budget;
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u32 == uint32_t(-1)) continue;  // stop(): the loop condition sees it
       Peer& peer = *peers_[events[i].data.u32];
-      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) read_some(peer);
-      if (events[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) write_some(peer);
+      pump_ready(peer, events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP),
+                 events[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP));
     }
     expire(Clock::now());
   }

@@ -74,7 +74,8 @@ void P2PEngine::read_some(Peer& peer) {
 // Reads into dst until `done` reaches n; false when the socket ran dry first.
 bool P2PEngine::read_into(Peer& peer, char* dst, size_t n, size_t& done) {
   while (done < n) {
-    const ssize_t r = ::recv(peer.fd, dst + done, n - done, MSG_DONTWAIT);
+    const iovec iov{dst + done, n - done};
+    const ssize_t r = peer.channel->read(&iov, 1);
     if (r > 0) {
       done += size_t(r);
       ++progress_;

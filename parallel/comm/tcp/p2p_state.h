@@ -38,8 +38,9 @@ struct P2PEngine::Peer {
   enum class Target { kRecv, kUnexpected, kDiscard };
 
   int rank = 0;
-  int fd = -1;
-  std::string dead;  // why the connection is unusable; empty while it works
+  std::unique_ptr<Channel> channel;  // null for this rank
+  int fd = -1;                       // the channel's, for poll() and epoll
+  std::string dead;                  // why the connection is unusable; empty while it works
   // Sending: the front op is being written.
   std::deque<std::unique_ptr<Op>> sends;
   uint64_t send_seq = 0;

@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "parallel/comm/tcp/all_to_all.h"
 #include "parallel/comm/tcp/barrier.h"
-#include "parallel/comm/tcp/bootstrap.h"
 #include "parallel/comm/tcp/chain.h"
 #include "parallel/comm/tcp/gather_scatter.h"
+#include "parallel/comm/tcp/group_segment.h"
 #include "parallel/comm/tcp/recursive_doubling.h"
 #include "parallel/comm/tcp/ring.h"
+#include "parallel/comm/tcp/segment_all_reduce.h"
+#include "parallel/comm/tcp/transport.h"
 #include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
 #include "tensor/copy.h"
@@ -53,19 +56,28 @@ TcpProcessGroup::TcpProcessGroup(std::shared_ptr<Store> store, int rank, int siz
       route_hint_(std::move(route_hint)),
       tuning_(Tuning::from_env()) {}
 
+// The channels to every peer (transport.h: sockets, shared memory for the
+// peers on this host), then, when every peer is on this host, the segment
+// the whole group shares (group_segment.h).
 void TcpProcessGroup::connect() {
-  MeshSockets sockets = connect_mesh(store(), name(), rank(), size(), timeout(), route_hint_,
-                                     tuning_.send_buffer_bytes);
+  GroupChannels channels =
+      connect_channels(store(), name(), rank(), size(), timeout(), route_hint_, tuning_);
   std::vector<std::unique_ptr<Link>> links(size());
   for (int peer = 0; peer < size(); ++peer) {
-    if (peer != rank()) links[peer] = std::make_unique<Link>(peer, sockets.collective[peer]);
+    if (peer != rank()) {
+      links[peer] = std::make_unique<Link>(peer, std::move(channels.collective[peer]));
+    }
+  }
+  if (size() > 1 && channels.one_host && tuning_.shm_slot_bytes > 0) {
+    segment_ =
+        GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes, timeout());
   }
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
   mesh_->set_spin(tuning_.spin());
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
-  p2p_ =
-      std::make_shared<P2PEngine>(name(), rank(), std::move(sockets.p2p), timeout(), tuning_.spin(),
-                                  std::chrono::microseconds(tuning_.start_after_us));
+  p2p_ = std::make_shared<P2PEngine>(name(), rank(), std::move(channels.p2p), timeout(),
+                                     tuning_.spin(),
+                                     std::chrono::microseconds(tuning_.start_after_us));
   queue_ = std::make_unique<CollectiveQueue>(std::chrono::microseconds(tuning_.start_after_us));
 }
 
@@ -76,6 +88,7 @@ void TcpProcessGroup::shutdown() {
   if (p2p_) p2p_->stop();
   p2p_.reset();
   mesh_.reset();
+  segment_.reset();
 }
 
 std::shared_ptr<ProcessGroup> TcpProcessGroup::make_group(std::shared_ptr<Store> store, int rank,
@@ -244,6 +257,7 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
       if (bytes <= tuning_.small_all_reduce_bytes) {
         return RecursiveDoublingAllReduce(ctx, whole, op.reduce_op).run();
       }
+      if (segment_) return SegmentAllReduce(ctx, *segment_, whole, op.reduce_op).run();
       return Ring::all_reduce(ctx, whole, op.reduce_op).run();
     case OpType::kReduce:
       if (bytes <= tuning_.small_rooted_bytes)
@@ -299,17 +313,26 @@ std::exception_ptr TcpProcessGroup::fail(const CommOp& op, std::exception_ptr er
     std::rethrow_exception(error);
   } catch (const LinkError& e) {
     caller_error = e.is_mismatch();
-    cause = e.is_mismatch() ? e.what() : e.what() + peer_report(e.peer());
+    cause = e.what();
+    if (!caller_error) {
+      note_failure();  // so that a rank that diagnoses need not wait for this one
+      cause += peer_report(e.peer());
+    }
   } catch (const TimeoutError& e) {
     timed_out = true;
     cause = str_cat(e.what(), "; ", never_arrived(op));
   } catch (const std::exception& e) {
     cause = e.what();
   }
+  if (caller_error || timed_out) {
+    mesh_->abort();  // the peers fail now, and publish their ledgers
+    cause += desync_report(op.seq);  // the ledger's view: who issued what (desync_check.h)
+  }
   const std::string message =
       str_cat(op.description, " (rank ", rank(), " of ", size(), ") failed: ", cause);
   aborted_ = message;
   set_aborted();
+  dump_flight_record(int64_t(op.seq), message);  // into SPMD_FLIGHT_RECORDER_DIR, when set
   try {  // the first reason recorded wins: it is the root cause the others report
     const std::string mine = str_cat(rank_name(rank()), " reported: ", message);
     store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
@@ -352,11 +375,18 @@ std::string TcpProcessGroup::never_arrived(const CommOp& op) {
 }
 
 // What the group's abort record says, when a peer vanished: often the lost
-// peer (or another) aborted for a reason of its own.
-std::string TcpProcessGroup::peer_report(int peer) {
+// peer (or another) aborted for a reason of its own, and writes the record
+// once it has compared the ranks' ledgers, so this waits a little for it.
+std::string TcpProcessGroup::peer_report(int /*peer*/) {
+  const auto deadline =
+      Mesh::Clock::now() + std::min(slow_after(timeout()), std::chrono::milliseconds(500));
   try {
-    if (store().check({key("abort")}))
-      return "; the group's abort record says: " + store().get_string(key("abort"));
+    for (;;) {
+      if (store().check({key("abort")}))
+        return "; the group's abort record says: " + store().get_string(key("abort"));
+      if (Mesh::Clock::now() >= deadline) return "";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   } catch (...) {
   }
   return "";

@@ -5,6 +5,10 @@
 //
 // Structure:
 //   - a full mesh of sockets, connected through the store (bootstrap.h);
+//     for the peers on this host, shared-memory rings beside them
+//     (transport.h, shm_channel.h), and when every rank is on this host a
+//     segment they all map, where large all_reduces are reduced in place
+//     (group_segment.h, segment_all_reduce.h);
 //   - a CollectiveQueue (collective_queue.h) that runs the collectives one by
 //     one in issue order, each as an algorithm class chosen by size (ring,
 //     recursive doubling, trees, chains, all-to-all, dissemination barrier)
@@ -33,7 +37,8 @@
 
 namespace spmd::dist {
 namespace tcp {
-class HostStaging;  // cuda_staging.h (CUDA builds)
+class GroupSegment;  // group_segment.h
+class HostStaging;   // cuda_staging.h (CUDA builds)
 class StreamMark;
 }  // namespace tcp
 
@@ -80,7 +85,8 @@ class TcpProcessGroup final : public ProcessGroup,
   std::string route_hint_;
   tcp::Tuning tuning_;
   std::unique_ptr<tcp::Mesh> mesh_;
-  std::shared_ptr<tcp::P2PEngine> p2p_;  // shared with the Works' runners
+  std::unique_ptr<tcp::GroupSegment> segment_;  // all ranks on one host: shared all_reduce
+  std::shared_ptr<tcp::P2PEngine> p2p_;         // shared with the Works' runners
   tcp::Workspace workspace_;
 #if SPMD_WITH_CUDA
   std::unique_ptr<tcp::HostStaging> staging_;  // pinned buffers for CUDA tensors

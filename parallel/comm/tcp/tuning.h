@@ -55,11 +55,19 @@ struct Tuning {
   // and, in a stream of collectives, about how often the worker wakes up for
   // nothing. 0 starts every collective on the worker at once.
   int start_after_us = 1000;
+  // Each way's ring of a shared-memory channel (shm_channel.h), a power of
+  // two: the bytes a sender may be ahead of its receiver.
+  size_t shm_ring_bytes = 1 << 20;
+  // A group whose ranks all share a host reduces all_reduces above
+  // small_all_reduce_bytes in a segment they all map (segment_all_reduce.h),
+  // a slot of this many bytes per rank at a time (a multiple of 64); 0 keeps
+  // them on the ring.
+  size_t shm_slot_bytes = 1 << 20;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
   // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US, SPMD_TCP_SPIN_YIELD (0 or
-  // 1) and SPMD_TCP_START_AFTER_US.
+  // 1), SPMD_TCP_START_AFTER_US, SPMD_SHM_RING_BYTES and SPMD_SHM_SLOT_BYTES.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).

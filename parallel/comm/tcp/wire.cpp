@@ -37,6 +37,10 @@ std::optional<std::string> mismatch(const Header& got, const Header& expected) {
   if (got.group != expected.group) {
     return std::string("the message belongs to another process group");
   }
+  if (got.flags != expected.flags) {  // reserved: a sender that sets them speaks another format
+    return str_cat("the header's reserved flags are ", int(got.flags), ", expected ",
+                   int(expected.flags), ": a peer of another wire format, or a stream out of step");
+  }
   const bool same = got.op == expected.op && got.seq == expected.seq &&
                     got.dtype == expected.dtype && got.count == expected.count &&
                     got.arg == expected.arg && got.redop == expected.redop;

@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Summarises a bench/compare_shm.sh run: for each ranks, op and size, the
+median over rounds of spmd over shared memory ("shm"), spmd over TCP ("tcp")
+and OpenMPI's vader ("vader"), the median of the pairwise ratios (shm / peer
+in the same round), the fraction of memcpy bandwidth shm's busbw reaches
+(spmd-shm-ceiling, same size), and whether issue 22's targets hold:
+  all_reduce, all_gather, reduce_scatter, broadcast at 1..64 MiB on 2 ranks:
+      busbw >= 1.5x vader's and >= 1.5x tcp's;
+  all_reduce of 8 B on 2 ranks: time <= 2 us and <= 0.5x vader's.
+
+    /usr/bin/python3 bench/compare_shm.py DIR
+"""
+import collections
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+BANDWIDTH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+
+def load(directory):
+    """{(p, sweep, op, size): {impl: {round: row}}}."""
+    data = collections.defaultdict(lambda: collections.defaultdict(dict))
+    for path in sorted(glob.glob(os.path.join(directory, "r*_*_*_*.json"))):
+        m = re.match(r"r(\d+)_(\w+?)_(\d+)_(\w+)\.json", os.path.basename(path))
+        if not m:
+            continue
+        rnd, impl, p, sweep = m.groups()
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    data[(int(p), sweep, row["op"], int(row["size"]))][impl][int(rnd)] = row
+    return data
+
+
+def ceiling(directory):
+    memcpy, trips, cpu = collections.defaultdict(list), [], "?"
+    path = os.path.join(directory, "ceiling.jsonl")
+    if os.path.exists(path):
+        for line in open(path):
+            row = json.loads(line)
+            cpu = row["cpu"]
+            if row["figure"] == "memcpy":
+                memcpy[row["bytes"]].append(row["gbps"])
+            else:
+                trips.append(row["ns"])
+    return {b: max(v) for b, v in memcpy.items()}, (min(trips) if trips else None), cpu
+
+
+def med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def pairwise(by_impl, a, b, key):
+    """Median over the rounds both ran of a's figure over b's."""
+    rounds = set(by_impl.get(a, {})) & set(by_impl.get(b, {}))
+    return med([by_impl[a][r][key] / by_impl[b][r][key] for r in rounds if by_impl[b][r][key] > 0])
+
+
+def fmt(x, spec="%.2f"):
+    return "-" if x is None else spec % x
+
+
+def size_label(b):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale:
+            return f"{b // scale} {unit}"
+    return f"{b} B"
+
+
+def main(directory):
+    data = load(directory)
+    memcpy, trip_ns, cpu = ceiling(directory)
+    print(f"CPU: {cpu}")
+    print("ceiling: memcpy " + ", ".join(f"{size_label(b)} {g:.1f} GB/s" for b, g in sorted(memcpy.items()))
+          + f"; cache-line round trip {fmt(trip_ns, '%.0f')} ns")
+    verdicts = []
+    for p in sorted({k[0] for k in data}):
+        print(f"\n== {p} ranks, all_reduce latency (us, median over rounds; ratio = shm / peer, median of pairs)")
+        print(f"{'size':>8} {'shm':>8} {'tcp':>8} {'vader':>8} {'shm/tcp':>8} {'shm/vader':>9}")
+        for (pp, sweep, op, size), by_impl in sorted(data.items()):
+            if pp != p or sweep != "small":
+                continue
+            t = {i: med([r["time_us"] for r in by_impl.get(i, {}).values()]) for i in ("shm", "tcp", "vader")}
+            rv = pairwise(by_impl, "shm", "vader", "time_us")
+            print(f"{size_label(size):>8} {fmt(t['shm']):>8} {fmt(t['tcp']):>8} {fmt(t['vader']):>8} "
+                  f"{fmt(pairwise(by_impl, 'shm', 'tcp', 'time_us')):>8} {fmt(rv):>9}")
+            if p == 2 and size == 8 and t["shm"] is not None:
+                verdicts.append((f"8 B all_reduce on 2 ranks: {t['shm']:.2f} us <= 2 us", t["shm"] <= 2.0))
+                if rv is not None:
+                    verdicts.append((f"8 B all_reduce on 2 ranks: {rv:.2f}x vader <= 0.5x", rv <= 0.5))
+        print(f"\n== {p} ranks, busbw (GB/s, median over rounds; ratio = shm / peer, median of pairs; "
+              "memcpy = shm busbw / memcpy GB/s at that size)")
+        print(f"{'op':>15} {'size':>8} {'shm':>7} {'tcp':>7} {'vader':>7} {'shm/tcp':>8} {'shm/vader':>9} {'memcpy':>7}")
+        for (pp, sweep, op, size), by_impl in sorted(data.items(), key=lambda kv: (kv[0][2], kv[0][3])):
+            if pp != p or sweep != "large":
+                continue
+            bw = {i: med([r["busbw"] for r in by_impl.get(i, {}).values()]) for i in ("shm", "tcp", "vader")}
+            rt, rv = pairwise(by_impl, "shm", "tcp", "busbw"), pairwise(by_impl, "shm", "vader", "busbw")
+            frac = bw["shm"] / memcpy[size] if bw["shm"] is not None and size in memcpy else None
+            print(f"{op:>15} {size_label(size):>8} {fmt(bw['shm']):>7} {fmt(bw['tcp']):>7} {fmt(bw['vader']):>7} "
+                  f"{fmt(rt):>8} {fmt(rv):>9} {fmt(frac):>7}")
+            if p == 2 and op in BANDWIDTH_OPS:
+                if rv is not None:
+                    verdicts.append((f"{op} {size_label(size)} on 2 ranks: {rv:.2f}x vader >= 1.5x", rv >= 1.5))
+                if rt is not None:
+                    verdicts.append((f"{op} {size_label(size)} on 2 ranks: {rt:.2f}x tcp >= 1.5x", rt >= 1.5))
+    print("\n== targets")
+    for text, ok in verdicts:
+        print(f"  {'met ' if ok else 'MISSED'}  {text}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])

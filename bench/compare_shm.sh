@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# spmd over shared memory beside spmd over TCP and OpenMPI over shared memory
+# (--mca btl self,vader), on 2 and 4 ranks of this machine, interleaved round
+# by round (the order rotates) so that all three meet the same noise; then
+# the machine's ceiling (spmd-shm-ceiling: memcpy bandwidth, a cache line's
+# round trip) and the tables of bench/compare_shm.py: the median over rounds
+# of each figure and of the pairwise ratios (shm / peer, same round).
+#
+#   bench/compare_shm.sh [--rounds 5] [--ranks "2 4"] [--out DIR] [--sweeps "small large"]
+#
+# Sweeps: all_reduce 8 B..4 KiB (latency); all_reduce, all_gather,
+# reduce_scatter and broadcast at 1, 4, 16 and 64 MiB (bandwidth). Every call
+# is waited for before the next (-z 2), as MPI's blocking calls are; a row's
+# time is the slowest rank's (-a 3). Needs spmdrun, spmd-bench and
+# spmd-shm-ceiling built (SPMD_BUILD_DIR, default build/) and mpicc/mpirun.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${SPMD_BUILD_DIR:-$root/build}
+rounds=5
+ranks="2 4"
+out=""
+sweeps="small large"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --sweeps) sweeps=$2; shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--ranks \"2 4\"] [--out DIR] [--sweeps \"small large\"]" >&2; exit 2 ;;
+  esac
+done
+out=${out:-$build/compare-shm}
+mkdir -p "$out" "$build/bench-peers"
+rm -f "$out"/*.json "$out"/*.txt
+
+spmdrun=$build/launcher/spmdrun
+bench=$build/bench/spmd-bench
+ceiling=$build/bench/spmd-shm-ceiling
+for exe in "$spmdrun" "$bench" "$ceiling"; do
+  [ -x "$exe" ] || { echo "build $(basename "$exe") first" >&2; exit 1; }
+done
+mpicc -O2 -o "$build/bench-peers/mpi_bench" "$root/bench/peers/mpi_bench.c"
+
+impls=(shm tcp vader)
+small_flags=(-b 8 -e 4K -f 8 -n 2000 -w 100 -c 0 -a 3)
+large_flags=(-b 1M -e 64M -f 4 -n 5 -w 2 -c 0 -a 3)
+large_ops=all_reduce,all_gather,reduce_scatter,broadcast
+
+run() {
+  local impl=$1 p=$2 sweep=$3 ops=$4 round=$5
+  shift 5
+  local json="$out/r${round}_${impl}_${p}_${sweep}.json"
+  case "$impl" in
+    shm|tcp) SPMD_TRANSPORT=$impl "$spmdrun" --standalone --nproc-per-node "$p" "$bench" "$ops" "$@" -z 2 --json "$json" ;;
+    vader) mpirun -np "$p" --oversubscribe --allow-run-as-root --bind-to none \
+             --mca pml ob1 --mca btl self,vader "$build/bench-peers/mpi_bench" "$ops" "$@" --json "$json" ;;
+  esac > "$out/r${round}_${impl}_${p}_${sweep}.txt" 2>&1 || echo "compare_shm: $impl on $p ranks ($sweep) failed; see $out" >&2
+}
+
+"$ceiling" > "$out/ceiling.jsonl"
+n=${#impls[@]}
+for round in $(seq 1 "$rounds"); do
+  for p in $ranks; do
+    for k in $(seq 0 $((n - 1))); do
+      impl=${impls[$(( (k + round) % n ))]}
+      echo "compare_shm: round $round/$rounds, $p ranks, $impl" >&2
+      case " $sweeps " in *" small "*) run "$impl" "$p" small all_reduce "$round" "${small_flags[@]}" ;; esac
+      case " $sweeps " in *" large "*) run "$impl" "$p" large "$large_ops" "$round" "${large_flags[@]}" ;; esac
+    done
+  done
+done
+"$ceiling" >> "$out/ceiling.jsonl"
+
+/usr/bin/python3 "$root/bench/compare_shm.py" "$out"

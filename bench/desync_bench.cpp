@@ -1,0 +1,112 @@
+// spmd-bench-desync: what the fingerprint ledger (parallel/comm/ledger.h)
+// costs a small all_reduce. Two groups over the same ranks, one with the
+// ledger on and one made with SPMD_DESYNC_CHECK=0, run the same all_reduce in
+// interleaved rounds (on, off, then off, on, ...), so that drift in the
+// machine's load touches both alike; the figure is the median over rounds of
+// the ratio on/off of the mean time per all_reduce.
+//
+//   spmd-bench-desync [--ranks 2] [--elements 16] [--iters 2000] [--rounds 15] [--control]
+//
+// --control turns the ledger off in both groups: its ratio is what the two
+// groups differ by on their own, the noise floor of the figure.
+//
+// It starts its own ranks (spawn()). Rank 0 prints one line per round and
+//   spmd-desync ranks=2 elements=16 on_us=... off_us=... ratio_median=... cpu="..."
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <vector>
+
+#include "parallel/comm/init.h"
+#include "runtime/spawn.h"
+#include "tensor/factory.h"
+
+using namespace spmd;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+// Mean microseconds per all_reduce over `iters` calls.
+double time_all_reduce(dist::ProcessGroup& g, const Tensor& t, int iters) {
+  const auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) g.all_reduce(t).wait();
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void run_rank(int rank, int ranks, int64_t elements, int iters, int rounds, bool control) {
+  if (control) {
+    ::setenv("SPMD_DESYNC_CHECK", "0", 1);
+  } else {
+    ::unsetenv("SPMD_DESYNC_CHECK");
+  }
+  auto on = dist::init_process_group({});
+  std::vector<int> all(ranks);
+  std::iota(all.begin(), all.end(), 0);
+  ::setenv("SPMD_DESYNC_CHECK", "0", 1);  // read once, when a group is made
+  auto off = on->new_group(all);
+  ::unsetenv("SPMD_DESYNC_CHECK");
+  Tensor t = ops::ones({elements}, {DType::kF32});
+  time_all_reduce(*on, t, iters / 4);  // warm-up: connections, caches
+  time_all_reduce(*off, t, iters / 4);
+  std::vector<double> ratios, on_us, off_us;
+  for (int r = 0; r < rounds; ++r) {
+    double a = 0, b = 0;
+    if (r % 2 == 0) {
+      a = time_all_reduce(*on, t, iters);
+      b = time_all_reduce(*off, t, iters);
+    } else {
+      b = time_all_reduce(*off, t, iters);
+      a = time_all_reduce(*on, t, iters);
+    }
+    on_us.push_back(a), off_us.push_back(b), ratios.push_back(a / b);
+    if (rank == 0) std::printf("round %d on_us=%.2f off_us=%.2f ratio=%.4f\n", r, a, b, a / b);
+  }
+  if (rank == 0) {
+    std::printf("spmd-desync ranks=%d elements=%lld on_us=%.2f off_us=%.2f ratio_median=%.4f "
+                "cpu=\"%s\"\n",
+                ranks, (long long)elements, median(on_us), median(off_us), median(ratios),
+                cpu_model().c_str());
+  }
+  off.reset();
+  dist::destroy_process_group(on);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"spmd-bench-desync: the fingerprint ledger's cost on a small all_reduce"};
+  int ranks = 2, iters = 2000, rounds = 15;
+  bool control = false;
+  int64_t elements = 16;
+  app.add_option("--ranks", ranks, "processes")->check(CLI::Range(2, 64));
+  app.add_option("--elements", elements, "f32 elements per all_reduce")->check(CLI::PositiveNumber);
+  app.add_option("--iters", iters, "all_reduces per round and group")->check(CLI::Range(4, 10000000));
+  app.add_option("--rounds", rounds, "interleaved rounds")->check(CLI::Range(1, 1001));
+  app.add_flag("--control", control,
+               "the ledger off in both groups: the ratio is the groups' own difference");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    spawn(ranks, [&](int rank) { run_rank(rank, ranks, elements, iters, rounds, control); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spmd-bench-desync: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,112 @@
+// spmd-shm-ceiling: what the shared-memory transport can at best reach on
+// this machine (docs/comm.md, "Shared memory"):
+//   - memcpy bandwidth: one core copying between two buffers of each size
+//     (a ring moves every byte with two such copies: in, then out);
+//   - a cache line's round trip between two cores: two threads, each on its
+//     own core, bounce a counter in one line (what a small message over a
+//     ring costs at least, once each way).
+// One line of JSON per figure on stdout, with the CPU model.
+//
+//   spmd-shm-ceiling [--cores A,B]
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string model, family, number;
+  for (std::string line; std::getline(in, line);) {
+    auto value = [&] { return line.substr(line.find(':') + 2); };
+    if (model.empty() && line.rfind("model name", 0) == 0) model = value();
+    if (family.empty() && line.rfind("cpu family", 0) == 0) family = value();
+    if (number.empty() && line.rfind("model\t", 0) == 0) number = value();
+  }
+  return model + " (family " + family + ", model " + number + ")";
+}
+
+void pin(int core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+double memcpy_gbps(size_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  const int reps = int(std::max<size_t>(4, (size_t(1) << 30) / bytes));
+  double best = 0;
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i)
+      std::memcpy((i & 1 ? a : b).data(), (i & 1 ? b : a).data(), bytes);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, double(bytes) * reps / s / 1e9);
+  }
+  return best;
+}
+
+double round_trip_ns(int core_a, int core_b) {
+  struct alignas(64) Line {
+    std::atomic<uint64_t> v{0};
+  };
+  Line line;
+  constexpr uint64_t kTrips = 200000;
+  std::thread echo([&] {
+    pin(core_b);
+    for (uint64_t i = 1; i <= kTrips; ++i) {
+      while (line.v.load(std::memory_order_acquire) != 2 * i - 1) {
+      }
+      line.v.store(2 * i, std::memory_order_release);
+    }
+  });
+  pin(core_a);
+  const auto t0 = Clock::now();
+  for (uint64_t i = 1; i <= kTrips; ++i) {
+    line.v.store(2 * i - 1, std::memory_order_release);
+    while (line.v.load(std::memory_order_acquire) != 2 * i) {
+    }
+  }
+  const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  echo.join();
+  return ns / kTrips;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int a = 0, b = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--cores") == 0 && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%d,%d", &a, &b) != 2) {
+        std::fprintf(stderr, "--cores A,B: two core numbers\n");
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "usage: spmd-shm-ceiling [--cores A,B]\n");
+      return 2;
+    }
+  }
+  const std::string cpu = cpu_model();
+  for (size_t mib : {1, 4, 16, 64}) {
+    std::printf("{\"figure\": \"memcpy\", \"bytes\": %zu, \"gbps\": %.2f, \"cpu\": \"%s\"}\n",
+                mib << 20, memcpy_gbps(mib << 20), cpu.c_str());
+  }
+  std::printf(
+      "{\"figure\": \"cache_line_round_trip\", \"cores\": [%d, %d], \"ns\": %.1f, \"cpu\": "
+      "\"%s\"}\n",
+      a, b, round_trip_ns(a, b), cpu.c_str());
+  return 0;
+}

@@ -1,0 +1,185 @@
+// DesyncCheck: recording at issue, publishing from a thread, and the
+// comparison a failing rank makes.
+#include "parallel/comm/desync_check.h"
+
+#include <cstdlib>
+
+#include "parallel/comm/process_group.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
+#include "runtime/progress.h"
+
+namespace spmd::dist {
+
+namespace {
+
+std::chrono::milliseconds interval_from_env() {
+  const char* text = std::getenv("SPMD_DESYNC_INTERVAL_MS");
+  if (!text || !*text) return std::chrono::milliseconds(200);
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  SPMD_CHECK(*end == '\0' && v >= 1, "SPMD_DESYNC_INTERVAL_MS='", text,
+             "' is not an integer >= 1");
+  return std::chrono::milliseconds(v);
+}
+
+// The tensor whose shape the ranks must agree on: what each passes in.
+// all_to_all's split sizes may differ by rank, so only its dtype counts.
+void describe_tensor(const CommOp& op, LedgerEntry& e) {
+  const bool takes_input = op.type == OpType::kAllGather || op.type == OpType::kReduceScatter ||
+                           op.type == OpType::kGather || op.type == OpType::kAllToAll ||
+                           op.type == OpType::kAllToAllv;
+  const Tensor& t = takes_input && op.input.defined() ? op.input : op.tensor;
+  if (!t.defined()) return;
+  e.dtype = t.dtype();
+  if (op.type == OpType::kAllToAll || op.type == OpType::kAllToAllv) return;
+  e.ndim = t.ndim();
+  for (int i = 0; i < e.ndim; ++i) e.dims[i] = t.shape()[i];
+}
+
+}  // namespace
+
+bool DesyncCheck::enabled_by_env() {
+  const char* text = std::getenv("SPMD_DESYNC_CHECK");
+  return !(text && std::string_view(text) == "0");
+}
+
+DesyncCheck::DesyncCheck(std::shared_ptr<Store> store, std::string prefix, std::string group,
+                         int rank, int size)
+    : store_(std::move(store)),
+      prefix_(std::move(prefix)),
+      group_(std::move(group)),
+      rank_(rank),
+      size_(size),
+      interval_(interval_from_env()),
+      published_(UINT64_MAX) {
+  publisher_ = std::thread([this] { publisher_loop(); });
+}
+
+DesyncCheck::~DesyncCheck() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  publisher_.join();
+}
+
+void DesyncCheck::record(const CommOp& op, std::string_view tag) {
+  LedgerEntry e;
+  e.seq = op.seq;
+  e.op = op.type;
+  describe_tensor(op, e);
+  const bool reduces = op.type == OpType::kAllReduce || op.type == OpType::kReduce ||
+                       op.type == OpType::kReduceScatter;
+  if (reduces) e.reduce_op = op.reduce_op;
+  const bool rooted = op.type == OpType::kBroadcast || op.type == OpType::kReduce ||
+                      op.type == OpType::kGather || op.type == OpType::kScatter;
+  if (rooted) e.root = op.root;
+  if (!tag.empty()) e.set_tag(tag);
+  e.issued_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  ledger_.record(e);
+}
+
+// --- Publishing ----------------------------------------------------------------------
+
+void DesyncCheck::publish(bool final) {
+  std::lock_guard publishing(publish_mu_);  // a final record is never overwritten
+  {
+    std::lock_guard lock(mu_);
+    if (final_) return;
+  }
+  LedgerRecord r = ledger_.snapshot(rank_);
+  r.final = final;
+  store_->set(prefix_ + "ledger/" + std::to_string(rank_), encode(r));
+  std::lock_guard lock(mu_);
+  published_ = r.count;
+  final_ = final;
+}
+
+void DesyncCheck::publish_final() {
+  try {
+    publish(true);
+  } catch (...) {  // a store that is gone leaves the others without this record: no worse
+  }
+}
+
+// The oldest collective not completed (collectives complete in issue order).
+void DesyncCheck::publish_progress() {
+  const LedgerRecord r = ledger_.snapshot(rank_);
+  RankProgress p;
+  p.rank = rank_;
+  p.issued = r.count;
+  p.completed = std::min(completed_.load(std::memory_order_relaxed), r.count);
+  if (p.in_flight()) {
+    p.seq = p.completed;
+    const uint64_t first = r.count - r.entries.size();
+    if (p.seq >= first) {
+      p.op = r.entries[p.seq - first].describe();
+      p.since_us = r.entries[p.seq - first].issued_us;
+    }
+  }
+  std::string text = encode_progress(p);
+  if (text == progress_) return;
+  store_->set(progress_key(group_, rank_), text);
+  progress_ = std::move(text);
+}
+
+void DesyncCheck::publisher_loop() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, interval_, [&] { return stop_; });
+    if (stop_) break;
+    const bool ledger_changed = !final_ && ledger_.count() != published_;
+    lock.unlock();
+    try {
+      if (ledger_changed) publish(false);
+      publish_progress();
+    } catch (...) {  // the store is gone (the job is ending): stop publishing
+      lock.lock();
+      break;
+    }
+    lock.lock();
+  }
+}
+
+// --- Diagnosing ----------------------------------------------------------------------
+
+std::string DesyncCheck::diagnose(uint64_t seq, std::chrono::milliseconds grace) {
+  try {
+    publish_final();
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    std::vector<std::optional<LedgerRecord>> records(size_);
+    records[rank_] = ledger_.snapshot(rank_);
+    auto settled = [&](int r) {
+      return records[r] && (records[r]->final || records[r]->count > seq);
+    };
+    for (;;) {
+      bool waiting = false;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_ || settled(r)) continue;
+        const std::string key = prefix_ + "ledger/" + std::to_string(r);
+        if (store_->check({key})) {
+          const Bytes b = store_->get(key, grace);
+          if (auto rec = decode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size())))
+            records[r] = std::move(rec);
+        }
+        waiting = waiting || !settled(r);
+      }
+      if (!waiting || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const auto found = find_desync(records, group_);
+    if (!found) return "";
+    const std::string line = "desync: " + *found;
+    const Bytes mine(line.begin(), line.end());
+    if (store_->compare_set(prefix_ + "desync", {}, mine) == mine) SPMD_LOG_ERROR(line);
+    return line;
+  } catch (const std::exception&) {  // the store is gone: the error stands without the ledger
+    return "";
+  }
+}
+
+}  // namespace spmd::dist

@@ -1,0 +1,87 @@
+// DesyncCheck: one rank's ledger (ledger.h) for one group, published to the
+// group's store so that, when a collective fails, the rank that sees it can
+// say which rank issued what. Backend-independent: the ProcessGroup records
+// each collective at issue; a backend calls diagnose() from its failure path
+// (a timeout, or peers that disagree) and adds the line to its error.
+//
+// Publishing: a thread of this object writes the rank's record under
+// <group>/ledger/<rank> every interval when it has changed (the issuing
+// thread never talks to the store), and diagnose() writes it once more,
+// marked final. So a rank that never reaches a collective (busy or stuck in
+// its own code) still shows how far it got.
+//
+// The same thread publishes the rank's progress record (runtime/progress.h:
+// collectives issued and completed, the one in flight) under
+// <group>/progress/<rank>, which spmdrun --hang-timeout watches.
+//
+// SPMD_DESYNC_CHECK=0 turns it off (nothing recorded or published);
+// SPMD_DESYNC_INTERVAL_MS sets the interval (default 200).
+#pragma once
+
+#include <chrono>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "parallel/comm/ledger.h"
+#include "runtime/store.h"
+
+namespace spmd::dist {
+
+struct CommOp;  // process_group.h
+
+class DesyncCheck {
+ public:
+  // Whether SPMD_DESYNC_CHECK leaves the check on (it is unless "0").
+  static bool enabled_by_env();
+
+  // `prefix` is the group's key prefix ("<group>/"); `group` its name for messages.
+  DesyncCheck(std::shared_ptr<Store> store, std::string prefix, std::string group, int rank,
+              int size);
+  ~DesyncCheck();  // stops the publisher
+  DesyncCheck(const DesyncCheck&) = delete;
+  DesyncCheck& operator=(const DesyncCheck&) = delete;
+
+  // Records a collective as issued (op.seq in issue order), with the call-site tag.
+  void record(const CommOp& op, std::string_view tag);
+  // Counts a collective as completed successfully (in any order); one that
+  // failed stays in flight in the progress record: where the rank stood.
+  void completed() { completed_.fetch_add(1, std::memory_order_relaxed); }
+  const Ledger& ledger() const { return ledger_; }
+
+  // Publishes this rank's record (final), reads the others', waiting up to
+  // `grace` for ranks that have not yet reached collective #seq to publish
+  // theirs, and returns how the ranks disagree (empty when they do not, as
+  // far as the records tell). The first rank to find a disagreement also
+  // logs it and stores it under <group>/desync.
+  std::string diagnose(uint64_t seq, std::chrono::milliseconds grace);
+  // Publishes this rank's record, final (a failure that needs no diagnosis,
+  // such as a lost peer, so that the others need not wait for it).
+  void publish_final();
+
+ private:
+  void publish(bool final);
+  void publish_progress();
+  void publisher_loop();
+
+  std::shared_ptr<Store> store_;
+  std::string prefix_, group_;
+  int rank_, size_;
+  Ledger ledger_;
+  std::chrono::milliseconds interval_;
+  std::atomic<uint64_t> completed_{0};
+  std::string progress_;  // the progress record last published (publisher thread only)
+
+  std::mutex publish_mu_;  // one publish at a time
+  std::mutex mu_;          // guards the fields below
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool final_ = false;      // published final: the publisher stops writing
+  uint64_t published_ = 0;  // the count last published (UINT64_MAX: none)
+  std::thread publisher_;
+};
+
+}  // namespace spmd::dist

@@ -1,0 +1,51 @@
+// The shared-segment all_reduce (see the header).
+#include "parallel/comm/tcp/segment_all_reduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "parallel/comm/tcp/reduce.h"
+
+namespace spmd::dist::tcp {
+
+void SegmentAllReduce::run() {
+  const int p = ctx_.size(), r = ctx_.rank();
+  const size_t elem = data_.elem;
+  const size_t per_chunk = segment_.slot_bytes() / elem;
+  for (size_t first = 0; first < data_.count; first += per_chunk) {
+    const size_t n = std::min(per_chunk, data_.count - first);
+    const int set = segment_.next_set();
+    std::memcpy(segment_.slot(set, r), data_.at(first), n * elem);  // 1. copy in
+    barrier();                                                      // 2.
+    const size_t begin = part_begin(n, size_t(p), size_t(r));       // 3. reduce part r
+    const size_t count = part_size(n, size_t(p), size_t(r));
+    char* mine = segment_.slot(set, r) + begin * elem;
+    for (int k = 1; k < p; ++k) {
+      const char* theirs = segment_.slot(set, mod(r + k, p)) + begin * elem;
+      combine(op_, data_.dtype, mine, mine, theirs, count);
+    }
+    if (op_ == ReduceOp::kAvg) divide(data_.dtype, mine, count, p);
+    barrier();                     // 4.
+    for (int k = 0; k < p; ++k) {  // 5. copy out
+      const size_t b = part_begin(n, size_t(p), size_t(k));
+      std::memcpy(data_.at(first + b), segment_.slot(set, k) + b * elem,
+                  part_size(n, size_t(p), size_t(k)) * elem);
+    }
+  }
+  ctx_.mesh.finish();
+}
+
+// A dissemination barrier (barrier.h) of one-byte messages: the links carry
+// each collective's header only once, so later rounds need a byte to count.
+void SegmentAllReduce::barrier() {
+  static const char token = 1;
+  const int p = ctx_.size(), r = ctx_.rank();
+  for (int dist = 1; dist < p; dist *= 2) {
+    ctx_.mesh.link(mod(r + dist, p)).send(&token, 1);
+    Link& from = ctx_.mesh.link(mod(r - dist, p));
+    char got = 0;
+    ctx_.mesh.wait_recv(from, from.recv(&got, 1));
+  }
+}
+
+}  // namespace spmd::dist::tcp

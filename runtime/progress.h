@@ -1,0 +1,37 @@
+// A rank's progress record: how far one rank has got in one process group,
+// as it publishes it to the store under <group>/progress/<rank>, so that a
+// launcher (which knows nothing of tensors or groups) can see a hang while
+// the job runs: how many collectives the rank has issued and completed, and
+// the oldest one not yet completed (what the rank is waiting in).
+//
+// The text form is one line:
+//   spmd-progress 1 <rank> <issued> <completed> <seq> <since_us> <op...>
+// seq/since_us/op describe the collective in flight (completed < issued);
+// op is "-" when none is, else what the ledger prints ("all_reduce(f32[1000])").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace spmd {
+
+struct RankProgress {
+  int rank = 0;
+  uint64_t issued = 0;     // collectives issued: #0 .. #issued-1
+  uint64_t completed = 0;  // of which completed
+  uint64_t seq = 0;        // the oldest not completed (when in_flight())
+  int64_t since_us = 0;    // when it was issued (wall clock, µs since the epoch)
+  std::string op = "-";    // it, as "all_reduce(f32[1000])"
+
+  bool in_flight() const { return completed < issued; }
+};
+
+// "<group>/progress/<rank>": where rank `rank` of `group` publishes it.
+std::string progress_key(std::string_view group, int rank);
+std::string encode_progress(const RankProgress& p);
+// Nothing for text that is not a progress record.
+std::optional<RankProgress> decode_progress(std::string_view text);
+
+}  // namespace spmd

@@ -1,0 +1,118 @@
+// The flight recorder: the ring keeps the last operations in order with how
+// each ended, and a rank killed in the middle of a collective leaves, from
+// every surviving rank, a JSON dump of its last operations in the order it
+// issued them, the interrupted one marked failed.
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "harness.h"
+#include "parallel/comm/flight_recorder.h"
+#include "parallel/comm/init.h"
+
+using namespace spmd;
+using namespace spmd::dist;
+using namespace spmd::dist::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+CommOp op_of(OpType type, uint64_t seq) {
+  CommOp op;
+  op.type = type;
+  op.seq = seq;
+  return op;
+}
+
+Tensor floats(int64_t n) {
+  Tensor t = cpu_tensor(n, DType::kF32);
+  std::fill_n(static_cast<float*>(t.raw_data()), n, 1.f);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("flight recorder: the last N operations, oldest first, with their ends",
+          "[comm][flight]") {
+  FlightRecorder rec(3);
+  std::vector<uint64_t> ids;
+  for (uint64_t s = 0; s < 5; ++s) ids.push_back(rec.issued(op_of(OpType::kAllReduce, s)));
+  rec.ended(ids[0], true);  // left the ring: ignored
+  rec.ended(ids[3], true);
+  rec.ended(ids[4], false);
+  rec.ended(ids[4], true);  // the first end wins
+  const auto kept = rec.snapshot();
+  REQUIRE(kept.size() == 3);
+  CHECK(kept[0].seq == 2);
+  CHECK(kept[0].state == FlightEntry::State::kPending);
+  CHECK(kept[1].state == FlightEntry::State::kCompleted);
+  CHECK(kept[2].state == FlightEntry::State::kFailed);
+  CHECK(kept[1].ended_us >= kept[1].issued_us);
+  const auto doc = nlohmann::json::parse(rec.to_json(7, "world/tp", 1, 2, "why", 2));
+  CHECK(doc["rank"] == 7);
+  CHECK(doc["group"] == "world/tp");
+  CHECK(doc["ops"][0]["state"] == "failed");  // #2 is the failing collective
+  CHECK(doc["ops"][0]["op"] == "all_reduce");
+}
+
+TEST_CASE("flight recorder: a rank killed mid-collective leaves the survivors' last ops in order",
+          "[comm][flight][failure]") {
+  const int world = 3, victim = 1;
+  char tmpl[] = "/tmp/spmd_flight_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+    ::setenv("SPMD_FLIGHT_RECORDER_DIR", dir.c_str(), 1);
+    InitOptions init;
+    init.init_method = "file://" + store;
+    init.rank = rank;
+    init.world_size = world;
+    init.timeout = std::chrono::seconds(10);
+    auto g = init_process_group(init);
+    g->barrier().wait();                   // #0
+    g->all_reduce(floats(100)).wait();     // #1
+    g->broadcast(floats(10), 0).wait();    // #2
+    Work w = g->all_reduce(floats(8 << 20));  // #3: 32 MiB, long enough to be killed in
+    if (rank == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ::kill(::getpid(), SIGKILL);
+    }
+    try {
+      w.wait();
+      report("ok");
+    } catch (const Error& e) {
+      report(e.what());
+    }
+  });
+  CHECK(outcomes[victim].killed());
+  for (int r = 0; r < world; ++r) {
+    if (r == victim) continue;
+    INFO("rank " << r << ": " << outcomes[r].report);
+    CHECK(outcomes[r].exited_ok());
+    const fs::path file = fs::path(dir) / ("flight_rank" + std::to_string(r) + "_world.json");
+    REQUIRE(fs::exists(file));
+    std::ifstream in(file);
+    const auto doc = nlohmann::json::parse(in);
+    CHECK(doc["rank"] == r);
+    CHECK_THAT(doc["reason"].get<std::string>(), Catch::Contains("all_reduce #3 in group world"));
+    const auto& ops = doc["ops"];
+    REQUIRE(ops.size() == 4);
+    const char* names[] = {"barrier", "all_reduce", "broadcast", "all_reduce"};
+    for (int i = 0; i < 4; ++i) {
+      CHECK(ops[i]["id"] == i);
+      CHECK(ops[i]["seq"] == i);
+      CHECK(ops[i]["op"] == names[i]);
+      CHECK(ops[i]["state"] == (i < 3 ? "completed" : "failed"));
+      if (i) CHECK(ops[i]["issued_us"] >= ops[i - 1]["issued_us"]);
+    }
+    CHECK(ops[3]["bytes"] == (8 << 20) * 4);
+  }
+  fs::remove_all(dir);
+}

@@ -1,0 +1,362 @@
+// The shared-memory transport (parallel/comm/tcp/shm_channel.h): the ring
+// against a reference byte stream (two threads), which pairs get shared
+// memory under SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT (seen in each
+// rank's own mappings), bad settings, a rank killed by SIGKILL (the others
+// fail fast, naming it, and no segment is left in /dev/shm), and a stress run
+// of 10,000 small collectives with overlapping point-to-point traffic both
+// ways. The collective table itself runs over shared memory as
+// test_comm_collectives (auto on one host) and test_comm_collectives_shm.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "parallel/comm/init.h"
+#include "parallel/comm/tcp/shm_ring.h"
+
+using namespace spmd;
+using namespace spmd::dist;
+using namespace spmd::dist::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Sets an environment variable for one test case (the forked ranks inherit it).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+// The shared-memory segments this process maps: one per channel, and one
+// for a group whose ranks all share a host.
+int mapped_segments() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/dev/shm/spmd-") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+// spmd segments in /dev/shm whose creator (the pid in the name) is dead.
+std::set<std::string> orphaned_segments() {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("spmd-", 0) != 0) continue;
+    const int pid = std::atoi(name.c_str() + 5);
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) names.insert(name);
+  }
+  return names;
+}
+
+std::shared_ptr<ProcessGroup> join(int rank, int world, const std::string& store,
+                                   std::chrono::milliseconds timeout) {
+  InitOptions init;
+  init.init_method = "file://" + store;
+  init.rank = rank;
+  init.world_size = world;
+  init.timeout = timeout;
+  return init_process_group(init);
+}
+
+Tensor floats(int64_t n, float value) {
+  Tensor t = cpu_tensor(n, DType::kF32);
+  std::fill_n(static_cast<float*>(t.raw_data()), n, value);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("the ring carries a byte stream intact through wrap-around, in pieces of any size",
+          "[comm][shm]") {
+  using namespace spmd::dist::tcp;
+  constexpr size_t kCapacity = 4096, kTotal = 3 << 20;
+  void* mem = std::aligned_alloc(kCacheLine, sizeof(RingControl) + kCapacity);
+  auto* control = new (mem) RingControl();
+  char* data = static_cast<char*>(mem) + sizeof(RingControl);
+  RingWriter writer(control, data, kCapacity);
+  RingReader reader(control, data, kCapacity);
+  auto byte_at = [](size_t i) { return char((i * 2654435761u) >> 13); };
+
+  std::thread producer([&] {
+    std::mt19937 rng(1);
+    std::vector<char> a(10000), b(10000);
+    for (size_t sent = 0; sent < kTotal;) {
+      const size_t n1 = std::min<size_t>(rng() % 9000 + 1, kTotal - sent);
+      const size_t n2 = std::min<size_t>(rng() % 300, kTotal - sent - n1);
+      for (size_t i = 0; i < n1; ++i) a[i] = byte_at(sent + i);
+      for (size_t i = 0; i < n2; ++i) b[i] = byte_at(sent + n1 + i);
+      iovec iov[2] = {{a.data(), n1}, {b.data(), n2}};
+      size_t done = 0;
+      while (done < n1 + n2) {  // resubmit the rest after a partial write
+        iovec rest[2];
+        size_t k = 0, skip = done;
+        for (const iovec& v : iov) {
+          if (skip >= v.iov_len) {
+            skip -= v.iov_len;
+            continue;
+          }
+          rest[k++] = {static_cast<char*>(v.iov_base) + skip, v.iov_len - skip};
+          skip = 0;
+        }
+        bool wake = false;
+        const size_t w = writer.write(rest, k, wake);
+        if (w == 0) std::this_thread::yield();
+        done += w;
+      }
+      sent += n1 + n2;
+    }
+  });
+  std::mt19937 rng(2);
+  std::vector<char> got(kTotal);
+  size_t received = 0;
+  bool peeked_ok = true;
+  while (received < kTotal) {
+    char first = 0;
+    if (reader.peek(&first, 1) == 1 && first != byte_at(received)) peeked_ok = false;
+    const size_t want = std::min<size_t>(rng() % 7000 + 1, kTotal - received);
+    iovec iov{got.data() + received, want};
+    bool wake = false;
+    const size_t r = reader.read(&iov, 1, wake);
+    if (r == 0) std::this_thread::yield();
+    received += r;
+  }
+  producer.join();
+  size_t bad = kTotal;
+  for (size_t i = 0; i < kTotal && bad == kTotal; ++i) {
+    if (got[i] != byte_at(i)) bad = i;
+  }
+  CHECK(bad == kTotal);
+  CHECK(peeked_ok);
+  std::free(mem);
+}
+
+TEST_CASE("a sleeper's flag makes the next write ask for a wake-up, once", "[comm][shm]") {
+  using namespace spmd::dist::tcp;
+  constexpr size_t kCapacity = 4096;
+  void* mem = std::aligned_alloc(kCacheLine, sizeof(RingControl) + kCapacity);
+  auto* control = new (mem) RingControl();
+  char* data = static_cast<char*>(mem) + sizeof(RingControl);
+  RingWriter writer(control, data, kCapacity);
+  RingReader reader(control, data, kCapacity);
+  char buf[kCapacity] = {};
+  iovec one{buf, 8};
+  bool wake = true;
+  CHECK_FALSE(reader.arm());  // empty: it may sleep
+  writer.write(&one, 1, wake);
+  CHECK(wake);  // the writer must ring
+  writer.write(&one, 1, wake);
+  CHECK_FALSE(wake);    // the flag was cleared by the first ring
+  CHECK(reader.arm());  // bytes are there: do not sleep
+  iovec all{buf, kCapacity};
+  reader.read(&all, 1, wake);
+  CHECK_FALSE(wake);
+  iovec full{buf, kCapacity};
+  CHECK(writer.write(&full, 1, wake) == kCapacity);
+  CHECK_FALSE(writer.arm());  // full: the writer may sleep
+  iovec some{buf, 100};
+  CHECK(reader.read(&some, 1, wake) == 100);
+  CHECK(wake);  // the reader must ring for the sleeping writer
+  std::free(mem);
+}
+
+TEST_CASE("same-host pairs map shared memory; tcp forces sockets; a host split mixes them",
+          "[comm][shm]") {
+  struct Case {
+    const char* transport;
+    const char* split;
+    int peers_over_shm[4];
+    int group_segment;
+  };
+  const Case cases[] = {{"auto", "", {3, 3, 3, 3}, 1},
+                        {"shm", "", {3, 3, 3, 3}, 1},
+                        {"tcp", "", {0, 0, 0, 0}, 0},
+                        {"auto", "2", {1, 1, 1, 1}, 0},
+                        {"auto", "1", {0, 2, 2, 2}, 0}};
+  for (const Case& c : cases) {
+    INFO("SPMD_TRANSPORT=" << c.transport << " SPMD_TRANSPORT_HOST_SPLIT=" << c.split);
+    ScopedEnv transport("SPMD_TRANSPORT", c.transport);
+    ScopedEnv split("SPMD_TRANSPORT_HOST_SPLIT", c.split);
+    REQUIRE_NOTHROW(run_world(4, [&](ProcessGroup& g) {
+      // A collective and a p2p channel per peer, and the group's own segment.
+      const int want = 2 * c.peers_over_shm[g.rank()] + c.group_segment;
+      expect(mapped_segments() == want, "rank ", g.rank(), " maps ", mapped_segments(),
+             " segments, expected ", want);
+      Tensor t = floats(1000, float(g.rank() + 1));
+      g.all_reduce(t).wait();
+      expect(static_cast<float*>(t.raw_data())[999] == 10.f, "all_reduce over the mixed links");
+      const int next = (g.rank() + 1) % 4, prev = (g.rank() + 3) % 4;
+      Tensor out = floats(300000, float(g.rank())), in = floats(300000, -1.f);
+      Work s = g.send(out, next, 7);
+      g.recv(in, prev, 7).wait();
+      s.wait();
+      expect(static_cast<float*>(in.raw_data())[299999] == float(prev), "ring of sends");
+    }));
+  }
+}
+
+TEST_CASE("bad transport settings fail at set-up, naming what is wrong", "[comm][shm]") {
+  SECTION("an unknown SPMD_TRANSPORT") {
+    ScopedEnv transport("SPMD_TRANSPORT", "infiniband");
+    auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+      try {
+        join(rank, 2, store, std::chrono::seconds(5));
+        report("ok");
+      } catch (const InvalidArgument& e) {
+        report(e.what());
+      }
+    });
+    for (const auto& o : outcomes)
+      CHECK_THAT(o.report, Catch::Contains("SPMD_TRANSPORT='infiniband'"));
+  }
+  SECTION("shm forced across a host split") {
+    ScopedEnv transport("SPMD_TRANSPORT", "shm");
+    ScopedEnv split("SPMD_TRANSPORT_HOST_SPLIT", "1");
+    auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+      try {
+        join(rank, 2, store, std::chrono::seconds(5));
+        report("ok");
+      } catch (const Error& e) {
+        report(e.what());
+      }
+    });
+    for (const auto& o : outcomes) {
+      CHECK_THAT(o.report, Catch::Contains("SPMD_TRANSPORT=shm: ranks") &&
+                               Catch::Contains("not on one host"));
+    }
+  }
+}
+
+TEST_CASE("a rank killed by SIGKILL over shared memory: the others fail fast, nothing is leaked",
+          "[comm][shm][failure]") {
+  const int world = 3, victim = 0;  // rank 0 created every segment it shares
+  const std::set<std::string> before = orphaned_segments();
+  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+    ScopedEnv transport("SPMD_TRANSPORT", "shm");
+    auto g = join(rank, world, store, std::chrono::seconds(10));
+    g->barrier().wait();
+    if (mapped_segments() != 2 * (world - 1) + 1) report("not over shared memory");
+    Tensor big = floats(16 << 20, 1.f);
+    Work w = g->all_reduce(big);
+    if (rank == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ::kill(::getpid(), SIGKILL);
+    }
+    const auto start = Clock::now();
+    try {
+      w.wait();
+      report("ok");
+    } catch (const CommError& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      report(str_cat("comm|", ms, "|", e.what()));
+    }
+  });
+  CHECK(outcomes[victim].killed());
+  for (int r = 0; r < world; ++r) {
+    if (r == victim) continue;
+    INFO("rank " << r << ": " << outcomes[r].report);
+    CHECK(outcomes[r].exited_ok());
+    REQUIRE(outcomes[r].report.rfind("comm|", 0) == 0);
+    const size_t a = outcomes[r].report.find('|');
+    CHECK(std::stol(outcomes[r].report.substr(a + 1)) < 5000);  // well within the 10 s timeout
+    CHECK_THAT(outcomes[r].report,
+               Catch::Contains("all_reduce #1 in group world") && Catch::Contains("rank 0"));
+  }
+  std::set<std::string> leaked;
+  for (const std::string& name : orphaned_segments()) {
+    if (!before.count(name)) leaked.insert(name);
+  }
+  CHECK(leaked.empty());
+}
+
+TEST_CASE("point-to-point over shared memory: a peer's death fails its pending send and recv",
+          "[comm][shm][failure][p2p]") {
+  auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+    ScopedEnv transport("SPMD_TRANSPORT", "shm");
+    auto g = join(rank, 2, store, std::chrono::seconds(10));
+    g->barrier().wait();
+    if (rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ::kill(::getpid(), SIGKILL);
+    }
+    // Larger than the ring: the send waits for room its receiver never makes.
+    Work s = g->send(floats(1 << 20, 1.f), 0, 3);
+    Work r = g->recv(floats(10, 0.f), 0, 4);
+    const auto start = Clock::now();
+    std::string seen;
+    for (Work* w : {&s, &r}) {
+      try {
+        w->wait();
+        seen += "ok;";
+      } catch (const CommError& e) {
+        seen += str_cat("comm: ", e.what(), ";");
+      }
+    }
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    report(str_cat(ms, "|", seen));
+  });
+  CHECK(outcomes[0].killed());
+  INFO(outcomes[1].report);
+  CHECK(outcomes[1].exited_ok());
+  const std::string& rep = outcomes[1].report;
+  REQUIRE(rep.find('|') != std::string::npos);
+  CHECK(std::stol(rep) < 5000);
+  CHECK_THAT(rep, Catch::Contains("send to rank 0 with tag 3") &&
+                      Catch::Contains("recv from rank 0 with tag 4") &&
+                      Catch::Contains("lost rank 0") && !Catch::Contains("ok;"));
+}
+
+TEST_CASE("stress: 10,000 small collectives with point-to-point traffic both ways in between",
+          "[comm][shm]") {
+  ScopedEnv transport("SPMD_TRANSPORT", "shm");
+  REQUIRE_NOTHROW(run_world(
+      2,
+      [](ProcessGroup& g) {
+        const int peer = 1 - g.rank();
+        Tensor small = cpu_tensor(3, DType::kI64);
+        auto* p = static_cast<int64_t*>(small.raw_data());
+        // Larger than a ring each way, so both directions fill it at once.
+        Tensor out = cpu_tensor((3 << 20) / 8, DType::kI64),
+               in = cpu_tensor((3 << 20) / 8, DType::kI64);
+        auto* o = static_cast<int64_t*>(out.raw_data());
+        auto* q = static_cast<int64_t*>(in.raw_data());
+        for (int i = 0; i < 10000; ++i) {
+          Work s, r;
+          if (i % 500 == 0) {  // a bidirectional exchange in flight during the collective
+            for (int64_t j = 0; j < out.numel(); ++j) o[j] = i * 7 + j + g.rank();
+            s = g.send(out, peer, i);
+            r = g.recv(in, peer, i);
+          }
+          for (int k = 0; k < 3; ++k) p[k] = int64_t(i) * (g.rank() + 1) + k;
+          g.all_reduce(small).wait();
+          for (int k = 0; k < 3; ++k) {
+            expect(p[k] == int64_t(i) * 3 + 2 * k, "all_reduce #", i, " element ", k, " is ", p[k]);
+          }
+          if (i % 500 == 0) {
+            r.wait();
+            s.wait();
+            for (int64_t j = 0; j < in.numel(); j += 4099) {
+              expect(q[j] == i * 7 + j + peer, "exchange ", i, " element ", j);
+            }
+          }
+        }
+      },
+      std::chrono::seconds(30)));
+}
