@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 
 #include "launcher/console_writer.h"
 #include "launcher/failure_report.h"
@@ -76,7 +75,7 @@ std::string command_line(const std::vector<std::string>& argv) {
   return out;
 }
 
-void say(const std::string& line) { std::cerr << "spmdrun: " << line << std::endl; }
+void say(const std::string& line) { ConsoleWriter::say("spmdrun: " + line + "\n"); }
 
 }  // namespace
 
@@ -269,15 +268,15 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
   }
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
   FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts};
-  ConsoleWriter::instance().flush(std::chrono::seconds(1));  // the workers' last lines first
-  std::cerr << format_failure_report(group, failed, context) << wavefront
-            << merge_flight_dumps(flight_dir_) << std::flush;
+  ConsoleWriter::say(format_failure_report(group, failed, context) + wavefront +
+                     merge_flight_dumps(flight_dir_));  // queued after the workers' lines
 }
 
 void Agent::on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank) {
-  std::cerr << str_cat("spmdrun: no rank made progress for ", options_.hang_timeout_s,
-                       " s (--hang-timeout) while one waits in a collective; stopping the job\n")
-            << hang_report_ << std::flush;
+  ConsoleWriter::say(str_cat("spmdrun: no rank made progress for ", options_.hang_timeout_s,
+                             " s (--hang-timeout) while one waits in a collective; stopping the "
+                             "job\n",
+                             hang_report_));
   if (options_.nnodes > 1) {
     try {
       rdzv.report_failure(round, str_cat("node ", group_rank, " saw a hang: ",

@@ -44,10 +44,10 @@ ConsoleWriter::ConsoleWriter() {
   thread_.detach();
 }
 
-void ConsoleWriter::write(int fd, std::string text) {
+void ConsoleWriter::write(int fd, std::string text, bool droppable) {
   std::lock_guard<std::mutex> lock(mu_);
   Queue& q = queues_[fd == 2 ? 1 : 0];
-  if (q.bytes + text.size() > kMaxQueuedBytes) {
+  if (droppable && q.bytes + text.size() > kMaxQueuedBytes) {
     ++q.dropped;
     ++q.dropped_total;
     return;

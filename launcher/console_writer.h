@@ -27,9 +27,12 @@ class ConsoleWriter {
   // destroyed: its thread may be stuck in a write when main() returns).
   static ConsoleWriter& instance();
 
-  // Queues `text` for fd 1 or 2; never blocks. Drops it (and counts a line)
-  // when the stream already has kMaxQueuedBytes waiting.
-  void write(int fd, std::string text);
+  // Queues `text` for fd 1 or 2; never blocks. A worker's line (droppable)
+  // is dropped and counted when the stream already has kMaxQueuedBytes
+  // waiting; the launcher's own messages, few and short, always queue.
+  void write(int fd, std::string text, bool droppable = true);
+  // The launcher's own message on stderr, queued behind the workers' lines.
+  static void say(std::string text) { instance().write(2, std::move(text), false); }
   // Waits up to `limit` for both queues to empty (before the launcher writes
   // something that must follow the workers' lines). True when nothing is left.
   bool flush(std::chrono::milliseconds limit);

@@ -7,7 +7,6 @@
 // Exit codes: 0 success; 1 a worker failed (no restart left) or the
 // rendezvous failed; 2 a usage error (bad flag, missing program);
 // 128 + N when the launcher got signal N (forwarded to the workers).
-#include <iostream>
 
 #include "launcher/agent.h"
 #include "launcher/console_writer.h"
@@ -26,13 +25,13 @@ int run(const spmd::launcher::LaunchOptions& options, spmd::launcher::SignalChan
     Agent agent(options, signals);
     return agent.run();
   } catch (const Interrupted& i) {
-    std::cerr << "spmdrun: interrupted by " << signal_name(i.signal) << "\n";
+    ConsoleWriter::say(str_cat("spmdrun: interrupted by ", signal_name(i.signal), "\n"));
     return 128 + i.signal;
   } catch (const InvalidArgument& e) {
-    std::cerr << "spmdrun: error: " << e.what() << "\n";
+    ConsoleWriter::say(str_cat("spmdrun: error: ", e.what(), "\n"));
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "spmdrun: error: " << e.what() << "\n";
+    ConsoleWriter::say(str_cat("spmdrun: error: ", e.what(), "\n"));
     return 1;
   }
 }
@@ -46,9 +45,12 @@ int main(int argc, char** argv) {
   set_log_prefix("[spmdrun]");
   ParseOutcome parsed = parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
+  // From here on, everything the launcher writes to its console goes through
+  // one queue that a thread of its own writes out (launcher/console_writer.h).
+  set_log_sink([](std::string line) { ConsoleWriter::say(std::move(line)); });
   const int code = run(*parsed.options, signals);
-  // The workers' last lines, for a second at most: a console that does not
-  // read must not keep the launcher from exiting.
+  // The last lines, for a second at most: a console that does not read must
+  // not keep the launcher from exiting.
   ConsoleWriter::instance().drain(std::chrono::seconds(1));
   return code;
 }

@@ -17,6 +17,7 @@ constexpr int kUnset = -1;
 std::atomic<int> g_level{kUnset};
 std::mutex g_prefix_mu;
 std::string g_prefix;  // guarded by g_prefix_mu; empty until first use
+std::atomic<LogSink> g_sink{nullptr};
 
 LogLevel level_from_env() {
   const char* text = std::getenv("SPMD_LOG_LEVEL");
@@ -98,7 +99,10 @@ void log_message(LogLevel level, std::string_view message) {
   line += ' ';
   line += message;
   line += '\n';
+  if (LogSink sink = g_sink.load()) return sink(std::move(line));
   (void)!::write(2, line.data(), line.size());
 }
+
+void set_log_sink(LogSink sink) { g_sink.store(sink); }
 
 }  // namespace spmd

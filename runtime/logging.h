@@ -34,8 +34,15 @@ void set_log_rank(int rank);
 void set_log_prefix(std::string prefix);
 
 inline bool log_enabled(LogLevel level) { return level >= log_level() && level != LogLevel::kOff; }
-// Writes one line, with prefix, level letter and wall-clock time, to stderr.
+// Writes one line, with prefix, level letter and wall-clock time, to stderr
+// (or to the sink, when one is set).
 void log_message(LogLevel level, std::string_view message);
+
+// Where finished lines go instead of a write(2) to stderr: a process whose
+// stderr may stop reading (spmdrun) passes them to a writer that never
+// blocks. nullptr: stderr again.
+using LogSink = void (*)(std::string line);
+void set_log_sink(LogSink sink);
 
 }  // namespace spmd
 

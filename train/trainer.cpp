@@ -191,6 +191,12 @@ TrainResult run_training(const TrainConfig& config,
                             .weight_decay = config.optimizer.weight_decay});
 
   const data::TextDataset dataset = load_dataset(config);
+  SPMD_CHECK(config.metrics.eval_every == 0 ||
+                 !dataset.eval_batches(data::Split::kVal, 4, model->config.max_seq_len, 1).empty(),
+             "metrics.eval_every = ", config.metrics.eval_every, " asks for held-out evals, but ",
+             "data.eval_fraction = ", config.data.eval_fraction, " holds out ",
+             dataset.size(data::Split::kVal), " tokens, fewer than one eval batch of 4 x ",
+             model->config.max_seq_len + 1);
   const int64_t T = model->config.max_seq_len;
   DataLoader loader(dataset, T, t.global_batch, par.dp_size, par.dp_rank, t.seed);
 

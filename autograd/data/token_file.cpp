@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "runtime/error.h"
+#include "runtime/resource_limits.h"
 
 namespace spmd::data {
 namespace {
@@ -54,6 +55,9 @@ TokenFile read_token_file(const std::string& path) {
   const uint64_t count = uint64_t(uint32_t(header[2]));
   SPMD_CHECK(bytes == sizeof header + 2 * count, path, ": the header says ", count, " tokens (",
              sizeof header + 2 * count, " bytes) but the file has ", bytes, " bytes");
+  // The file's uint16 tokens, then each as an int64 here and in the dataset's split.
+  check_memory_fits(str_cat("reading the token file ", path, " (", count, " tokens)"),
+                    count * (2 + 8 + 8));
   std::vector<uint16_t> data(count);
   in.read(reinterpret_cast<char*>(data.data()), std::streamsize(2 * count));
   SPMD_CHECK(in.good() || count == 0, "read_token_file: error reading ", path);

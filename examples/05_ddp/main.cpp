@@ -114,8 +114,10 @@ double val_loss(nn::Module& model, const data::TextDataset& ds, int64_t B, int64
   NoGradGuard no_grad;
   double total = 0;
   const auto batches = ds.eval_batches(data::Split::kVal, B, T, n);
+  SPMD_CHECK(!batches.empty(), "the held-out text is shorter than one batch of ", B, " x ", T + 1,
+             " tokens: no val loss to report");
   for (const data::Batch& b : batches) total += cross_entropy(model(b.x), b.y).item<double>();
-  return batches.empty() ? 0.0 : total / double(batches.size());
+  return total / double(batches.size());
 }
 
 void train(const std::shared_ptr<dist::ProcessGroup>& group, const Flags& f) {

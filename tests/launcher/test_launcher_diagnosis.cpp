@@ -94,7 +94,7 @@ TEST_CASE("spmdrun --hang-timeout: a bad value is refused before anything starts
           "[launcher][hang]") {
   RunResult r = run_spmdrun({"--standalone", "--hang-timeout", "-1", "true"}, 20s);
   CHECK(r.exit_code != 0);
-  CHECK(r.err.find("--hang-timeout must not be negative") != std::string::npos);
+  CHECK(r.err.find("--hang-timeout: must be at least 0, got -1") != std::string::npos);
 }
 
 TEST_CASE("spmdrun --preflight: every check passes, then the program runs", "[launcher][preflight]") {

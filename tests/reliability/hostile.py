@@ -178,6 +178,15 @@ def group_files():
     with tempfile.TemporaryDirectory() as d:
         Case("--data DIR", [single, "--data", d]).run().expect(
             code=1, says=re.escape(d) + r" is a directory; give a file", within_s=5)
+        # A held-out text too short for one batch: an error, not "val loss 0.0000".
+        small = os.path.join(d, "small.txt")
+        with open(small, "w") as f:
+            f.write("tiny text " * 400)  # 400 held-out bytes: 3 windows of 129, a batch is 4
+        Case("05_ddp with no held-out batch",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", os.path.join(EX, "05_ddp"),
+              "--data", small, "--steps", "2", "--batch", "4"], limit_s=60).run().expect(
+            code=1, says=r"the held-out text is shorter than one batch of 4 x 129 tokens",
+            not_says=r"val loss 0\.0000", within_s=60)
     Case("--data missing", [single, "--data", "/nonexistent/text"]).run().expect(
         code=1, says=r"/nonexistent/text: No such file or directory", within_s=5)
     Case("--batch 100000", [single, "--data", TEXT, "--batch", "100000"], prlimit=cap).run().expect(
@@ -189,6 +198,12 @@ def group_files():
           "--parallel.dp_shard=1", "--training.global_batch=100000"], prlimit=cap).run().expect(
         code=1, says=r"training.global_batch 100000 \(100000 rows per rank per micro-batch\) "
                      r"needs about [0-9.]+ GiB, but only", within_s=15)
+    Case("spmd-train eval_every with no held-out batch",
+         [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
+          "--parallel.dp_shard=1", "--data.eval_fraction=0.0001", "--metrics.eval_every=1",
+          "--training.steps=2", "--schedule.warmup_steps=1"]).run().expect(
+        code=1, says=r"metrics.eval_every = 1 asks for held-out evals, but data.eval_fraction = "
+                     r"0.0001 holds out \d+ tokens, fewer than one eval batch", within_s=30)
     Case("--batch 100000 uncapped", [single, "--data", TEXT, "--batch", "100000"]).run().expect(
         code=1, says=r"needs about [0-9.]+ GiB, but only", within_s=15)
 
@@ -210,23 +225,28 @@ def group_launcher():
         code=2, says=r"starts 300 processes, but this user may run at most 100 \(ulimit -u\) "
                      r"and runs \d+ already", within_s=3)
 
-    # stdout piped to a reader that never reads: SIGTERM still stops the job.
-    c = Case("SIGTERM with a console that does not read",
-             [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--stop-grace", "2", "yes"])
-    r, w = os.pipe()
-    p = c.start(stdout=w, stderr=subprocess.PIPE)
-    os.close(w)
-    time.sleep(1.5)  # the pipe (64 KiB) is long full by now
-    p.send_signal(signal.SIGTERM)
-    try:
-        _, err = p.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        _, err = p.communicate()
-        c.fail("spmdrun ignored SIGTERM for 10 s while its stdout was full")
-    os.close(r)
-    c.finish(p.returncode, err.decode(errors="replace")).expect(code=128 + signal.SIGTERM,
-                                                                within_s=14)
+    # stdout (then stderr) piped to a reader that never reads: SIGTERM still
+    # stops the job, and the launcher's own messages do not block it either.
+    for stream, worker in (("stdout", ["yes"]), ("stderr", ["/bin/sh", "-c", "yes >&2"])):
+        c = Case(f"SIGTERM with a {stream} that does not read",
+                 [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--stop-grace", "2"] + worker,
+                 env={"SPMD_LOG_LEVEL": "info"})
+        r, w = os.pipe()
+        kw = {"stdout": w, "stderr": subprocess.PIPE} if stream == "stdout" else \
+            {"stdout": subprocess.PIPE, "stderr": w}
+        p = c.start(**kw)
+        os.close(w)
+        time.sleep(1.5)  # the pipe (64 KiB) is long full by now
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            c.fail(f"spmdrun ignored SIGTERM for 10 s while its {stream} was full")
+        os.close(r)
+        c.finish(p.returncode, (err or out or b"").decode(errors="replace")).expect(
+            code=128 + signal.SIGTERM, within_s=14)
 
     # A line over 64 KiB reaches the log file whole.
     with tempfile.TemporaryDirectory() as d:
@@ -248,8 +268,11 @@ def group_launcher():
                                "--stop-grace", "30", PY, "-c", ignore])
     p = c.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = b""
-    while b"ready" not in out:
-        out += p.stdout.read1(4096)
+    while b"ready" not in out:  # the worker is up, its handlers set (EOF: it never came)
+        chunk = p.stdout.read1(4096)
+        if not chunk:
+            break
+        out += chunk
     p.send_signal(signal.SIGINT)
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
