@@ -79,10 +79,11 @@ void run_rank(int rank, int ranks, int64_t elements, int iters, int rounds, bool
     if (rank == 0) std::printf("round %d on_us=%.2f off_us=%.2f ratio=%.4f\n", r, a, b, a / b);
   }
   if (rank == 0) {
-    std::printf("spmd-desync ranks=%d elements=%lld on_us=%.2f off_us=%.2f ratio_median=%.4f "
-                "cpu=\"%s\"\n",
-                ranks, (long long)elements, median(on_us), median(off_us), median(ratios),
-                cpu_model().c_str());
+    std::printf(
+        "spmd-desync ranks=%d elements=%lld on_us=%.2f off_us=%.2f ratio_median=%.4f "
+        "cpu=\"%s\"\n",
+        ranks, (long long)elements, median(on_us), median(off_us), median(ratios),
+        cpu_model().c_str());
   }
   off.reset();
   dist::destroy_process_group(on);
@@ -97,7 +98,8 @@ int main(int argc, char** argv) {
   int64_t elements = 16;
   app.add_option("--ranks", ranks, "processes")->check(CLI::Range(2, 64));
   app.add_option("--elements", elements, "f32 elements per all_reduce")->check(CLI::PositiveNumber);
-  app.add_option("--iters", iters, "all_reduces per round and group")->check(CLI::Range(4, 10000000));
+  app.add_option("--iters", iters, "all_reduces per round and group")
+      ->check(CLI::Range(4, 10000000));
   app.add_option("--rounds", rounds, "interleaved rounds")->check(CLI::Range(1, 1001));
   app.add_flag("--control", control,
                "the ledger off in both groups: the ratio is the groups' own difference");

@@ -31,9 +31,9 @@ std::string human_bytes(uint64_t b) {
 std::string op_line(const json& op, int64_t dumped_us) {
   const std::string name = op.value("op", "?");
   const bool p2p = name == "send" || name == "recv";
-  std::string line = str_cat("    ", p2p ? name + " #" : "#", op.value("seq", 0ull), " ",
-                             p2p ? str_cat(name == "send" ? "to " : "from ", op.value("peer", -1))
-                                 : name);
+  std::string line =
+      str_cat("    ", p2p ? name + " #" : "#", op.value("seq", 0ull), " ",
+              p2p ? str_cat(name == "send" ? "to " : "from ", op.value("peer", -1)) : name);
   const uint64_t bytes = op.value("bytes", 0ull);
   if (bytes > 0) line += str_cat(" ", human_bytes(bytes), " ", op.value("dtype", ""));
   const std::string state = op.value("state", "?");
@@ -133,8 +133,8 @@ std::string merge_flight_dumps(const std::string& dir, size_t per_rank) {
   for (const json& d : dumps) {
     const json& ops = d["ops"];
     text += str_cat("  rank ", d.value("rank", -1), ", group ", d.value("group", "?"), " (rank ",
-                    d.value("group_rank", -1), " of ", d.value("group_size", 0), "), dumped on: ",
-                    d.value("reason", ""), "\n");
+                    d.value("group_rank", -1), " of ", d.value("group_size", 0),
+                    "), dumped on: ", d.value("reason", ""), "\n");
     const size_t first = ops.size() > per_rank ? ops.size() - per_rank : 0;
     if (first > 0) text += str_cat("    ... ", first, " earlier\n");
     for (size_t i = first; i < ops.size(); ++i)

@@ -18,8 +18,7 @@ std::chrono::milliseconds interval_from_env() {
   if (!text || !*text) return std::chrono::milliseconds(200);
   char* end = nullptr;
   const long v = std::strtol(text, &end, 10);
-  SPMD_CHECK(*end == '\0' && v >= 1, "SPMD_DESYNC_INTERVAL_MS='", text,
-             "' is not an integer >= 1");
+  SPMD_CHECK(*end == '\0' && v >= 1, "SPMD_DESYNC_INTERVAL_MS='", text, "' is not an integer >= 1");
   return std::chrono::milliseconds(v);
 }
 
@@ -163,7 +162,8 @@ std::string DesyncCheck::diagnose(uint64_t seq, std::chrono::milliseconds grace)
         const std::string key = prefix_ + "ledger/" + std::to_string(r);
         if (store_->check({key})) {
           const Bytes b = store_->get(key, grace);
-          if (auto rec = decode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size())))
+          if (auto rec =
+                  decode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size())))
             records[r] = std::move(rec);
         }
         waiting = waiting || !settled(r);

@@ -18,8 +18,8 @@
 // SPMD_DESYNC_INTERVAL_MS sets the interval (default 200).
 #pragma once
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>

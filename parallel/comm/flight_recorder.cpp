@@ -100,8 +100,8 @@ std::string FlightRecorder::to_json(int global_rank, const std::string& group, i
   nlohmann::json ops = nlohmann::json::array();
   for (const FlightEntry& e : snapshot()) {
     const bool collective = e.op != OpType::kSend && e.op != OpType::kRecv;
-    const bool failed = collective && int64_t(e.seq) == failed_seq &&
-                        e.state == FlightEntry::State::kPending;
+    const bool failed =
+        collective && int64_t(e.seq) == failed_seq && e.state == FlightEntry::State::kPending;
     ops.push_back({{"id", e.id},
                    {"op", op_name(e.op)},
                    {"seq", e.seq},
@@ -112,9 +112,8 @@ std::string FlightRecorder::to_json(int global_rank, const std::string& group, i
                    {"issued_us", e.issued_us},
                    {"ended_us", e.ended_us}});
   }
-  nlohmann::json doc = {{"rank", global_rank},   {"group", group},
-                        {"group_rank", group_rank}, {"group_size", group_size},
-                        {"reason", reason},       {"dumped_us", now_us()},
+  nlohmann::json doc = {{"rank", global_rank},      {"group", group},   {"group_rank", group_rank},
+                        {"group_size", group_size}, {"reason", reason}, {"dumped_us", now_us()},
                         {"ops", std::move(ops)}};
   return doc.dump(1);
 }

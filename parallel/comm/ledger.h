@@ -51,9 +51,9 @@ struct LedgerEntry {
 // What one rank has published: its count, its hash, its last entries.
 struct LedgerRecord {
   int rank = 0;
-  uint64_t count = 0;  // collectives issued: sequence numbers 0 .. count-1
-  uint64_t hash = 0;   // the rolling hash after #count-1 (0 when none)
-  bool final = false;  // published at a failure: this rank issues no more
+  uint64_t count = 0;                // collectives issued: sequence numbers 0 .. count-1
+  uint64_t hash = 0;                 // the rolling hash after #count-1 (0 when none)
+  bool final = false;                // published at a failure: this rank issues no more
   std::vector<LedgerEntry> entries;  // the last few, in sequence order
 };
 

@@ -66,8 +66,8 @@ TEST_CASE("ledger: the first differing call is named with its rank and seq", "[c
   const LedgerEntry b = call(0, OpType::kBarrier, {});
   std::vector<std::optional<LedgerRecord>> records;
   for (int r = 0; r < 4; ++r) {
-    LedgerEntry second = r == 3 ? call(1, OpType::kAllGather, {1024})
-                                : call(1, OpType::kAllReduce, {4096});
+    LedgerEntry second =
+        r == 3 ? call(1, OpType::kAllGather, {1024}) : call(1, OpType::kAllReduce, {4096});
     records.push_back(record_of(r, {b, second}));
   }
   CHECK(find_desync(records, "tp") ==
@@ -161,7 +161,8 @@ TEST_CASE("desync across processes: the error names the culprit, its call and th
        },
        "rank 1 called all_gather(f32[1024]) as collective #1 of group world, ranks 0, 2 called "
        "all_reduce(f32[4096])"},
-      {"other shape", 2, [](ProcessGroup& g, int r) { return g.all_reduce(floats(r == 2 ? 999 : 1000)); },
+      {"other shape", 2,
+       [](ProcessGroup& g, int r) { return g.all_reduce(floats(r == 2 ? 999 : 1000)); },
        "rank 2 called all_reduce(f32[999]) as collective #1 of group world, ranks 0, 1 called "
        "all_reduce(f32[1000])"},
   };
