@@ -211,7 +211,7 @@ std::optional<LedgerRecord> decode(std::string_view text) {
 // --- Comparing ranks -----------------------------------------------------------------
 
 std::optional<std::string> find_desync(const std::vector<std::optional<LedgerRecord>>& records,
-                                       std::string_view group) {
+                                       std::string_view group, bool behind) {
   std::vector<const LedgerRecord*> have;
   for (const auto& r : records) {
     if (r) have.push_back(&*r);
@@ -245,7 +245,7 @@ std::optional<std::string> find_desync(const std::vector<std::optional<LedgerRec
     }
   }
   // 3. The same history, but some ranks are behind the others.
-  if (most > m) return report_behind(have, m, group);
+  if (behind && most > m) return report_behind(have, m, group);
   return std::nullopt;
 }
 
