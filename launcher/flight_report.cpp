@@ -1,11 +1,9 @@
 // Merging the workers' flight-recorder dumps into one file and one report.
 #include "launcher/flight_report.h"
 
-#include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -53,18 +51,14 @@ std::string op_line(const json& op, int64_t dumped_us) {
 std::string flight_dir(const std::string& user_dir, const std::string& log_root,
                        std::string& temp_root, int restart) {
   if (!user_dir.empty()) return user_dir;
-  fs::path dir;
-  if (!log_root.empty()) {
-    dir = fs::path(log_root) / str_cat("attempt_", restart) / "flight";
-  } else {
+  if (log_root.empty()) {  // named, not made: the first rank that arms or dumps makes it
     if (temp_root.empty()) {
-      char tmpl[] = "/tmp/spmdrun_flight_XXXXXX";
-      SPMD_CHECK(::mkdtemp(tmpl) != nullptr,
-                 "cannot create a folder for the flight recorder: ", std::strerror(errno));
-      temp_root = tmpl;
+      const auto nanos = std::chrono::steady_clock::now().time_since_epoch().count();
+      temp_root = str_cat("/tmp/spmdrun_flight_", ::getpid(), "_", nanos % 1000000007);
     }
-    dir = fs::path(temp_root) / str_cat("attempt_", restart);
+    return (fs::path(temp_root) / str_cat("attempt_", restart)).string();
   }
+  const fs::path dir = fs::path(log_root) / str_cat("attempt_", restart) / "flight";
   std::error_code ec;
   fs::create_directories(dir, ec);
   SPMD_CHECK(!ec, "cannot create the flight recorder's folder ", dir.string(), ": ", ec.message());

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,8 @@ FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {
 void FlightRecorder::arm(int global_rank) {
   const char* dir = std::getenv("SPMD_FLIGHT_RECORDER_DIR");
   if (!dir || !*dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // spmdrun names it; the first rank makes it
   std::ofstream(str_cat(dir, "/armed_rank", global_rank));
 }
 
@@ -123,6 +126,8 @@ std::string FlightRecorder::dump(int global_rank, const std::string& group, int 
                                  int64_t failed_seq) const {
   const char* dir = std::getenv("SPMD_FLIGHT_RECORDER_DIR");
   if (!dir || !*dir) return "";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
   std::string file = group;
   for (char& c : file) {
     if (c == '/') c = '.';
