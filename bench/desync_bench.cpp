@@ -11,7 +11,10 @@
 // groups differ by on their own, the noise floor of the figure.
 //
 // It starts its own ranks (spawn()). Rank 0 prints one line per round and
-//   spmd-desync ranks=2 elements=16 on_us=... off_us=... ratio_median=... cpu="..."
+//   spmd-desync ranks=2 elements=16 on_us=... off_us=... ratio_median=... record_ns=... cpu="..."
+// record_ns: the ledger's own work per call (DesyncCheck::record and the
+// completion count) timed alone in one process, a figure the load of a
+// shared machine barely moves.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -21,7 +24,10 @@
 #include <numeric>
 #include <vector>
 
+#include "parallel/comm/desync_check.h"
 #include "parallel/comm/init.h"
+#include "parallel/comm/process_group.h"
+#include "runtime/hash_store.h"
 #include "runtime/spawn.h"
 #include "tensor/factory.h"
 
@@ -48,6 +54,24 @@ double time_all_reduce(dist::ProcessGroup& g, const Tensor& t, int iters) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// Nanoseconds per DesyncCheck::record() of a small all_reduce, in this
+// process alone: the work the ledger adds to each call, measured without
+// the noise of a collective around it.
+double record_ns(int64_t elements) {
+  dist::DesyncCheck check(std::make_shared<HashStore>(), "bench/", "bench", 0, 1);
+  dist::CommOp op;
+  op.type = dist::OpType::kAllReduce;
+  op.tensor = ops::ones({elements}, {DType::kF32});
+  const int n = 200000;
+  const auto start = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    op.seq = uint64_t(i);
+    check.record(op, "");
+    check.completed();
+  }
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n;
 }
 
 void run_rank(int rank, int ranks, int64_t elements, int iters, int rounds, bool control) {
@@ -79,10 +103,11 @@ void run_rank(int rank, int ranks, int64_t elements, int iters, int rounds, bool
     if (rank == 0) std::printf("round %d on_us=%.2f off_us=%.2f ratio=%.4f\n", r, a, b, a / b);
   }
   if (rank == 0) {
-    std::printf("spmd-desync ranks=%d elements=%lld on_us=%.2f off_us=%.2f ratio_median=%.4f "
-                "cpu=\"%s\"\n",
-                ranks, (long long)elements, median(on_us), median(off_us), median(ratios),
-                cpu_model().c_str());
+    std::printf(
+        "spmd-desync ranks=%d elements=%lld on_us=%.2f off_us=%.2f ratio_median=%.4f "
+        "record_ns=%.1f cpu=\"%s\"\n",
+        ranks, (long long)elements, median(on_us), median(off_us), median(ratios),
+        record_ns(elements), cpu_model().c_str());
   }
   off.reset();
   dist::destroy_process_group(on);
@@ -97,7 +122,8 @@ int main(int argc, char** argv) {
   int64_t elements = 16;
   app.add_option("--ranks", ranks, "processes")->check(CLI::Range(2, 64));
   app.add_option("--elements", elements, "f32 elements per all_reduce")->check(CLI::PositiveNumber);
-  app.add_option("--iters", iters, "all_reduces per round and group")->check(CLI::Range(4, 10000000));
+  app.add_option("--iters", iters, "all_reduces per round and group")
+      ->check(CLI::Range(4, 10000000));
   app.add_option("--rounds", rounds, "interleaved rounds")->check(CLI::Range(1, 1001));
   app.add_flag("--control", control,
                "the ledger off in both groups: the ratio is the groups' own difference");

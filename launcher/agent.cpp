@@ -106,8 +106,8 @@ Agent::Agent(const LaunchOptions& options, SignalChannel& signals)
 }
 
 Agent::~Agent() {
-  if (flight_temp_root_.empty()) return;
   std::error_code ec;
+  if (flight_temp_root_.empty() || !std::filesystem::exists(flight_temp_root_, ec)) return;
   for (const auto& attempt : std::filesystem::directory_iterator(flight_temp_root_, ec)) {
     if (!flight_dump_files(attempt.path().string()).empty()) return;  // kept for the user
   }

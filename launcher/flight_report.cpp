@@ -1,11 +1,9 @@
 // Merging the workers' flight-recorder dumps into one file and one report.
 #include "launcher/flight_report.h"
 
-#include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -31,9 +29,9 @@ std::string human_bytes(uint64_t b) {
 std::string op_line(const json& op, int64_t dumped_us) {
   const std::string name = op.value("op", "?");
   const bool p2p = name == "send" || name == "recv";
-  std::string line = str_cat("    ", p2p ? name + " #" : "#", op.value("seq", 0ull), " ",
-                             p2p ? str_cat(name == "send" ? "to " : "from ", op.value("peer", -1))
-                                 : name);
+  std::string line =
+      str_cat("    ", p2p ? name + " #" : "#", op.value("seq", 0ull), " ",
+              p2p ? str_cat(name == "send" ? "to " : "from ", op.value("peer", -1)) : name);
   const uint64_t bytes = op.value("bytes", 0ull);
   if (bytes > 0) line += str_cat(" ", human_bytes(bytes), " ", op.value("dtype", ""));
   const std::string state = op.value("state", "?");
@@ -53,18 +51,14 @@ std::string op_line(const json& op, int64_t dumped_us) {
 std::string flight_dir(const std::string& user_dir, const std::string& log_root,
                        std::string& temp_root, int restart) {
   if (!user_dir.empty()) return user_dir;
-  fs::path dir;
-  if (!log_root.empty()) {
-    dir = fs::path(log_root) / str_cat("attempt_", restart) / "flight";
-  } else {
+  if (log_root.empty()) {  // named, not made: the first rank that arms or dumps makes it
     if (temp_root.empty()) {
-      char tmpl[] = "/tmp/spmdrun_flight_XXXXXX";
-      SPMD_CHECK(::mkdtemp(tmpl) != nullptr,
-                 "cannot create a folder for the flight recorder: ", std::strerror(errno));
-      temp_root = tmpl;
+      const auto nanos = std::chrono::steady_clock::now().time_since_epoch().count();
+      temp_root = str_cat("/tmp/spmdrun_flight_", ::getpid(), "_", nanos % 1000000007);
     }
-    dir = fs::path(temp_root) / str_cat("attempt_", restart);
+    return (fs::path(temp_root) / str_cat("attempt_", restart)).string();
   }
+  const fs::path dir = fs::path(log_root) / str_cat("attempt_", restart) / "flight";
   std::error_code ec;
   fs::create_directories(dir, ec);
   SPMD_CHECK(!ec, "cannot create the flight recorder's folder ", dir.string(), ": ", ec.message());
@@ -133,8 +127,8 @@ std::string merge_flight_dumps(const std::string& dir, size_t per_rank) {
   for (const json& d : dumps) {
     const json& ops = d["ops"];
     text += str_cat("  rank ", d.value("rank", -1), ", group ", d.value("group", "?"), " (rank ",
-                    d.value("group_rank", -1), " of ", d.value("group_size", 0), "), dumped on: ",
-                    d.value("reason", ""), "\n");
+                    d.value("group_rank", -1), " of ", d.value("group_size", 0),
+                    "), dumped on: ", d.value("reason", ""), "\n");
     const size_t first = ops.size() > per_rank ? ops.size() - per_rank : 0;
     if (first > 0) text += str_cat("    ... ", first, " earlier\n");
     for (size_t i = first; i < ops.size(); ++i)

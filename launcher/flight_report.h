@@ -16,8 +16,10 @@ namespace spmd::launcher {
 
 // The folder for attempt `restart`'s dumps: `user_dir` (the launcher's own
 // SPMD_FLIGHT_RECORDER_DIR) when set, else <log_root>/attempt_<restart>/flight
-// when logs are written, else <temp_root>/attempt_<restart>, `temp_root`
-// made on first use (/tmp/spmdrun_flight_XXXXXX). Creates the folder.
+// when logs are written (created here), else <temp_root>/attempt_<restart>,
+// `temp_root` named on first use (/tmp/spmdrun_flight_<pid>_<n>) but left for
+// the first worker that needs it to create (a program that makes no group
+// leaves nothing behind, even when spmdrun itself is killed).
 std::string flight_dir(const std::string& user_dir, const std::string& log_root,
                        std::string& temp_root, int restart);
 

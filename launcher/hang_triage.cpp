@@ -57,8 +57,8 @@ Wavefront find_wavefront(const std::vector<std::optional<RankProgress>>& ranks) 
 std::string culprit_line(const Wavefront& w, const std::string& group, int dead_rank,
                          const std::string& how) {
   const std::string at = str_cat("collective #", w.seq, " of group ", group, " (", w.op, ")");
-  const std::string where = w.waiting.empty() ? "" : str_cat(", where ", ranks_text(w.waiting),
-                                                            " wait");
+  const std::string where =
+      w.waiting.empty() ? "" : str_cat(", where ", ranks_text(w.waiting), " wait");
   if (dead_rank >= 0) {
     return str_cat("rank ", dead_rank, " ", how,
                    w.op.empty() ? "" : str_cat(" while the others were at ", at), where);
@@ -121,8 +121,7 @@ std::string wavefront_report(const std::vector<std::optional<RankProgress>>& ran
   return text;
 }
 
-std::vector<std::optional<RankProgress>> read_progress(Store& store, int attempt,
-                                                       int world_size) {
+std::vector<std::optional<RankProgress>> read_progress(Store& store, int attempt, int world_size) {
   std::vector<std::optional<RankProgress>> ranks(world_size);
   for (int r = 0; r < world_size; ++r) {
     const std::string key = str_cat("attempt_", attempt, "/", progress_key("world", r));

@@ -2,7 +2,8 @@
 // the ranks publish in the store (runtime/progress.h), as one wavefront
 // table with the culprit named on its first line:
 //
-//   spmdrun: hang: rank 1 never entered collective #2 of group world (all_reduce(f32[1000])), where ranks 0, 2 wait
+//   spmdrun: hang: rank 1 never entered collective #2 of group world (all_reduce(f32[1000])), where
+//   ranks 0, 2 wait
 //     rank  group  op                     seq  state                        waiting on
 //     0     world  all_reduce(f32[1000])  2    in the collective for 5.1 s  rank 1
 //     1     world  -                      -    in its own code (#0-#1 done) -

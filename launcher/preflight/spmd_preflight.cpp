@@ -83,8 +83,9 @@ void check_all_reduce(dist::ProcessGroup& g) {
   const double want = n * (n + 1) / 2.0;
   for (int k = 0; k < 3; ++k) {
     if (f.data<float>()[k] != float(want) || i.data<int64_t>()[k] != int64_t(want))
-      fail(g.rank(), "tcp", str_cat("all_reduce gave ", f.data<float>()[k], " and ",
-                                    i.data<int64_t>()[k], ", expected ", want));
+      fail(g.rank(), "tcp",
+           str_cat("all_reduce gave ", f.data<float>()[k], " and ", i.data<int64_t>()[k],
+                   ", expected ", want));
   }
 }
 
@@ -101,15 +102,17 @@ void check_clock(dist::ProcessGroup& g) {
   g.all_gather(all, mine).wait();
   if (g.rank() != 0) return;
   std::map<int64_t, int64_t> node_clock;  // node -> its first rank's clock
-  for (int r = 0; r < g.size(); ++r) node_clock.emplace(all.data<int64_t>()[2 * r + 1], all.data<int64_t>()[2 * r]);
+  for (int r = 0; r < g.size(); ++r)
+    node_clock.emplace(all.data<int64_t>()[2 * r + 1], all.data<int64_t>()[2 * r]);
   int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (auto& [node, t] : node_clock) lo = std::min(lo, t), hi = std::max(hi, t);
   const double skew_ms = (hi - lo) / 1000.0;
   const int limit = env_int("SPMD_PREFLIGHT_MAX_SKEW_MS", 2000);
   if (skew_ms > limit)
-    fail(0, "clock", str_cat("the nodes' clocks differ by ", skew_ms, " ms (limit ", limit,
-                             " ms, SPMD_PREFLIGHT_MAX_SKEW_MS): timestamps in logs and flight "
-                             "records will not line up"));
+    fail(0, "clock",
+         str_cat("the nodes' clocks differ by ", skew_ms, " ms (limit ", limit,
+                 " ms, SPMD_PREFLIGHT_MAX_SKEW_MS): timestamps in logs and flight "
+                 "records will not line up"));
   std::printf("preflight: clock: ok (%zu node(s), spread %.1f ms)\n", node_clock.size(), skew_ms);
 }
 

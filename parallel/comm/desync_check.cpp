@@ -18,8 +18,7 @@ std::chrono::milliseconds interval_from_env() {
   if (!text || !*text) return std::chrono::milliseconds(200);
   char* end = nullptr;
   const long v = std::strtol(text, &end, 10);
-  SPMD_CHECK(*end == '\0' && v >= 1, "SPMD_DESYNC_INTERVAL_MS='", text,
-             "' is not an integer >= 1");
+  SPMD_CHECK(*end == '\0' && v >= 1, "SPMD_DESYNC_INTERVAL_MS='", text, "' is not an integer >= 1");
   return std::chrono::milliseconds(v);
 }
 
@@ -127,6 +126,29 @@ void DesyncCheck::publish_progress() {
   progress_ = std::move(text);
 }
 
+// Reads every rank's record and reports the first call on which they
+// differ (not ranks that are merely behind: that is normal while running).
+void DesyncCheck::compare_records() {
+  if (rank_ != 0 || size_ < 2 || reported_ || ++wakes_ % 5 != 0) return;
+  const uint64_t count = ledger_.count();
+  if (count == compared_) return;
+  compared_ = count;
+  std::vector<std::optional<LedgerRecord>> records(size_);
+  records[0] = ledger_.snapshot(0);
+  for (int r = 1; r < size_; ++r) {
+    const std::string key = prefix_ + "ledger/" + std::to_string(r);
+    if (!store_->check({key})) continue;
+    const Bytes b = store_->get(key, interval_);
+    records[r] = decode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size()));
+  }
+  const auto found = find_desync(records, group_, /*behind=*/false);
+  if (!found) return;
+  reported_ = true;
+  const std::string line = "desync: " + *found;
+  store_->compare_set(prefix_ + "desync", {}, Bytes(line.begin(), line.end()));
+  SPMD_LOG_ERROR(line, " (found by rank 0's ledger check while the job runs)");
+}
+
 void DesyncCheck::publisher_loop() {
   std::unique_lock lock(mu_);
   while (!stop_) {
@@ -137,6 +159,7 @@ void DesyncCheck::publisher_loop() {
     try {
       if (ledger_changed) publish(false);
       publish_progress();
+      compare_records();
     } catch (...) {  // the store is gone (the job is ending): stop publishing
       lock.lock();
       break;
@@ -163,7 +186,8 @@ std::string DesyncCheck::diagnose(uint64_t seq, std::chrono::milliseconds grace)
         const std::string key = prefix_ + "ledger/" + std::to_string(r);
         if (store_->check({key})) {
           const Bytes b = store_->get(key, grace);
-          if (auto rec = decode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size())))
+          if (auto rec =
+                  decode(std::string_view(reinterpret_cast<const char*>(b.data()), b.size())))
             records[r] = std::move(rec);
         }
         waiting = waiting || !settled(r);

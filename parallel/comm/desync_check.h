@@ -14,12 +14,18 @@
 // collectives issued and completed, the one in flight) under
 // <group>/progress/<rank>, which spmdrun --hang-timeout watches.
 //
+// While the job runs, rank 0's thread also compares every rank's published
+// record every 5 intervals (when its own has moved), so that ranks whose
+// calls differ where the wire cannot tell (the same op and shape from
+// different call-site tags) are reported too: logged once at error level and
+// stored under <group>/desync. The collectives themselves go on.
+//
 // SPMD_DESYNC_CHECK=0 turns it off (nothing recorded or published);
 // SPMD_DESYNC_INTERVAL_MS sets the interval (default 200).
 #pragma once
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -65,6 +71,7 @@ class DesyncCheck {
  private:
   void publish(bool final);
   void publish_progress();
+  void compare_records();  // rank 0, while the job runs
   void publisher_loop();
 
   std::shared_ptr<Store> store_;
@@ -73,7 +80,10 @@ class DesyncCheck {
   Ledger ledger_;
   std::chrono::milliseconds interval_;
   std::atomic<uint64_t> completed_{0};
-  std::string progress_;  // the progress record last published (publisher thread only)
+  std::string progress_;   // the progress record last published (publisher thread only)
+  uint64_t compared_ = 0;  // the count at rank 0's last comparison (publisher thread only)
+  int wakes_ = 0;
+  bool reported_ = false;
 
   std::mutex publish_mu_;  // one publish at a time
   std::mutex mu_;          // guards the fields below

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,8 @@ FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {
 void FlightRecorder::arm(int global_rank) {
   const char* dir = std::getenv("SPMD_FLIGHT_RECORDER_DIR");
   if (!dir || !*dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);  // spmdrun names it; the first rank makes it
   std::ofstream(str_cat(dir, "/armed_rank", global_rank));
 }
 
@@ -100,8 +103,8 @@ std::string FlightRecorder::to_json(int global_rank, const std::string& group, i
   nlohmann::json ops = nlohmann::json::array();
   for (const FlightEntry& e : snapshot()) {
     const bool collective = e.op != OpType::kSend && e.op != OpType::kRecv;
-    const bool failed = collective && int64_t(e.seq) == failed_seq &&
-                        e.state == FlightEntry::State::kPending;
+    const bool failed =
+        collective && int64_t(e.seq) == failed_seq && e.state == FlightEntry::State::kPending;
     ops.push_back({{"id", e.id},
                    {"op", op_name(e.op)},
                    {"seq", e.seq},
@@ -112,9 +115,8 @@ std::string FlightRecorder::to_json(int global_rank, const std::string& group, i
                    {"issued_us", e.issued_us},
                    {"ended_us", e.ended_us}});
   }
-  nlohmann::json doc = {{"rank", global_rank},   {"group", group},
-                        {"group_rank", group_rank}, {"group_size", group_size},
-                        {"reason", reason},       {"dumped_us", now_us()},
+  nlohmann::json doc = {{"rank", global_rank},      {"group", group},   {"group_rank", group_rank},
+                        {"group_size", group_size}, {"reason", reason}, {"dumped_us", now_us()},
                         {"ops", std::move(ops)}};
   return doc.dump(1);
 }
@@ -124,6 +126,8 @@ std::string FlightRecorder::dump(int global_rank, const std::string& group, int 
                                  int64_t failed_seq) const {
   const char* dir = std::getenv("SPMD_FLIGHT_RECORDER_DIR");
   if (!dir || !*dir) return "";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
   std::string file = group;
   for (char& c : file) {
     if (c == '/') c = '.';

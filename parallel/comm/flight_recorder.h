@@ -30,10 +30,10 @@ struct FlightEntry {
 
   uint64_t id = 0;  // this rank's count of the group's operations: their order
   OpType op = OpType::kBarrier;
-  uint64_t seq = 0;      // the collective's sequence number, or send/recv's own count
-  int peer = -1;         // send / recv: the other rank; rooted collectives: the root
-  uint64_t bytes = 0;    // the larger of the op's tensors (all_gather: the output)
-  std::string dtype;     // "f32"; empty for a barrier
+  uint64_t seq = 0;    // the collective's sequence number, or send/recv's own count
+  int peer = -1;       // send / recv: the other rank; rooted collectives: the root
+  uint64_t bytes = 0;  // the larger of the op's tensors (all_gather: the output)
+  std::string dtype;   // "f32"; empty for a barrier
   State state = State::kPending;
   int64_t issued_us = 0;
   int64_t ended_us = 0;  // 0 while pending

@@ -42,9 +42,8 @@ CallGroups group_calls(const std::vector<std::pair<int, const LedgerEntry*>>& ca
     if (fresh) groups.push_back({entry, {}});
     groups[it->second].second.push_back(rank);
   }
-  std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
-    return a.second.size() > b.second.size();
-  });
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
   return groups;
 }
 
@@ -76,12 +75,12 @@ std::string report_behind(const std::vector<const LedgerRecord*>& have, uint64_t
     }
   }
   const LedgerEntry* last = entry_at(*lagger, m - 1);
-  const std::string last_text =
-      m == 0 ? "it has issued none" : last ? str_cat("its last: #", m - 1, " ", last->describe())
-                                           : str_cat("its last: #", m - 1);
-  std::string text = str_cat(rank_list(behind), behind.size() > 1 ? " have" : " has",
-                             " not called collective #", m, " of group ", group, " (", last_text,
-                             ")");
+  const std::string last_text = m == 0 ? "it has issued none"
+                                : last ? str_cat("its last: #", m - 1, " ", last->describe())
+                                       : str_cat("its last: #", m - 1);
+  std::string text =
+      str_cat(rank_list(behind), behind.size() > 1 ? " have" : " has", " not called collective #",
+              m, " of group ", group, " (", last_text, ")");
   if (!ahead.empty()) {
     const CallGroups calls = group_calls(ahead);
     text += str_cat(", ", rank_list(calls[0].second), " called ", calls[0].first->describe());
@@ -212,7 +211,7 @@ std::optional<LedgerRecord> decode(std::string_view text) {
 // --- Comparing ranks -----------------------------------------------------------------
 
 std::optional<std::string> find_desync(const std::vector<std::optional<LedgerRecord>>& records,
-                                       std::string_view group) {
+                                       std::string_view group, bool behind) {
   std::vector<const LedgerRecord*> have;
   for (const auto& r : records) {
     if (r) have.push_back(&*r);
@@ -246,7 +245,7 @@ std::optional<std::string> find_desync(const std::vector<std::optional<LedgerRec
     }
   }
   // 3. The same history, but some ranks are behind the others.
-  if (most > m) return report_behind(have, m, group);
+  if (behind && most > m) return report_behind(have, m, group);
   return std::nullopt;
 }
 

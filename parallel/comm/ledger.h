@@ -51,9 +51,9 @@ struct LedgerEntry {
 // What one rank has published: its count, its hash, its last entries.
 struct LedgerRecord {
   int rank = 0;
-  uint64_t count = 0;  // collectives issued: sequence numbers 0 .. count-1
-  uint64_t hash = 0;   // the rolling hash after #count-1 (0 when none)
-  bool final = false;  // published at a failure: this rank issues no more
+  uint64_t count = 0;                // collectives issued: sequence numbers 0 .. count-1
+  uint64_t hash = 0;                 // the rolling hash after #count-1 (0 when none)
+  bool final = false;                // published at a failure: this rank issues no more
   std::vector<LedgerEntry> entries;  // the last few, in sequence order
 };
 
@@ -84,11 +84,12 @@ std::optional<LedgerRecord> decode(std::string_view text);
 // can be compared. records[r] is group rank r's (nothing: not published). The
 // text names the culprit, its call, the sequence number and what the others
 // called: "rank 3 called all_gather(f32[1024]) as collective #812 of group
-// tp, ranks 0-2 called all_reduce(f32[4096])". A rank that issued fewer
-// collectives than the others is named as not having called the first one
-// it lacks.
+// tp, ranks 0-2 called all_reduce(f32[4096])". With `behind`, a rank that
+// issued fewer collectives than the others is named as not having called the
+// first one it lacks (at a failure; while the job runs, ranks are normally a
+// little apart).
 std::optional<std::string> find_desync(const std::vector<std::optional<LedgerRecord>>& records,
-                                       std::string_view group);
+                                       std::string_view group, bool behind = true);
 
 // "rank 3", "ranks 0-2", "ranks 0, 2, 5-7".
 std::string rank_list(const std::vector<int>& ranks);

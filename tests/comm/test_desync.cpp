@@ -3,6 +3,8 @@
 // that calls another op, one that passes another shape), whose errors must
 // name the culprit rank, its call, the sequence number and what the others
 // called.
+#include <stdlib.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
@@ -66,8 +68,8 @@ TEST_CASE("ledger: the first differing call is named with its rank and seq", "[c
   const LedgerEntry b = call(0, OpType::kBarrier, {});
   std::vector<std::optional<LedgerRecord>> records;
   for (int r = 0; r < 4; ++r) {
-    LedgerEntry second = r == 3 ? call(1, OpType::kAllGather, {1024})
-                                : call(1, OpType::kAllReduce, {4096});
+    LedgerEntry second =
+        r == 3 ? call(1, OpType::kAllGather, {1024}) : call(1, OpType::kAllReduce, {4096});
     records.push_back(record_of(r, {b, second}));
   }
   CHECK(find_desync(records, "tp") ==
@@ -161,7 +163,8 @@ TEST_CASE("desync across processes: the error names the culprit, its call and th
        },
        "rank 1 called all_gather(f32[1024]) as collective #1 of group world, ranks 0, 2 called "
        "all_reduce(f32[4096])"},
-      {"other shape", 2, [](ProcessGroup& g, int r) { return g.all_reduce(floats(r == 2 ? 999 : 1000)); },
+      {"other shape", 2,
+       [](ProcessGroup& g, int r) { return g.all_reduce(floats(r == 2 ? 999 : 1000)); },
        "rank 2 called all_reduce(f32[999]) as collective #1 of group world, ranks 0, 1 called "
        "all_reduce(f32[1000])"},
   };
@@ -181,4 +184,36 @@ TEST_CASE("desync across processes: the error names the culprit, its call and th
       }
     }
   }
+}
+
+TEST_CASE("desync while running: the same op and shape from different call sites is reported",
+          "[comm][desync]") {
+  const int world = 3;
+  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+    ::setenv("SPMD_DESYNC_INTERVAL_MS", "50", 1);
+    auto g = join(rank, world, store, std::chrono::seconds(5));
+    auto sub = g->new_group({0, 2});  // ranks 0, 2 of world: ranks 0, 1 of world/group0
+    if (sub) {
+      sub->set_call_site(rank == 2 ? "grad_norm" : "loss");  // the wire sees two equal calls
+      sub->all_reduce(floats(4)).wait();
+      sub->set_call_site("");
+      sub->barrier().wait();
+    }
+    g->barrier().wait();
+    if (rank == 0) {  // rank 0 of the subgroup compares about every 5 intervals
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (!g->store_ptr()->check({"world/group0/desync"}) &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      report(g->store_ptr()->check({"world/group0/desync"})
+                 ? g->store_ptr()->get_string("world/group0/desync")
+                 : "no desync reported");
+    }
+    g->barrier().wait();
+  });
+  for (int r = 0; r < world; ++r) CHECK(outcomes[r].exited_ok());
+  CHECK(outcomes[0].report ==
+        "desync: rank 1 called all_reduce(f32[4]) at grad_norm as collective #0 of group "
+        "world/group0, rank 0 called all_reduce(f32[4]) at loss");
 }

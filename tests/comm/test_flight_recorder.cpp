@@ -76,9 +76,9 @@ TEST_CASE("flight recorder: a rank killed mid-collective leaves the survivors' l
     init.world_size = world;
     init.timeout = std::chrono::seconds(10);
     auto g = init_process_group(init);
-    g->barrier().wait();                   // #0
-    g->all_reduce(floats(100)).wait();     // #1
-    g->broadcast(floats(10), 0).wait();    // #2
+    g->barrier().wait();                      // #0
+    g->all_reduce(floats(100)).wait();        // #1
+    g->broadcast(floats(10), 0).wait();       // #2
     Work w = g->all_reduce(floats(8 << 20));  // #3: 32 MiB, long enough to be killed in
     if (rank == victim) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -54,9 +54,14 @@ Header valid_header(std::mt19937_64& rng) {
 void mutate_bytes(std::vector<uint8_t>& b, std::mt19937_64& rng) {
   for (int e = 1 + int(rng() % 3); e > 0 && !b.empty(); --e) {
     switch (rng() % 3) {
-      case 0: b[rng() % b.size()] ^= uint8_t(1u << (rng() % 8)); break;
-      case 1: b[rng() % b.size()] = uint8_t(rng()); break;
-      default: b.resize(rng() % b.size());
+      case 0:
+        b[rng() % b.size()] ^= uint8_t(1u << (rng() % 8));
+        break;
+      case 1:
+        b[rng() % b.size()] = uint8_t(rng());
+        break;
+      default:
+        b.resize(rng() % b.size());
     }
   }
 }
@@ -81,8 +86,8 @@ TEST_CASE("fuzz: a Link refuses every header but the expected one, from a live s
     } else if (rng() % 3 != 0) {
       mutate_bytes(bytes, rng);
     }
-    const bool intact = bytes.size() == sizeof(Header) &&
-                        std::memcmp(bytes.data(), &expect, sizeof expect) == 0;
+    const bool intact =
+        bytes.size() == sizeof(Header) && std::memcmp(bytes.data(), &expect, sizeof expect) == 0;
     const size_t payload = 8;
     for (size_t i = 0; i < payload; ++i) bytes.push_back(uint8_t(i));
     REQUIRE(::write(fds[1], bytes.data(), bytes.size()) == ssize_t(bytes.size()));
@@ -147,7 +152,8 @@ TEST_CASE("fuzz: ledger records from the store parse whole or not at all", "[com
       (void)find_desync(both, "g");
     }
     // The progress record, the same way.
-    RankProgress p{int(rng() % 8), rng() % 10 + 5, rng() % 5, rng() % 9, int64_t(rng()), "op(f32[3])"};
+    RankProgress p{int(rng() % 8), rng() % 10 + 5, rng() % 5,
+                   rng() % 9,      int64_t(rng()), "op(f32[3])"};
     std::string ptext = encode_progress(p);
     REQUIRE(decode_progress(ptext));
     std::vector<uint8_t> pbytes(ptext.begin(), ptext.end());

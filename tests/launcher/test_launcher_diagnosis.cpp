@@ -32,10 +32,9 @@ TEST_CASE("spmdrun: a rank killed mid-collective; the survivors' flight records,
           "[launcher][flight]") {
   const std::string tag = unique_tag();
   const fs::path logs = fs::temp_directory_path() / tag;
-  RunResult r = run_spmdrun(
-      comm_job(3, tag, {"--kill-rank", "1", "--timeout-ms", "20000"},
-               {"--log-dir", logs.string(), "--run-id", "job"}),
-      60s);
+  RunResult r = run_spmdrun(comm_job(3, tag, {"--kill-rank", "1", "--timeout-ms", "20000"},
+                                     {"--log-dir", logs.string(), "--run-id", "job"}),
+                            60s);
   INFO(r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("first to fail : rank 1") != std::string::npos);
@@ -57,8 +56,8 @@ TEST_CASE("spmdrun: a rank killed mid-collective; the survivors' flight records,
     CHECK(ops[2]["op"] == "all_reduce");
     CHECK(ops[2]["seq"] == 2);
     CHECK(ops[2]["state"] == "failed");
-    CHECK_THAT(d["reason"].get<std::string>(), Catch::Contains("all_reduce #2 in group world") &&
-                                                   Catch::Contains("rank 1"));
+    CHECK_THAT(d["reason"].get<std::string>(),
+               Catch::Contains("all_reduce #2 in group world") && Catch::Contains("rank 1"));
   }
   CHECK(r.err.find("#2 all_reduce 32 MiB f32: failed") != std::string::npos);
   // The wavefront: the dead rank named first, the collective the others were in.
@@ -87,7 +86,7 @@ TEST_CASE("spmdrun --hang-timeout: a rank asleep in its own code is named, the j
         std::string::npos);
   CHECK(line_after(r.err, "  1  ").find("in its own code (#0-#1 done)") != std::string::npos);
   CHECK(count(r.err, "  rank 1\n") == 2);  // ranks 0 and 2 wait on it
-  CHECK(wait_until_gone(tag, 10s));  // no orphan
+  CHECK(wait_until_gone(tag, 10s));        // no orphan
 }
 
 TEST_CASE("spmdrun --hang-timeout: a bad value is refused before anything starts",
@@ -97,13 +96,15 @@ TEST_CASE("spmdrun --hang-timeout: a bad value is refused before anything starts
   CHECK(r.err.find("--hang-timeout: must be at least 0, got -1") != std::string::npos);
 }
 
-TEST_CASE("spmdrun --preflight: every check passes, then the program runs", "[launcher][preflight]") {
+TEST_CASE("spmdrun --preflight: every check passes, then the program runs",
+          "[launcher][preflight]") {
   const std::string tag = unique_tag();
   RunResult r = run_spmdrun(comm_job(3, tag, {}, {"--preflight"}), 60s);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
-  for (const char* line : {"preflight: rank 1: store: ok", "preflight: tcp: ok (all_reduce of 3 ranks)",
-                           "preflight: clock: ok (1 node(s)", "preflight: versions: ok"}) {
+  for (const char* line :
+       {"preflight: rank 1: store: ok", "preflight: tcp: ok (all_reduce of 3 ranks)",
+        "preflight: clock: ok (1 node(s)", "preflight: versions: ok"}) {
     CHECK(r.out.find(line) != std::string::npos);
   }
   const size_t passed = r.err.find("spmdrun: preflight passed on ranks 0..2");

@@ -40,14 +40,22 @@ std::vector<uint8_t> valid_request(std::mt19937_64& rng) {
   const int64_t timeout_ms = int64_t(rng() % 30);
   Writer w;
   switch (1 + rng() % 8) {
-    case 1: return w.u8(uint8_t(Op::kSet)).str(key()).str(value()).finish();
-    case 2: return w.u8(uint8_t(Op::kGet)).str(key()).i64(timeout_ms).finish();
-    case 3: return w.u8(uint8_t(Op::kAdd)).str(key()).i64(int64_t(rng() % 5) - 2).finish();
-    case 4: return w.u8(uint8_t(Op::kCompareSet)).str(key()).str(value()).str(value()).finish();
-    case 5: return w.u8(uint8_t(Op::kWait)).keys({key(), key()}).i64(timeout_ms).finish();
-    case 6: return w.u8(uint8_t(Op::kCheck)).keys({key()}).finish();
-    case 7: return w.u8(uint8_t(Op::kDeleteKey)).str(key()).finish();
-    default: return w.u8(uint8_t(Op::kNumKeys)).finish();
+    case 1:
+      return w.u8(uint8_t(Op::kSet)).str(key()).str(value()).finish();
+    case 2:
+      return w.u8(uint8_t(Op::kGet)).str(key()).i64(timeout_ms).finish();
+    case 3:
+      return w.u8(uint8_t(Op::kAdd)).str(key()).i64(int64_t(rng() % 5) - 2).finish();
+    case 4:
+      return w.u8(uint8_t(Op::kCompareSet)).str(key()).str(value()).str(value()).finish();
+    case 5:
+      return w.u8(uint8_t(Op::kWait)).keys({key(), key()}).i64(timeout_ms).finish();
+    case 6:
+      return w.u8(uint8_t(Op::kCheck)).keys({key()}).finish();
+    case 7:
+      return w.u8(uint8_t(Op::kDeleteKey)).str(key()).finish();
+    default:
+      return w.u8(uint8_t(Op::kNumKeys)).finish();
   }
 }
 
@@ -56,10 +64,18 @@ void mutate(std::vector<uint8_t>& bytes, std::mt19937_64& rng) {
   const int edits = 1 + int(rng() % 4);
   for (int e = 0; e < edits && !bytes.empty(); ++e) {
     switch (rng() % 5) {
-      case 0: bytes[rng() % bytes.size()] ^= uint8_t(1u << (rng() % 8)); break;
-      case 1: bytes[rng() % bytes.size()] = uint8_t(rng()); break;
-      case 2: bytes.resize(rng() % bytes.size()); break;
-      case 3: for (int i = int(rng() % 16); i > 0; --i) bytes.push_back(uint8_t(rng())); break;
+      case 0:
+        bytes[rng() % bytes.size()] ^= uint8_t(1u << (rng() % 8));
+        break;
+      case 1:
+        bytes[rng() % bytes.size()] = uint8_t(rng());
+        break;
+      case 2:
+        bytes.resize(rng() % bytes.size());
+        break;
+      case 3:
+        for (int i = int(rng() % 16); i > 0; --i) bytes.push_back(uint8_t(rng()));
+        break;
       default:
         if (bytes.size() >= 4) {
           const uint32_t len = rng() % 3 == 0 ? uint32_t(rng()) : uint32_t(rng() % 64);

@@ -184,6 +184,7 @@ Work NcclProcessGroup::enqueue(std::vector<CommOp>& ops, const std::string& desc
   pending->work = Work(description, Work::Duration::max());
   pending->description = description;
   pending->seq = ops.front().seq;
+  pending->collective = ops.front().type != OpType::kSend && ops.front().type != OpType::kRecv;
   pending->start = Clock::now();
   pending->deadline = pending->start + timeout();
   pending->doorbell = state_->doorbell;

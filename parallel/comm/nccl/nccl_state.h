@@ -70,6 +70,7 @@ struct NcclProcessGroup::Pending {
   // gave up on this record (and leaked it) still rings a live doorbell.
   std::shared_ptr<Doorbell> doorbell;
   bool announced = false;
+  bool collective = false;  // not a send/recv batch: in the ledger (desync_check.h)
 };
 
 // How long a collective may take before this rank records in the store that

@@ -46,7 +46,8 @@ void NcclProcessGroup::watchdog_loop() {
       abort_all(why, false);
     } else if (now > oldest->deadline) {
       lock.unlock();
-      abort_all(str_cat("timed out after ", timeout().count(), " ms; ", never_arrived(oldest->seq)),
+      abort_all(str_cat("timed out after ", timeout().count(), " ms; ", never_arrived(oldest->seq),
+                        oldest->collective ? desync_report(oldest->seq) : ""),
                 true);
     } else if (!oldest->announced && now > oldest->start + slow_after(timeout())) {
       oldest->announced = true;  // only this thread reads or writes it
@@ -97,6 +98,10 @@ void NcclProcessGroup::abort_all(const std::string& why, bool timed_out) {
     state_->comm = nullptr;
   }
   set_aborted();
+  note_failure();
+  dump_flight_record(failed.empty() || !failed.front()->collective ? -1
+                                                                   : int64_t(failed.front()->seq),
+                     failure);
   try {
     const std::string mine = str_cat(rank_name(rank()), " reported: ", failure);
     store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
