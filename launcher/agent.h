@@ -59,6 +59,9 @@ class Agent {
   // The flight recorder (launcher/flight_report.h): the user's folder, the
   // temporary one spmdrun made (when no log folder), this attempt's.
   std::string flight_user_dir_, flight_temp_root_, flight_dir_;
+  // Where each worker's TORCHELASTIC_ERROR_FILE lies (launcher/failure_report.h):
+  // the log folder, else a temporary one spmdrun made and removes at the end.
+  std::string error_root_, error_temp_root_;
 };
 
 }  // namespace spmd::launcher

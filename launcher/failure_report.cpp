@@ -5,6 +5,9 @@
 #include <sys/wait.h>
 
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -49,7 +52,56 @@ std::string others(const WorkerGroup& group, size_t failed) {
   return out.empty() ? "none on this node" : out;
 }
 
+// Each line of `text`, indented for the report.
+std::string indented(const std::string& text) {
+  std::string out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out += "    | " + line + "\n";
+  return out;
+}
+
 }  // namespace
+
+std::string error_file_path(const std::string& root, int restart, int rank) {
+  return str_cat(root, "/attempt_", restart, "/rank_", rank, "/error.json");
+}
+
+std::string prepare_error_file(const std::string& root, int restart, int rank) {
+  namespace fs = std::filesystem;
+  const fs::path path = error_file_path(root, restart, rank);
+  std::error_code ec;
+  fs::create_directories(path.parent_path(), ec);
+  SPMD_CHECK(!ec, "cannot create ", path.parent_path().string(), ": ", ec.message());
+  fs::remove(path, ec);
+  return path.string();
+}
+
+std::string error_file_report(const std::string& path) {
+  std::ifstream in(path);
+  if (path.empty() || !in) return "";
+  std::stringstream text;
+  text << in.rdbuf();
+  std::ostringstream os;
+  os << "  error file    : " << path << "\n";
+  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*exceptions=*/false);
+  auto field = [](const nlohmann::json& j, const char* key) -> const nlohmann::json* {
+    return j.is_object() && j.contains(key) ? &j.at(key) : nullptr;
+  };
+  const nlohmann::json* message = field(doc, "message");
+  const nlohmann::json* inner = message ? field(*message, "message") : nullptr;
+  const nlohmann::json* extra = message ? field(*message, "extraInfo") : nullptr;
+  const nlohmann::json* stack = extra ? field(*extra, "py_callstack") : nullptr;
+  if (message && message->is_string()) {  // a plain {"message": "..."} is accepted too
+    os << "  error         : " << message->get<std::string>() << "\n";
+  } else if (inner && inner->is_string()) {
+    os << "  error         : " << inner->get<std::string>() << "\n";
+    if (stack && stack->is_string())
+      os << "  its call stack (from the error file):\n" << indented(stack->get<std::string>());
+  } else {
+    os << "  (not torchrun's error-file format; as written:)\n" << indented(text.str());
+  }
+  return os.str();
+}
 
 std::string failure_summary(const Worker& w, int group_rank) {
   return str_cat("rank ", w.rank, " (local rank ", w.local_rank, " on node ", group_rank, ") ",
@@ -72,6 +124,7 @@ std::string format_failure_report(const WorkerGroup& group, size_t failed,
   os << "  command       : " << c.command << "\n";
   os << "  attempt       : restart " << c.restart << " of at most " << c.max_restarts << "\n";
   os << "  the others    : " << others(group, failed) << "\n";
+  os << error_file_report(c.error_file);
   std::vector<std::string> tail = w.output->tail();
   if (tail.empty()) os << "  output        : (rank " << w.rank << " wrote nothing)\n";
   if (!tail.empty())
