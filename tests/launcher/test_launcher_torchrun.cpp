@@ -133,24 +133,33 @@ TEST_CASE("spmdrun: --rdzv-conf, --nnodes MIN:MAX and --nproc-per-node gpu", "[l
 
 TEST_CASE("spmdrun: a worker's TORCHELASTIC_ERROR_FILE is in the failure report", "[launcher]") {
   TempDir dir;
-  // What torchrun's @record writes for an uncaught exception, by its
-  // documented format; rank 1 fails, rank 0 succeeds.
-  std::string script = dir.write("fail.py",
-                                 "import json, os, sys, time, traceback\n"
-                                 "path = os.environ['TORCHELASTIC_ERROR_FILE']\n"
-                                 "print('ERRFILE', path)\n"
-                                 "if os.environ['RANK'] == '1':\n"
-                                 "    try:\n"
-                                 "        raise ValueError('loss is nan at step 7')\n"
-                                 "    except ValueError as e:\n"
-                                 "        with open(path, 'w') as f:\n"
-                                 "            json.dump({'message': {'message': 'ValueError: ' + "
-                                 "str(e), 'extraInfo': {'py_callstack': traceback.format_exc(), "
-                                 "'timestamp': str(int(time.time()))}}}, f)\n"
-                                 "        sys.exit(3)\n");
+  // Rank 1 writes what torchrun's @record writes for an uncaught exception,
+  // by its documented format, and fails, once rank 0 has printed its path (a
+  // marker file says so); rank 0 waits to be stopped.
+  std::string script = dir.write(
+      "fail.py",
+      "import json, os, sys, time, traceback\n"
+      "path = os.environ['TORCHELASTIC_ERROR_FILE']\n"
+      "marker = os.path.join(sys.argv[1], 'rank0_printed')\n"
+      "print('ERRFILE', path)\n"
+      "if os.environ['RANK'] == '0':\n"
+      "    open(marker, 'w').close()\n"
+      "    time.sleep(30)\n"
+      "    sys.exit(0)\n"
+      "deadline = time.time() + 20\n"
+      "while not os.path.exists(marker) and time.time() < deadline:\n"
+      "    time.sleep(0.01)\n"
+      "try:\n"
+      "    raise ValueError('loss is nan at step 7')\n"
+      "except ValueError as e:\n"
+      "    with open(path, 'w') as f:\n"
+      "        json.dump({'message': {'message': 'ValueError: ' + str(e), 'extraInfo': {\n"
+      "            'py_callstack': traceback.format_exc(), 'timestamp': str(int(time.time()))}}}, "
+      "f)\n"
+      "    sys.exit(3)\n");
   TempDir logs;
   RunResult r = run_spmdrun({"--standalone", "--nproc-per-node", "2", "--log-dir",
-                             logs.path.string(), "--rdzv-id", "job", script},
+                             logs.path.string(), "--rdzv-id", "job", script, dir.path.string()},
                             30s);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 1);
