@@ -165,10 +165,10 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
   LaunchEnv env;
   if (v.has("RANK") || v.has("WORLD_SIZE")) {
     env = from_torchrun(v);
+  } else if (v.has("OMPI_COMM_WORLD_RANK")) {  // before Slurm's: see env.h
+    env = from_openmpi(v);
   } else if (v.has("SLURM_PROCID")) {
     env = from_slurm(v);
-  } else if (v.has("OMPI_COMM_WORLD_RANK")) {
-    env = from_openmpi(v);
   } else {
     SPMD_THROW(InvalidArgument,
                "env://: no launcher variables found (RANK and WORLD_SIZE from spmdrun or "

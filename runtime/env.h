@@ -1,6 +1,9 @@
 // What a launcher tells a process about its place in the job, read from the
 // environment the way `env://` reads it in PyTorch. Three launchers are
-// understood, tried in this order:
+// understood, tried innermost first: spmdrun/torchrun's variables, then Open
+// MPI's, then Slurm's (mpirun inside a Slurm allocation leaves the
+// allocation's SLURM_ variables in its processes, with the batch script's
+// SLURM_PROCID):
 //
 //   spmdrun / torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //                        GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,

@@ -182,6 +182,18 @@ TEST_CASE("env: an sbatch script outside srun fails at once, saying why", "[env]
                     Catch::Contains("SLURM_NTASKS=2 are set but SLURM_STEP_ID is not") &&
                         Catch::Contains("outside any job step") &&
                         Catch::Contains("start the program with srun"));
+  // mpirun -np 2 in that script: Open MPI's variables, the innermost
+  // launcher's, win over the batch script's Slurm ones.
+  auto under_mpirun = vars;
+  set(under_mpirun, "OMPI_COMM_WORLD_RANK", "1");
+  set(under_mpirun, "OMPI_COMM_WORLD_SIZE", "2");
+  set(under_mpirun, "OMPI_COMM_WORLD_LOCAL_RANK", "1");
+  set(under_mpirun, "OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+  set(under_mpirun, "MASTER_ADDR", "127.0.0.1");
+  LaunchEnv mpi = parse_launch_env(env_of(under_mpirun));
+  CHECK(mpi.launcher == "openmpi");
+  CHECK(mpi.rank == 1);
+  CHECK(mpi.world_size == 2);
   // One task in no step is a whole world: it runs.
   set(vars, "SLURM_NTASKS", "1");
   set(vars, "SLURM_TASKS_PER_NODE", "1");
