@@ -118,6 +118,10 @@ TEST_CASE("spmdrun: --rdzv-conf, --nnodes MIN:MAX and --nproc-per-node gpu", "[l
   }
   RunResult fixed = run_spmdrun({"--nnodes", "1:1", "--standalone", "true"}, 30s);
   CHECK(fixed.exit_code == 0);
+  RunResult help = run_spmdrun({"--help"}, 10s);
+  for (const char* text : {"--rdzv-conf", "--no-python", "--module", "PET_NPROC_PER_NODE",
+                           "python3 -u PROGRAM", "[--] PROGRAM"})
+    CHECK(help.out.find(text) != std::string::npos);
 
   // The GPUs are CUDA_VISIBLE_DEVICES's entries when it is set (no GPU needed
   // to count them), and none is an error that names the variable.
