@@ -104,24 +104,12 @@ Agent::Agent(const LaunchOptions& options, SignalChannel& signals)
     log_root_ = (std::filesystem::path(dir) / options.run_id).string();
   }
   if (const char* dir = std::getenv("SPMD_FLIGHT_RECORDER_DIR")) flight_user_dir_ = dir;
-  error_root_ = log_root_;  // TORCHELASTIC_ERROR_FILE: beside the logs, else in a folder of its own
-  if (error_root_.empty()) {
-    char tmpl[] = "/tmp/spmdrun_errors_XXXXXX";
-    SPMD_CHECK(::mkdtemp(tmpl) != nullptr,
-               "cannot create a folder for the workers' error files: ", std::strerror(errno));
-    error_root_ = error_temp_root_ = tmpl;
-  }
+  error_files_.emplace(log_root_);
 }
 
 Agent::~Agent() {
-  std::error_code ec;
-  if (!error_temp_root_.empty()) {  // kept when a worker wrote an error file: the report names it
-    bool written = false;
-    for (const auto& f : std::filesystem::recursive_directory_iterator(error_temp_root_, ec))
-      written |= f.is_regular_file();
-    if (!written) std::filesystem::remove_all(error_temp_root_, ec);
-  }
   if (flight_temp_root_.empty()) return;
+  std::error_code ec;
   for (const auto& attempt : std::filesystem::directory_iterator(flight_temp_root_, ec)) {
     if (!flight_dump_files(attempt.path().string()).empty()) return;  // kept for the user
   }
@@ -153,7 +141,7 @@ std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int resta
     set("TORCHELASTIC_RUN_ID", options_.run_id);
     set("SPMD_AGENT_STORE", agent_store_);  // where spmd workers meet
     if (flight_user_dir_.empty()) set("SPMD_FLIGHT_RECORDER_DIR", flight_dir_);
-    set("TORCHELASTIC_ERROR_FILE", prepare_error_file(error_root_, restart, s.rank));
+    set("TORCHELASTIC_ERROR_FILE", error_files_->prepare(restart, s.rank));
     s.stdout_route = route(lr, s.rank, restart, kStdoutBit);
     s.stderr_route = route(lr, s.rank, restart, kStderrBit);
     setups.push_back(std::move(s));
@@ -283,7 +271,7 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
   }
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
   FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts,
-                         error_file_path(error_root_, round, group.workers()[failed].rank)};
+                         error_files_->path(round, group.workers()[failed].rank)};
   ConsoleWriter::say(format_failure_report(group, failed, context) + wavefront +
                      merge_flight_dumps(flight_dir_));  // queued after the workers' lines
 }
@@ -307,8 +295,8 @@ void Agent::on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int gro
 // spmd-preflight (launcher/preflight/) on every rank of this node, with the
 // workers' environment; true when every one passed.
 bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
-  std::string program =
-      (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "spmd-preflight").string();
+  std::string program = (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
+                         "spmd-preflight").string();
   if (const char* p = std::getenv("SPMD_PREFLIGHT_PROGRAM")) program = p;
   const WorkerCommand job = command_;
   command_ = resolve_command(program, {});
@@ -329,8 +317,7 @@ bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
                 a.rank_offset + a.local_world_size - 1));
     return true;
   }
-  if (outcome != Outcome::kLocalFailure)
-    say("preflight did not finish: the program was not started");
+  if (outcome != Outcome::kLocalFailure) say("preflight did not finish: the program was not started");
   return false;
 }
 

@@ -2,8 +2,12 @@
 #include "launcher/failure_report.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -62,18 +66,62 @@ std::string indented(const std::string& text) {
 
 }  // namespace
 
-std::string error_file_path(const std::string& root, int restart, int rank) {
-  return str_cat(root, "/attempt_", restart, "/rank_", rank, "/error.json");
+namespace {
+
+constexpr const char* kErrorFolderPrefix = "spmdrun_errors_";
+
+// Whether `dir` holds no file, however deep.
+bool holds_no_file(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir, ec))
+    if (f.is_regular_file()) return false;
+  return !ec;
 }
 
-std::string prepare_error_file(const std::string& root, int restart, int rank) {
-  namespace fs = std::filesystem;
-  const fs::path path = error_file_path(root, restart, rank);
+// Removes the file-less error folders of launchers that died without
+// removing theirs (killed by SIGKILL): /tmp/spmdrun_errors_<pid>_XXXXXX whose
+// pid is gone. A folder with a file in it is kept, as its report named it.
+void remove_stale_error_folders() {
   std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  SPMD_CHECK(!ec, "cannot create ", path.parent_path().string(), ": ", ec.message());
-  fs::remove(path, ec);
-  return path.string();
+  for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kErrorFolderPrefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + std::strlen(kErrorFolderPrefix), nullptr, 10);
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    if (holds_no_file(entry.path())) std::filesystem::remove_all(entry.path(), rm);
+  }
+}
+
+}  // namespace
+
+ErrorFiles::ErrorFiles(const std::string& log_root) : root_(log_root) {
+  if (!root_.empty()) return;
+  remove_stale_error_folders();
+  std::string tmpl = str_cat("/tmp/", kErrorFolderPrefix, ::getpid(), "_XXXXXX");
+  SPMD_CHECK(::mkdtemp(tmpl.data()) != nullptr,
+             "cannot create a folder for the workers' error files: ", std::strerror(errno));
+  root_ = tmpl;
+  temporary_ = true;
+}
+
+ErrorFiles::~ErrorFiles() {
+  std::error_code ec;
+  if (temporary_ && holds_no_file(root_)) std::filesystem::remove_all(root_, ec);
+}
+
+std::string ErrorFiles::path(int restart, int rank) const {
+  return str_cat(root_, "/attempt_", restart, "/rank_", rank, "/error.json");
+}
+
+std::string ErrorFiles::prepare(int restart, int rank) const {
+  namespace fs = std::filesystem;
+  const fs::path file = path(restart, rank);
+  std::error_code ec;
+  fs::create_directories(file.parent_path(), ec);
+  SPMD_CHECK(!ec, "cannot create ", file.parent_path().string(), ": ", ec.message());
+  fs::remove(file, ec);
+  return file.string();
 }
 
 std::string error_file_report(const std::string& path) {

@@ -20,11 +20,28 @@ struct FailureContext {
   std::string error_file;  // the failed worker's TORCHELASTIC_ERROR_FILE
 };
 
-// <root>/attempt_<restart>/rank_<rank>/error.json: the TORCHELASTIC_ERROR_FILE
-// of rank `rank` in attempt `restart`.
-std::string error_file_path(const std::string& root, int restart, int rank);
-// The same path, with its folder created and no file left from before.
-std::string prepare_error_file(const std::string& root, int restart, int rank);
+// The workers' TORCHELASTIC_ERROR_FILEs, <root>/attempt_<restart>/rank_<rank>/error.json.
+// The root is the run's log folder when logs are written, else a temporary
+// folder (/tmp/spmdrun_errors_<pid>_XXXXXX) made here and removed at
+// destruction unless a worker wrote a file in it (the report names that
+// file). A launcher killed by SIGKILL cannot remove its folder: the next one
+// removes file-less folders whose pid is gone.
+class ErrorFiles {
+ public:
+  explicit ErrorFiles(const std::string& log_root);
+  ~ErrorFiles();
+  ErrorFiles(const ErrorFiles&) = delete;
+  ErrorFiles& operator=(const ErrorFiles&) = delete;
+
+  // The file of rank `rank` in attempt `restart`.
+  std::string path(int restart, int rank) const;
+  // The same, with its folder created and no file left from before.
+  std::string prepare(int restart, int rank) const;
+
+ private:
+  std::string root_;
+  bool temporary_ = false;
+};
 
 // The report's lines for the error file at `path`: its message and Python
 // call stack; "" when the worker wrote no file. A file not in torchrun's

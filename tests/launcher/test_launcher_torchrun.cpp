@@ -4,6 +4,8 @@
 // MIN:MAX, --nproc-per-node gpu from CUDA_VISIBLE_DEVICES, and the
 // TORCHELASTIC_ERROR_FILE a failing Python worker writes, read back into the
 // failure report.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -186,4 +188,25 @@ TEST_CASE("spmdrun: a worker's TORCHELASTIC_ERROR_FILE is in the failure report"
   std::string file = line_after(plain.out, "[rank0]: ");
   CHECK(file.find("/attempt_0/rank_0/error.json") != std::string::npos);
   CHECK_FALSE(fs::exists(fs::path(file).parent_path()));
+}
+
+TEST_CASE("spmdrun: a launcher killed by SIGKILL leaves no error folder behind for long",
+          "[launcher]") {
+  // It cannot remove its folder itself; the next launcher removes it (its
+  // pid is gone and it holds no file).
+  LauncherProcess killed(
+      {"--standalone", "sh", "-c", "echo FILE $TORCHELASTIC_ERROR_FILE; exec sleep 60"});
+  REQUIRE(killed.wait_for_output("FILE ", 20s));
+  REQUIRE(killed.wait_for_output("error.json", 20s));
+  std::string file = line_after(killed.out(), "FILE ");
+  file = file.substr(0, file.find("error.json") + 10);
+  const fs::path folder = fs::path(file).parent_path().parent_path().parent_path();
+  CHECK(folder.filename().string().rfind("spmdrun_errors_", 0) == 0);
+  CHECK(fs::exists(folder));
+  killed.send_signal(SIGKILL);
+  REQUIRE(killed.wait_exit(20s));
+  CHECK(fs::exists(folder));
+  RunResult next = run_spmdrun({"--standalone", "true"}, 30s);
+  CHECK(next.exit_code == 0);
+  CHECK_FALSE(fs::exists(folder));
 }
