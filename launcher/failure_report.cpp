@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "runtime/error.h"
 #include "runtime/process.h"
@@ -56,17 +57,18 @@ std::string others(const WorkerGroup& group, size_t failed) {
   return out.empty() ? "none on this node" : out;
 }
 
-// Each line of `text`, indented for the report.
-std::string indented(const std::string& text) {
-  std::string out;
+// The last `max_lines` lines of `text`, indented for the report (the end of
+// a Python traceback is where the error is).
+std::string indented(const std::string& text, size_t max_lines = 40) {
+  std::vector<std::string> lines;
   std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out += "    | " + line + "\n";
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::string out;
+  size_t first = lines.size() > max_lines ? lines.size() - max_lines : 0;
+  if (first > 0) out += str_cat("    | (", first, " earlier lines)\n");
+  for (size_t i = first; i < lines.size(); ++i) out += "    | " + lines[i] + "\n";
   return out;
 }
-
-}  // namespace
-
-namespace {
 
 constexpr const char* kErrorFolderPrefix = "spmdrun_errors_";
 
@@ -127,11 +129,12 @@ std::string ErrorFiles::prepare(int restart, int rank) const {
 std::string error_file_report(const std::string& path) {
   std::ifstream in(path);
   if (path.empty() || !in) return "";
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text(1 << 20, '\0');  // at most 1 MiB of it: a report, not a dump
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
   std::ostringstream os;
   os << "  error file    : " << path << "\n";
-  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*exceptions=*/false);
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*exceptions=*/false);
   auto field = [](const nlohmann::json& j, const char* key) -> const nlohmann::json* {
     return j.is_object() && j.contains(key) ? &j.at(key) : nullptr;
   };
@@ -146,7 +149,7 @@ std::string error_file_report(const std::string& path) {
     if (stack && stack->is_string())
       os << "  its call stack (from the error file):\n" << indented(stack->get<std::string>());
   } else {
-    os << "  (not torchrun's error-file format; as written:)\n" << indented(text.str());
+    os << "  (not torchrun's error-file format; as written:)\n" << indented(text);
   }
   return os.str();
 }
