@@ -42,6 +42,7 @@ constexpr const char* kWorkerVars[] = {"RANK",
                                        "TORCHELASTIC_RESTART_COUNT",
                                        "TORCHELASTIC_MAX_RESTARTS",
                                        "TORCHELASTIC_RUN_ID",
+                                       "TORCHELASTIC_ERROR_FILE",
                                        "SPMD_AGENT_STORE",
                                        "SPMD_STORE_LISTEN_FD"};
 
@@ -103,6 +104,7 @@ Agent::Agent(const LaunchOptions& options, SignalChannel& signals)
     log_root_ = (std::filesystem::path(dir) / options.run_id).string();
   }
   if (const char* dir = std::getenv("SPMD_FLIGHT_RECORDER_DIR")) flight_user_dir_ = dir;
+  error_files_.emplace(log_root_);
 }
 
 Agent::~Agent() {
@@ -139,6 +141,7 @@ std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int resta
     set("TORCHELASTIC_RUN_ID", options_.run_id);
     set("SPMD_AGENT_STORE", agent_store_);  // where spmd workers meet
     if (flight_user_dir_.empty()) set("SPMD_FLIGHT_RECORDER_DIR", flight_dir_);
+    set("TORCHELASTIC_ERROR_FILE", error_files_->prepare(restart, s.rank));
     s.stdout_route = route(lr, s.rank, restart, kStdoutBit);
     s.stderr_route = route(lr, s.rank, restart, kStderrBit);
     setups.push_back(std::move(s));
@@ -267,7 +270,8 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
     }
   }
   group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
-  FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts};
+  FailureContext context{command_line(command_.argv), group_rank, round, options_.max_restarts,
+                         error_files_->path(round, group.workers()[failed].rank)};
   ConsoleWriter::say(format_failure_report(group, failed, context) + wavefront +
                      merge_flight_dumps(flight_dir_));  // queued after the workers' lines
 }

@@ -13,9 +13,11 @@
 // nodes. A signal to the launcher is forwarded to the workers the same way.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/failure_report.h"
 #include "launcher/node_rendezvous.h"
 #include "launcher/options.h"
 #include "launcher/signals.h"
@@ -59,6 +61,8 @@ class Agent {
   // The flight recorder (launcher/flight_report.h): the user's folder, the
   // temporary one spmdrun made (when no log folder), this attempt's.
   std::string flight_user_dir_, flight_temp_root_, flight_dir_;
+  // Where each worker's TORCHELASTIC_ERROR_FILE lies (launcher/failure_report.h).
+  std::optional<ErrorFiles> error_files_;
 };
 
 }  // namespace spmd::launcher

@@ -93,7 +93,9 @@ void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
                    "); is node 0's launcher running, and are the address and port right?");
     }
   }
-  tcp_->set_timeout(seconds(options_.rdzv_timeout_s));
+  // --rdzv-conf read_timeout bounds each store operation; by default the rendezvous timeout.
+  tcp_->set_timeout(
+      seconds(options_.store_timeout_s > 0 ? options_.store_timeout_s : options_.rdzv_timeout_s));
 }
 
 NodeRendezvous::~NodeRendezvous() = default;

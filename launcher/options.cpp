@@ -26,7 +26,20 @@ int parse_int(const std::string& text, const std::string& what) {
   return static_cast<int>(v);
 }
 
+std::vector<std::string> split(const std::string& text, char sep);
+
+// The GPUs a worker could use: CUDA_VISIBLE_DEVICES's entries when it is set
+// (as CUDA counts them: up to the first that is not a device, such as -1),
+// else the /dev/nvidiaN devices.
 int count_gpus() {
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    int n = 0;
+    for (const std::string& entry : split(visible, ',')) {
+      if (entry.empty() || entry[0] == '-') break;
+      ++n;
+    }
+    return n;
+  }
   int n = 0;
   for (int i = 0; i < 64; ++i)
     if (std::filesystem::exists("/dev/nvidia" + std::to_string(i))) ++n;
@@ -55,7 +68,8 @@ int parse_nnodes(const std::string& text) {
   int lo = parse_int(text.substr(0, colon), "--nnodes");
   int hi = parse_int(text.substr(colon + 1), "--nnodes");
   SPMD_CHECK(lo == hi, "--nnodes ", text,
-             ": elastic ranges are not supported; give one number of nodes");
+             ": elastic ranges are not supported (spmdrun runs a fixed number of nodes, "
+             "without elastic membership); give one number, --nnodes N or N:N");
   return lo;
 }
 
@@ -77,50 +91,99 @@ void check_options(const LaunchOptions& o) {
   SPMD_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative");
   SPMD_CHECK(!o.program.empty(), "no program to run (usage: spmdrun [options] PROGRAM [ARGS...])");
   SPMD_CHECK(o.program[0] != '-', "unknown option '", o.program, "' (see spmdrun --help)");
+  SPMD_CHECK(!(o.module && o.no_python),
+             "-m runs a Python module and --no-python runs no Python: give one of them");
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// What torchrun runs for `script.py` and `-m module`: the interpreter, with
+// unbuffered output (-u) so that the lines reach the console as they are written.
+void wrap_python(LaunchOptions& o) {
+  if (o.no_python || (!o.module && !ends_with(o.program, ".py"))) return;
+  std::vector<std::string> args{"-u"};
+  if (o.module) args.push_back("-m");
+  args.push_back(o.program);
+  args.insert(args.end(), o.args.begin(), o.args.end());
+  o.program = "python3";
+  o.args = std::move(args);
 }
 
 // Registers every flag; the strings are filled in, then converted by finish().
 struct RawFlags {
   std::string nnodes = "1", nproc_per_node = "1", redirects = "0", tee = "0", ranks_filter;
-  std::string rdzv_backend = "c10d";
+  std::string rdzv_backend = "c10d", rdzv_conf;
 };
 
+// torchrun's environment default for a flag: PET_ and its name in capitals
+// (--nproc-per-node: PET_NPROC_PER_NODE). The command line wins over it.
+template <class Opt>
+Opt* pet(Opt* opt, const char* name) {
+  return opt->envname(std::string("PET_") + name);
+}
+
 void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
-  app.add_option("--nnodes", raw.nnodes, "Number of nodes (machines) in the job")
+  pet(app.add_option("--nnodes", raw.nnodes, "Number of nodes (machines) in the job"), "NNODES")
       ->capture_default_str();
-  app.add_option("--nproc-per-node,--nproc_per_node", raw.nproc_per_node,
-                 "Workers per node: a number, cpu, gpu or auto")
+  pet(app.add_option("--nproc-per-node,--nproc_per_node", raw.nproc_per_node,
+                     "Workers per node: a number, cpu, gpu or auto"),
+      "NPROC_PER_NODE")
       ->capture_default_str();
-  app.add_option("--node-rank,--node_rank", o.node_rank,
-                 "This node's index in 0..nnodes-1 (default: 0 for one node; for several, "
-                 "the order in which the launchers join)")
+  pet(app.add_option("--node-rank,--node_rank", o.node_rank,
+                     "This node's index in 0..nnodes-1 (default: 0 for one node; for several, "
+                     "the order in which the launchers join)"),
+      "NODE_RANK")
       ->check(flags::count(0));
-  app.add_option("--master-addr,--master_addr", o.master_addr,
-                 "Address of node 0, where the store is hosted")
+  pet(app.add_option("--master-addr,--master_addr", o.master_addr,
+                     "Address of node 0, where the store is hosted"),
+      "MASTER_ADDR")
       ->capture_default_str();
-  app.add_option("--master-port,--master_port", o.master_port, "Port of the store on node 0")
+  pet(app.add_option("--master-port,--master_port", o.master_port, "Port of the store on node 0"),
+      "MASTER_PORT")
       ->capture_default_str()
       ->check(flags::count(1, 65535));
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
-                 "host:port of the store (instead of --master-addr/--master-port); with "
-                 "no --node-rank, the launcher that can bind it hosts it");
-  app.add_option("--rdzv-backend,--rdzv_backend", raw.rdzv_backend,
-                 "Accepted for torchrun habits: c10d or static, both the store rendezvous")
+  pet(app.add_option("--rdzv-endpoint,--rdzv_endpoint", o.rdzv_endpoint,
+                     "host:port of the store (instead of --master-addr/--master-port); with "
+                     "no --node-rank, the launcher that can bind it hosts it"),
+      "RDZV_ENDPOINT");
+  pet(app.add_option("--rdzv-backend,--rdzv_backend", raw.rdzv_backend,
+                     "Accepted for torchrun habits: c10d or static, both the store rendezvous"),
+      "RDZV_BACKEND")
       ->check(CLI::IsMember({"c10d", "static"}));
-  app.add_option("--rdzv-id,--rdzv_id,--run-id,--run_id", o.run_id,
-                 "Id of the job, shared by its nodes (default: none; random with --standalone)");
+  pet(app.add_option(
+          "--rdzv-id,--rdzv_id,--run-id,--run_id", o.run_id,
+          "Id of the job, shared by its nodes (default: none; random with --standalone)"),
+      "RDZV_ID");
   app.add_option("--rdzv-timeout,--rdzv_timeout", o.rdzv_timeout_s,
                  "Seconds to wait for every node to join (torchrun's join_timeout)")
       ->capture_default_str()
       ->check(flags::seconds());
-  app.add_flag("--standalone", o.standalone,
-               "One node, store on a free local port picked without a race");
-  app.add_option("--max-restarts,--max_restarts", o.max_restarts,
-                 "Restarts of the whole worker group after a failure")
+  pet(app.add_option("--rdzv-conf,--rdzv_conf", raw.rdzv_conf,
+                     "torchrun's rendezvous settings, key=value,...: join_timeout (as "
+                     "--rdzv-timeout), read_timeout (the store's), and the accepted "
+                     "last_call_timeout, close_timeout, keep_alive_*"),
+      "RDZV_CONF");
+  pet(app.add_flag("--no-python,--no_python", o.no_python,
+                   "Execute PROGRAM as it is, even one ending in .py (spmdrun runs any "
+                   "program; without this flag a .py file runs as python3 -u PROGRAM)"),
+      "NO_PYTHON");
+  pet(app.add_flag("-m,--module", o.module,
+                   "PROGRAM is a Python module: run python3 -u -m PROGRAM ARGS..."),
+      "MODULE");
+  pet(app.add_flag("--standalone", o.standalone,
+                   "One node, store on a free local port picked without a race"),
+      "STANDALONE");
+  pet(app.add_option("--max-restarts,--max_restarts", o.max_restarts,
+                     "Restarts of the whole worker group after a failure"),
+      "MAX_RESTARTS")
       ->capture_default_str()
       ->check(flags::count(0, 1000));
-  app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval_s,
-                 "Seconds between checks for failures on other nodes")
+  pet(app.add_option("--monitor-interval,--monitor_interval", o.monitor_interval_s,
+                     "Seconds between checks for failures on other nodes"),
+      "MONITOR_INTERVAL")
       ->capture_default_str()
       ->check(flags::seconds(3600));
   app.add_option("--stop-grace,--stop_grace", o.stop_grace_s,
@@ -135,18 +198,22 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
   app.add_flag("--preflight", o.preflight,
                "Before the program, run spmd-preflight on every rank (store, GPUs, an "
                "all_reduce, clocks, versions); a failure names the rank and the check");
-  app.add_option("--log-dir,--log_dir", o.log_dir,
-                 "Write worker output to LOG_DIR/RUN_ID/attempt_N/rank_R/{stdout,stderr}.log "
-                 "(alone, it implies --tee 3)");
-  app.add_option("-r,--redirects", raw.redirects,
-                 "Streams sent to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, "
-                 "or per local rank as 0:1,1:2")
+  pet(app.add_option("--log-dir,--log_dir", o.log_dir,
+                     "Write worker output to LOG_DIR/RUN_ID/attempt_N/rank_R/{stdout,stderr}.log "
+                     "(alone, it implies --tee 3)"),
+      "LOG_DIR");
+  pet(app.add_option("-r,--redirects", raw.redirects,
+                     "Streams sent to the log files only: 0 none, 1 stdout, 2 stderr, 3 both, "
+                     "or per local rank as 0:1,1:2"),
+      "REDIRECTS")
       ->capture_default_str();
-  app.add_option("-t,--tee", raw.tee,
-                 "Streams written to the log files and the console (same syntax)")
+  pet(app.add_option("-t,--tee", raw.tee,
+                     "Streams written to the log files and the console (same syntax)"),
+      "TEE")
       ->capture_default_str();
-  app.add_option("--local-ranks-filter,--local_ranks_filter", raw.ranks_filter,
-                 "Show only these local ranks on the console, e.g. 0,1 (files keep all)");
+  pet(app.add_option("--local-ranks-filter,--local_ranks_filter", raw.ranks_filter,
+                     "Show only these local ranks on the console, e.g. 0,1 (files keep all)"),
+      "LOCAL_RANKS_FILTER");
 }
 
 void finish(LaunchOptions& o, const RawFlags& raw, const std::vector<std::string>& rest) {
@@ -162,11 +229,14 @@ void finish(LaunchOptions& o, const RawFlags& raw, const std::vector<std::string
     o.local_ranks_filter = ranks;
   }
   if (o.run_id.empty()) o.run_id = o.standalone ? random_id() : "none";
-  if (!rest.empty()) {
-    o.program = rest[0];
-    o.args.assign(rest.begin() + 1, rest.end());
+  if (!raw.rdzv_conf.empty()) apply_rdzv_conf(raw.rdzv_conf, o);
+  size_t first = !rest.empty() && rest[0] == "--" ? 1 : 0;  // `spmdrun [options] -- PROGRAM`
+  if (rest.size() > first) {
+    o.program = rest[first];
+    o.args.assign(rest.begin() + static_cast<long>(first) + 1, rest.end());
   }
   check_options(o);
+  wrap_python(o);
 }
 
 }  // namespace
@@ -199,18 +269,48 @@ int parse_nproc_per_node(const std::string& text) {
   if (text == "cpu") return static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   if (text == "gpu" || text == "auto") {
     int gpus = count_gpus();
-    SPMD_CHECK(gpus > 0 || text == "auto", "--nproc-per-node gpu: no GPU found (/dev/nvidia*)");
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    SPMD_CHECK(gpus > 0 || text == "auto", "--nproc-per-node gpu: no GPU found (",
+               visible ? str_cat("CUDA_VISIBLE_DEVICES='", visible, "' names none")
+                       : std::string("no /dev/nvidiaN device, and CUDA_VISIBLE_DEVICES is unset"),
+               ")");
     return gpus > 0 ? gpus : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   }
   return parse_int(text, "--nproc-per-node");
+}
+
+void apply_rdzv_conf(const std::string& text, LaunchOptions& o) {
+  for (const std::string& item : split(text, ',')) {
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    SPMD_CHECK(eq != std::string::npos, "--rdzv-conf: '", item, "' is not key=value");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    SPMD_CHECK(!value.empty() && *end == '\0' && v > 0 && v <= flags::kMaxTimeoutSeconds,
+               "--rdzv-conf ", key, "=", value, ": not a positive number of seconds");
+    if (key == "join_timeout" || key == "timeout") {
+      o.rdzv_timeout_s = v;
+    } else if (key == "read_timeout") {
+      o.store_timeout_s = v;
+    } else {
+      SPMD_CHECK(key == "last_call_timeout" || key == "close_timeout" ||
+                     key == "keep_alive_interval" || key == "keep_alive_max_attempt",
+                 "--rdzv-conf: unknown key '", key,
+                 "' (known: join_timeout, timeout, read_timeout, last_call_timeout, "
+                 "close_timeout, keep_alive_interval, keep_alive_max_attempt)");
+    }
+  }
 }
 
 ParseOutcome parse_options(int argc, char** argv) {
   CLI::App app("spmdrun: start the workers of an SPMD job on this node, as torchrun does.",
                "spmdrun");
   app.footer(
-      "Usage: spmdrun [OPTIONS] PROGRAM [ARGS...]\n"
-      "PROGRAM and everything after it are the worker's command line, passed on unchanged.\n"
+      "Usage: spmdrun [OPTIONS] [--] PROGRAM [ARGS...]\n"
+      "PROGRAM and everything after it are the worker's command line, passed on unchanged\n"
+      "(a PROGRAM ending in .py runs as python3 -u PROGRAM, unless --no-python).\n"
+      "Each flag takes its default from PET_<FLAG> (PET_NNODES, PET_NPROC_PER_NODE...).\n"
       "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
       "GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT, as under\n"
       "torchrun. Exit code: 0 success, 1 a worker or the rendezvous failed, 2 usage error,\n"

@@ -1,7 +1,10 @@
 // spmdrun's command line: torchrun's flags (with their underscore spellings
 // too, so habits carry over), parsed by CLI11 into LaunchOptions and checked
-// for consistency. `spmdrun [options] PROGRAM [ARGS...]`: everything from
-// PROGRAM on is the worker's own command line.
+// for consistency. `spmdrun [options] [--] PROGRAM [ARGS...]`: everything from
+// PROGRAM on is the worker's own command line. As under torchrun, a PROGRAM
+// ending in .py runs as `python3 -u PROGRAM` (unless --no-python), `-m MODULE`
+// as `python3 -u -m MODULE`, and each flag takes its default from PET_<FLAG>
+// (PET_NPROC_PER_NODE, PET_NNODES...) when the command line does not give it.
 #pragma once
 
 #include <map>
@@ -32,9 +35,10 @@ struct LaunchOptions {
   int node_rank = -1;  // -1: 0 for one node; assigned at rendezvous for several
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string rdzv_endpoint;  // "host:port"; overrides master_addr/port
-  std::string run_id;         // --rdzv-id / --run-id
-  double rdzv_timeout_s = 600;
+  std::string rdzv_endpoint;    // "host:port"; overrides master_addr/port
+  std::string run_id;           // --rdzv-id / --run-id
+  double rdzv_timeout_s = 600;  // --rdzv-timeout, or --rdzv-conf join_timeout=
+  double store_timeout_s = 0;   // --rdzv-conf read_timeout=: 0 = rdzv_timeout_s
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
@@ -45,7 +49,9 @@ struct LaunchOptions {
   StreamSelection redirects;
   StreamSelection tee;
   std::optional<std::vector<int>> local_ranks_filter;  // console shows only these
-  std::string program;
+  bool no_python = false;  // --no-python: a .py PROGRAM is executed as it is
+  bool module = false;     // -m: PROGRAM is a Python module
+  std::string program;     // what is executed: "python3" for a .py file or -m
   std::vector<std::string> args;
 };
 
@@ -63,8 +69,17 @@ ParseOutcome parse_options(int argc, char** argv);
 // naming `flag` when the text is neither.
 StreamSelection parse_stream_selection(const std::string& text, const std::string& flag);
 
-// --nproc-per-node: a number, or "cpu" (the cores), "gpu" (the GPUs, from
-// /dev/nvidia*), "auto" (the GPUs if any, else the cores).
+// --nproc-per-node: a number, or "cpu" (the cores), "gpu" (the GPUs: the
+// entries of CUDA_VISIBLE_DEVICES when it is set, else the /dev/nvidiaN
+// devices), "auto" (the GPUs if any, else the cores).
 int parse_nproc_per_node(const std::string& text);
+
+// --rdzv-conf "key=value,...": torchrun's rendezvous settings. join_timeout
+// (and its older name timeout) sets the rendezvous timeout, read_timeout the
+// store's; last_call_timeout, close_timeout, keep_alive_interval and
+// keep_alive_max_attempt are accepted and have no effect (membership is
+// fixed, see docs/launcher.md). Throws InvalidArgument for any other key or a
+// value that is not a positive number.
+void apply_rdzv_conf(const std::string& text, LaunchOptions& options);
 
 }  // namespace spmd::launcher

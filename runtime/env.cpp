@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -76,11 +77,36 @@ LaunchEnv from_torchrun(const Vars& v) {
   return env;
 }
 
+// The job step's id (SLURM_STEP_ID, or its older name SLURM_STEPID); nullopt
+// outside a step, as in the batch script itself.
+std::optional<uint64_t> slurm_step(const Vars& v) {
+  for (const char* name : {"SLURM_STEP_ID", "SLURM_STEPID"}) {
+    std::optional<std::string> text = v.text(name);
+    if (!text) continue;
+    char* end = nullptr;
+    const unsigned long long id = std::strtoull(text->c_str(), &end, 10);
+    SPMD_CHECK(!text->empty() && (*text)[0] != '-' && *end == '\0' && id <= 0xffffffffULL,
+               "env://: ", name, "='", *text, "' is not a job step id");
+    return id;
+  }
+  return std::nullopt;
+}
+
 LaunchEnv from_slurm(const Vars& v) {
   LaunchEnv env;
   env.launcher = "slurm";
   env.rank = v.required_int("SLURM_PROCID", "srun");
   env.world_size = v.required_int("SLURM_NTASKS", "srun");
+  const std::optional<uint64_t> step = slurm_step(v);
+  // The batch script of `sbatch -n2` (or an salloc shell) has SLURM_PROCID=0
+  // and SLURM_NTASKS=2 but is no task of a step: the other task never starts.
+  SPMD_CHECK(step || env.world_size == 1, "env:// (slurm): SLURM_PROCID=", env.rank,
+             " and SLURM_NTASKS=", env.world_size,
+             " are set but SLURM_STEP_ID is not: this process runs in the job's batch script "
+             "or an salloc shell, outside any job step, and the other ",
+             env.world_size - 1,
+             " task(s) will never start; start the program with srun (srun PROGRAM, one task "
+             "per rank) or with spmdrun");
   env.local_rank = v.required_int("SLURM_LOCALID", "srun");
   env.group_rank = v.optional_int("SLURM_NODEID", 0);
   env.group_world_size = v.optional_int("SLURM_NNODES", 1);
@@ -88,10 +114,14 @@ LaunchEnv from_slurm(const Vars& v) {
   env.local_world_size = per_node ? tasks_on_node(*per_node, env.group_rank) : env.world_size;
   env.restart_count = v.optional_int("SLURM_RESTART_COUNT", 0);
   env.run_id = v.text("SLURM_JOB_ID").value_or("");
-  if (std::optional<std::string> nodes = v.text("SLURM_JOB_NODELIST"))
-    env.master_addr = first_host_of_nodelist(*nodes);
+  // Rank 0 of a step runs on the first host of the step's nodes, which may
+  // be a subset of the job's.
+  if (std::optional<std::string> nodes = v.text("SLURM_STEP_NODELIST"))
+    env.master_addr = first_host_of_nodelist(*nodes, "SLURM_STEP_NODELIST");
+  else if (std::optional<std::string> job_nodes = v.text("SLURM_JOB_NODELIST"))
+    env.master_addr = first_host_of_nodelist(*job_nodes);
   if (!env.run_id.empty())
-    env.master_port = 20000 + Vars::parse("SLURM_JOB_ID", env.run_id) % 20000;
+    env.master_port = slurm_store_port(Vars::parse("SLURM_JOB_ID", env.run_id), step.value_or(0));
   read_master(v, env);
   return env;
 }
@@ -135,10 +165,10 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
   LaunchEnv env;
   if (v.has("RANK") || v.has("WORLD_SIZE")) {
     env = from_torchrun(v);
+  } else if (v.has("OMPI_COMM_WORLD_RANK")) {  // before Slurm's: see env.h
+    env = from_openmpi(v);
   } else if (v.has("SLURM_PROCID")) {
     env = from_slurm(v);
-  } else if (v.has("OMPI_COMM_WORLD_RANK")) {
-    env = from_openmpi(v);
   } else {
     SPMD_THROW(InvalidArgument,
                "env://: no launcher variables found (RANK and WORLD_SIZE from spmdrun or "
@@ -156,8 +186,14 @@ LaunchEnv launch_env_from_environment() {
   });
 }
 
-std::string first_host_of_nodelist(const std::string& nodelist) {
-  SPMD_CHECK(!nodelist.empty(), "SLURM_JOB_NODELIST is empty");
+int slurm_store_port(uint64_t job_id, uint64_t step_id) {
+  // 7919 is prime, so coprime with 20000: the steps of one job get distinct
+  // ports (until 20000 steps), and step 0 gets the job's own.
+  return static_cast<int>(20000 + (job_id + 7919 * step_id) % 20000);
+}
+
+std::string first_host_of_nodelist(const std::string& nodelist, const std::string& variable) {
+  SPMD_CHECK(!nodelist.empty(), variable, " is empty");
   // The first entry ends at the first comma outside brackets.
   size_t end = 0;
   for (int depth = 0; end < nodelist.size(); ++end) {
@@ -170,10 +206,10 @@ std::string first_host_of_nodelist(const std::string& nodelist) {
   // (zero padding kept), "rack[2,4]-n[001-010]" -> "rack2-n001".
   for (size_t open; (open = first.find('[')) != std::string::npos;) {
     size_t close = first.find(']', open);
-    SPMD_CHECK(close != std::string::npos, "SLURM_JOB_NODELIST='", nodelist, "': missing ']'");
+    SPMD_CHECK(close != std::string::npos, variable, "='", nodelist, "': missing ']'");
     std::string range = first.substr(open + 1, close - open - 1);
     std::string start = range.substr(0, range.find_first_of(",-"));
-    SPMD_CHECK(!start.empty(), "SLURM_JOB_NODELIST='", nodelist, "': empty range");
+    SPMD_CHECK(!start.empty(), variable, "='", nodelist, "': empty range");
     first = first.substr(0, open) + start + first.substr(close + 1);
   }
   return first;

@@ -1,14 +1,21 @@
 // What a launcher tells a process about its place in the job, read from the
 // environment the way `env://` reads it in PyTorch. Three launchers are
-// understood, tried in this order:
+// understood, tried innermost first: spmdrun/torchrun's variables, then Open
+// MPI's, then Slurm's (mpirun inside a Slurm allocation leaves the
+// allocation's SLURM_ variables in its processes, with the batch script's
+// SLURM_PROCID):
 //
 //   spmdrun / torchrun   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //                        GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 //                        TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
 //                        TORCHELASTIC_RUN_ID, and spmdrun's SPMD_AGENT_STORE
 //   Slurm (srun)         SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
-//                        SLURM_NNODES, SLURM_TASKS_PER_NODE; the master is the
-//                        first host of SLURM_JOB_NODELIST
+//                        SLURM_NNODES, SLURM_TASKS_PER_NODE, SLURM_STEP_ID; the
+//                        master is the first host of SLURM_STEP_NODELIST (the
+//                        step's nodes), else of SLURM_JOB_NODELIST; several
+//                        tasks but no SLURM_STEP_ID (a batch script outside
+//                        srun) is an error at once, not a wait for tasks that
+//                        never start
 //   Open MPI (mpirun)    OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
 //                        OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
 //                        (the rank among this job's processes on this node, and
@@ -17,12 +24,14 @@
 //                        all jobs), so the group rank and size stay unknown
 //
 // Under Slurm and Open MPI, MASTER_ADDR and MASTER_PORT still win when set.
-// Slurm without MASTER_PORT gets a port derived from SLURM_JOB_ID (so every
-// task of a job agrees and two jobs on a node rarely collide); Open MPI, which
+// Slurm without MASTER_PORT gets a port derived from SLURM_JOB_ID and
+// SLURM_STEP_ID (so every task of a step agrees, two steps of one job running
+// at once differ, and two jobs on a node rarely collide); Open MPI, which
 // names no host, needs MASTER_ADDR (`mpirun -x MASTER_ADDR=node0`).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -67,7 +76,12 @@ std::chrono::milliseconds default_pg_timeout(const EnvLookup& lookup);
 std::chrono::milliseconds default_pg_timeout();
 
 // The first host of a Slurm node list: "gpu[03-05,9],cpu1" -> "gpu03".
-std::string first_host_of_nodelist(const std::string& nodelist);
+// Errors name `variable`, where the list came from.
+std::string first_host_of_nodelist(const std::string& nodelist,
+                                   const std::string& variable = "SLURM_JOB_NODELIST");
+// The store port of Slurm job step `step_id` of job `job_id` when MASTER_PORT
+// is unset: 20000 + (job_id + 7919 * step_id) mod 20000.
+int slurm_store_port(uint64_t job_id, uint64_t step_id);
 // The task count of node `node` from SLURM_TASKS_PER_NODE: "4(x2),3", 2 -> 3.
 int tasks_on_node(const std::string& tasks_per_node, int node);
 

@@ -3,6 +3,8 @@
 # (init_process_group("gloo"), env://) on
 #   1. one node:   --standalone --nproc-per-node 2
 #   2. two nodes:  two spmdrun launchers on loopback, --nnodes 2, 2 ranks each
+#   3. a failing script under torch's @record, whose TORCHELASTIC_ERROR_FILE
+#      the failure report must quote
 # PyTorch's rank 0 binds MASTER_PORT for its own store, so the job runs only
 # if spmdrun keeps its store elsewhere (SPMD_AGENT_STORE) and leaves
 # MASTER_PORT free. Checks every rank's sum (n(n+1)/2), one MASTER_ADDR:PORT
@@ -67,4 +69,27 @@ done
 check_job "two nodes" 4 "$tmp/two0.out" "$tmp/two1.out"
 grep -q " agent_store=127.0.0.1:$port " "$tmp/two1.out" ||
   fail "two nodes: node 1's workers were not told of the store at 127.0.0.1:$port"
+
+# 3. PyTorch's own @record writes the failed worker's TORCHELASTIC_ERROR_FILE
+# (spmdrun sets one per worker); spmdrun's failure report quotes it.
+cat >"$tmp/record.py" <<'PY'
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    raise ValueError("loss is nan at step 7")
+
+main()
+PY
+timeout 90 "$spmdrun" --standalone --log-dir "$tmp/logs" --rdzv-id rec "$python" "$tmp/record.py" \
+  >"$tmp/rec.out" 2>"$tmp/rec.err"
+rc=$?
+[ "$rc" -eq 1 ] || { cat "$tmp"/rec.*; fail "@record: spmdrun exited with $rc, not 1"; }
+file="$tmp/logs/rec/attempt_0/rank_0/error.json"
+[ -s "$file" ] || { cat "$tmp"/rec.*; fail "@record wrote no $file"; }
+grep -q "^  error file    : $file$" "$tmp/rec.err" &&
+  grep -q "^  error         : ValueError: loss is nan at step 7$" "$tmp/rec.err" &&
+  grep -q "^  its call stack (from the error file):$" "$tmp/rec.err" ||
+  { cat "$tmp/rec.err"; fail "@record: the report does not quote the error file"; }
+echo "@record: the report quotes $file"
 echo "PASSED"

@@ -2,6 +2,7 @@
 // from a made-up environment, and the errors for missing or malformed ones.
 #include <catch2/catch.hpp>
 #include <map>
+#include <set>
 
 #include "runtime/env.h"
 #include "runtime/error.h"
@@ -92,6 +93,7 @@ TEST_CASE("env: Slurm's variables, master from the node list", "[env]") {
                                          {"SLURM_NNODES", "2"},
                                          {"SLURM_TASKS_PER_NODE", "4,3"},
                                          {"SLURM_JOB_ID", "123456"},
+                                         {"SLURM_STEP_ID", "0"},
                                          {"SLURM_JOB_NODELIST", "gpu[07-08]"}}));
   CHECK(e.launcher == "slurm");
   CHECK(e.rank == 6);
@@ -107,12 +109,97 @@ TEST_CASE("env: Slurm's variables, master from the node list", "[env]") {
   LaunchEnv f = parse_launch_env(env_of({{"SLURM_PROCID", "0"},
                                          {"SLURM_NTASKS", "2"},
                                          {"SLURM_LOCALID", "0"},
+                                         {"SLURM_STEPID", "3"},
                                          {"SLURM_JOB_NODELIST", "a1,b2"},
                                          {"MASTER_ADDR", "10.0.0.9"},
                                          {"MASTER_PORT", "4000"}}));
   CHECK(f.master_addr == "10.0.0.9");
   CHECK(f.master_port == 4000);
   CHECK(f.local_world_size == 2);
+}
+
+namespace {
+
+// vars[name] = value, by a move (GCC 12 warns falsely about assigning a literal).
+void set(std::map<std::string, std::string>& vars, const std::string& name, std::string value) {
+  vars.insert_or_assign(name, std::move(value));
+}
+
+// One step of a job: two tasks, one node.
+std::map<std::string, std::string> slurm_step_vars(const std::string& job,
+                                                   const std::string& step) {
+  return {{"SLURM_PROCID", "1"},        {"SLURM_NTASKS", "2"},   {"SLURM_LOCALID", "1"},
+          {"SLURM_JOB_ID", job},        {"SLURM_STEP_ID", step}, {"SLURM_JOB_NODELIST", "n[01-04]"},
+          {"SLURM_TASKS_PER_NODE", "2"}};
+}
+
+}  // namespace
+
+TEST_CASE("env: two Slurm steps of one job at once get different store ports", "[env]") {
+  // srun --overlap twice in one allocation: steps 0 and 1 of job 123456.
+  LaunchEnv s0 = parse_launch_env(env_of(slurm_step_vars("123456", "0")));
+  LaunchEnv s1 = parse_launch_env(env_of(slurm_step_vars("123456", "1")));
+  CHECK(s0.master_port == 20000 + 123456 % 20000);           // 23456, worked by hand
+  CHECK(s1.master_port == 20000 + (123456 + 7919) % 20000);  // 31375
+  CHECK(s1.master_port == 31375);
+  CHECK(s0.master_port != s1.master_port);
+  // Every task of one step agrees (the port depends on the job and step only).
+  auto other_task = slurm_step_vars("123456", "1");
+  set(other_task, "SLURM_PROCID", "0");
+  set(other_task, "SLURM_LOCALID", "0");
+  CHECK(parse_launch_env(env_of(other_task)).master_port == s1.master_port);
+  // Many steps of one job: all distinct, all ports above 20000.
+  std::set<int> ports;
+  for (int step = 0; step < 500; ++step) {
+    int port = slurm_store_port(987654, static_cast<uint64_t>(step));
+    CHECK((port >= 20000 && port < 40000));
+    ports.insert(port);
+  }
+  CHECK(ports.size() == 500);
+  auto bad = slurm_step_vars("1", "next");
+  CHECK_THROWS_WITH(parse_launch_env(env_of(bad)),
+                    Catch::Contains("SLURM_STEP_ID='next' is not a job step id"));
+}
+
+TEST_CASE("env: a Slurm step's master is the first host of SLURM_STEP_NODELIST", "[env]") {
+  auto vars = slurm_step_vars("42", "2");
+  CHECK(parse_launch_env(env_of(vars)).master_addr == "n01");  // no step list: the job's
+  set(vars, "SLURM_STEP_NODELIST", "n[03-04]");  // the step runs on the last two nodes
+  CHECK(parse_launch_env(env_of(vars)).master_addr == "n03");
+  set(vars, "SLURM_STEP_NODELIST", "n[03");
+  CHECK_THROWS_WITH(parse_launch_env(env_of(vars)),
+                    Catch::Contains("SLURM_STEP_NODELIST='n[03': missing ']'"));
+}
+
+TEST_CASE("env: an sbatch script outside srun fails at once, saying why", "[env]") {
+  // `sbatch -n2` runs the script once, as task 0 of 2, in no job step.
+  auto vars = slurm_step_vars("77", "0");
+  vars.erase("SLURM_STEP_ID");
+  set(vars, "SLURM_PROCID", "0");
+  set(vars, "SLURM_LOCALID", "0");
+  CHECK_THROWS_AS(parse_launch_env(env_of(vars)), InvalidArgument);
+  CHECK_THROWS_WITH(parse_launch_env(env_of(vars)),
+                    Catch::Contains("SLURM_NTASKS=2 are set but SLURM_STEP_ID is not") &&
+                        Catch::Contains("outside any job step") &&
+                        Catch::Contains("start the program with srun"));
+  // mpirun -np 2 in that script: Open MPI's variables, the innermost
+  // launcher's, win over the batch script's Slurm ones.
+  auto under_mpirun = vars;
+  set(under_mpirun, "OMPI_COMM_WORLD_RANK", "1");
+  set(under_mpirun, "OMPI_COMM_WORLD_SIZE", "2");
+  set(under_mpirun, "OMPI_COMM_WORLD_LOCAL_RANK", "1");
+  set(under_mpirun, "OMPI_COMM_WORLD_LOCAL_SIZE", "2");
+  set(under_mpirun, "MASTER_ADDR", "127.0.0.1");
+  LaunchEnv mpi = parse_launch_env(env_of(under_mpirun));
+  CHECK(mpi.launcher == "openmpi");
+  CHECK(mpi.rank == 1);
+  CHECK(mpi.world_size == 2);
+  // One task in no step is a whole world: it runs.
+  set(vars, "SLURM_NTASKS", "1");
+  set(vars, "SLURM_TASKS_PER_NODE", "1");
+  LaunchEnv one = parse_launch_env(env_of(vars));
+  CHECK(one.world_size == 1);
+  CHECK(one.master_port == 20000 + 77);
 }
 
 TEST_CASE("env: Slurm node lists and tasks per node", "[env]") {
