@@ -11,14 +11,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "autograd/data/bpe.h"
 #include "autograd/data/token_file.h"
 #include "runtime/error.h"
+#include "runtime/resource_limits.h"
 
 using namespace spmd;
 
@@ -70,14 +68,11 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
+// The text, read with a bound: a regular file by its size, checked against
+// the memory its tokens will take (8 bytes a token, as many tokens as bytes
+// at worst, and the chunks' counts), anything else up to a limit.
 std::string read_text(const std::string& path) {
-  SPMD_CHECK(std::filesystem::is_regular_file(path), "--input ", path,
-             std::filesystem::is_directory(path) ? " is a directory" : " is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  SPMD_CHECK(in.good(), "cannot open ", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_file_bounded(path, "--input", /*bytes_per_byte=*/24);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
@@ -33,6 +34,7 @@
 #include "parallel/functional.h"
 #include "parallel/pipeline/stage.h"
 #include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -167,6 +169,8 @@ void train(dist::ProcessGroup& world, const Flags& f) {
   auto model = std::make_shared<nn::Transformer>(config, f.seed);
   pp::TransformerStage half = pp::split_model(model, world.rank(), 2);
   const int64_t B = f.batch, T = config.max_seq_len, L = config.n_layers;
+  check_memory_fits(str_cat("training with --batch ", B, " (half the model per rank)"),
+                    nn::training_step_bytes_lower_bound(config, model->num_parameters(), B) / 2);
   if (lead)
     std::printf(
         "config %s, untied head: rank 0 holds the embeddings and layers 0-%lld (%lld "

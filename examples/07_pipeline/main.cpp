@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "autograd/data/text_dataset.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
@@ -39,6 +40,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
 #include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -163,6 +165,9 @@ void train(dist::ProcessGroup& world, const Flags& f) {
   };
   Generator batches(f.seed + 1);  // the same seed on every rank: the same batches
   const int64_t B = f.batch, T = config.max_seq_len;
+  check_memory_fits(str_cat("training with --batch ", B, " (1/", p, " of the model per rank)"),
+                    nn::training_step_bytes_lower_bound(config, model->num_parameters(), B) /
+                        uint64_t(p));
   double bubble_sum = 0;  // over the steps after the first (which connects and allocates)
   world.barrier().wait();
   auto window_start = Clock::now();

@@ -26,6 +26,7 @@
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
 #include "autograd/nn/layers.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
@@ -35,6 +36,7 @@
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
 #include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -143,6 +145,9 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
   const int64_t unsplit_bytes = parameter_bytes(*model);
   tp::parallelize_transformer(*model, mesh, f.sequence_parallel);  // now this rank's slices
   const int64_t B = f.batch, T = model->config.max_seq_len;
+  check_memory_fits(str_cat("training with --batch ", B, " (config ", f.config, ")"),
+                    nn::training_step_bytes_lower_bound(model->config, model->num_parameters(), B) /
+                        uint64_t(tp_group.size()));
   if (lead)
     std::printf("%d tp ranks, config %s%s: %lld parameters, %lld tokens per step\n",
                 tp_group.size(), f.config.c_str(),

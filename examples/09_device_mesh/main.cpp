@@ -24,6 +24,7 @@
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
 #include "autograd/nn/layers.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
@@ -35,6 +36,7 @@
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
 #include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -198,6 +200,9 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
   tp::parallelize_transformer(*model, mesh["tp"], f.sequence_parallel);  // first split ...
   dist::DistributedDataParallel ddp(model, mesh.group_ptr("dp"));        // ... then replicate
   const int64_t B = f.batch, T = model->config.max_seq_len;
+  check_memory_fits(str_cat("training with --batch ", B, " per replica (config ", f.config, ")"),
+                    nn::training_step_bytes_lower_bound(model->config, model->num_parameters(), B) /
+                        uint64_t(mesh.size("tp")));
   if (lead)
     std::printf("dp %lld x tp %lld, config %s%s: %lld tokens per step\n", (long long)f.dp,
                 (long long)f.tp, f.config.c_str(),

@@ -20,6 +20,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
@@ -30,6 +31,7 @@
 #include "parallel/placement.h"
 #include "parallel/sampler.h"
 #include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -156,6 +158,9 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
   const int64_t B = f.batch, T = kSeqLen, tokens_per_step = world->size() * B * T;
   const auto config = nn::TransformerConfig::gpt2(256, T, f.layers, f.d_model / 32, f.d_model);
   auto model = std::make_shared<nn::Transformer>(config, kSeed);  // the same on every rank
+  check_memory_fits(str_cat("training with --batch ", B, " per rank"),
+                    nn::training_step_bytes_lower_bound(
+                        config, model->num_parameters() / world->size(), B));  // sharded
   const double whole = 4.0 * double(model->num_parameters());     // f32 bytes
   const double block = 4.0 * double(model->layers->at(0)->num_parameters());
   const dist::DeviceMesh mesh(world, {world->size()}, {"dp"});

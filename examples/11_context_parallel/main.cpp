@@ -26,6 +26,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "parallel/comm/init.h"
@@ -34,6 +35,7 @@
 #include "parallel/ddp.h"
 #include "parallel/device_mesh.h"
 #include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -146,6 +148,10 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
              "context parallelism splits the sequence over the ranks: run 2 or more "
              "(spmdrun --nproc-per-node 2)");
   const auto config = nn::TransformerConfig::gpt2(256, T, f.layers, f.d_model / 32, f.d_model);
+  // Rank 0's reference step holds the whole sequence; each cp rank T/cp of it.
+  check_memory_fits(str_cat("training with --batch ", B, " and --seq-len ", T),
+                    nn::training_step_bytes_lower_bound(
+                        config, nn::Transformer(config, kSeed).num_parameters(), B));
   std::optional<data::TextDataset> ds;
   if (!f.data.empty()) ds = data::TextDataset::from_file(f.data);
   Generator batches(kSeed + 1);  // the same on every rank: the same sequences

@@ -20,6 +20,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
+#include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "parallel/comm/init.h"
@@ -27,6 +28,7 @@
 #include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/placement.h"
 #include "runtime/flag_checks.h"
+#include "runtime/resource_limits.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 
@@ -126,6 +128,8 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world_ptr, const Flags& f)
   dist::DeviceMesh mesh(world_ptr, {world.size()}, {"ep"});
   const ep::ExpertParallelism par = ep::parallelize_experts(*model, mesh);  // E/ep experts here
   const int64_t B = f.batch, T = c.max_seq_len;
+  check_memory_fits(str_cat("training with --batch ", B, " per rank"),
+                    nn::training_step_bytes_lower_bound(c, model->num_parameters(), B));
   if (world.rank() == 0)
     std::printf(
         "%d ep ranks, %zu MoE blocks of %lld experts (top %lld): %lld parameters, "

@@ -206,6 +206,27 @@ def group_files():
                      r"0.0001 holds out \d+ tokens, fewer than one eval batch", within_s=30)
     Case("--batch 100000 uncapped", [single, "--data", TEXT, "--batch", "100000"]).run().expect(
         code=1, says=r"needs about [0-9.]+ GiB, but only", within_s=15)
+    tokenize = os.path.join(BUILD, "train", "spmd-tokenize")
+    Case("spmd-tokenize --input /dev/zero",
+         [tokenize, "--input", "/dev/zero", "--vocab-size", "300", "--out", "/tmp/spmd_hostile_tok"],
+         prlimit=cap).run().expect(code=1, says=r"--input /dev/zero is not a regular file", within_s=30)
+    Case("spmd-tokenize --input DIR",
+         [tokenize, "--input", SOURCE, "--vocab-size", "300", "--out", "/tmp/spmd_hostile_tok"]
+         ).run().expect(code=1, says=r"--input .* is a directory", within_s=5)
+    Case("spmd-tokenize --vocab-size 100",
+         [tokenize, "--input", TEXT, "--vocab-size", "100", "--out", "/tmp/spmd_hostile_tok"]
+         ).run().expect(code=1, says=r"--vocab-size must be an integer in \[256, 65536\]",
+                        within_s=5)
+    # Every example that trains refuses a batch that cannot fit, on 2 ranks.
+    for example, extra in [("06_model_parallel", []), ("07_pipeline", []),
+                           ("08_tensor_parallel", []), ("09_device_mesh", ["--dp", "1", "--tp", "2"]),
+                           ("10_fsdp", []), ("11_context_parallel", []),
+                           ("12_expert_parallel", [])]:
+        Case(f"{example} --batch 10000000",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", os.path.join(EX, example),
+              "--data", TEXT, "--batch", "10000000"] + extra, limit_s=60).run().expect(
+            code=1, says=r"training with --batch 10000000 .*needs about [0-9.]+ [GT]iB, but only",
+            within_s=60)
 
 
 # ---- the launcher: limits, signals, its own output ----
