@@ -30,6 +30,7 @@ import tempfile
 import time
 
 from bench_lines import parse, run_lines
+from train_bench import spmd_core, spmd_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,6 +58,13 @@ def main():
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    # PyTorch on the OpenBLAS core spmd runs (Debian's OpenBLAS may pick a
+    # narrower one for this CPU, which spmd corrects for itself: docs/cpu.md).
+    info = spmd_info(args.build)
+    torch_env = dict(env)
+    if spmd_core(info) and "OPENBLAS_CORETYPE" not in env:
+        torch_env["OPENBLAS_CORETYPE"] = spmd_core(info).upper()
+    print("\n".join(info) + f"\n# torch: OPENBLAS_CORETYPE={torch_env.get('OPENBLAS_CORETYPE', '(unset)')}")
     tmp = tempfile.mkdtemp(prefix="spmd_train_layouts_")
     layouts = {
         "ddp": [f"--parallel.dp_replicate={args.world}"],
@@ -70,7 +78,7 @@ def main():
              "--steps", str(args.steps), "--batch", str(args.batch)]
     speed = {name: [] for name in ["torch ddp"] + list(layouts)}
     for r in range(args.rounds):
-        lines = [l for l in run_lines(torch, env, "train_layouts") if l.startswith("torch-ddp ")]
+        lines = [l for l in run_lines(torch, torch_env, "train_layouts") if l.startswith("torch-ddp ")]
         speed["torch ddp"].append(float(parse(lines[-1])["tokens_per_s"]))
         for name, layout in layouts.items():
             rows = spmd_train(args, env, layout, os.path.join(tmp, name))
