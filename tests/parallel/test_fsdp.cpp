@@ -188,13 +188,18 @@ TEST_CASE("FSDP's peak per rank is 1/N of the model state plus one unit", "[fsdp
       // Model state: f32 parameters, gradients and AdamW's two moments.
       const double state = 16.0 * double(f.params) / n;
       const double unit = 8.0 * double(f.largest_unit);  // its gathered parameters and gradients
-      const double bound = 1.1 * (state + unit);
+      // Backward does not wait for a unit's reduce_scatter before the next
+      // unit computes, so while it is in flight (longer on a loaded
+      // machine) the previous unit's whole gradient is held too.
+      const double in_flight = 4.0 * double(f.largest_unit);
+      const double bound = 1.1 * (state + unit + in_flight);
       if (world.rank() == 0) {
         std::fprintf(stderr, "N=%d: FSDP peak %zu B, with prefetch %zu B, bound %zu B, DDP %zu B\n",
                      n, f.step_peak, fp.step_peak, size_t(bound), d.step_peak);
       }
       expect(double(f.step_peak) <= bound, "N=", n, ": FSDP's peak ", f.step_peak,
-             " B exceeds 1.1 x (state/N ", size_t(state), " + a unit ", size_t(unit), ")");
+             " B exceeds 1.1 x (state/N ", size_t(state), " + a unit ", size_t(unit),
+             " + a gradient in flight ", size_t(in_flight), ")");
       // Prefetch holds the next unit's all_gather buffer while this one
       // computes, and for a moment its copy-out too: two units' parameters.
       expect(double(fp.step_peak) <= bound + 8.0 * double(f.largest_unit), "N=", n,
