@@ -108,8 +108,8 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     }
   }
   if (out.ep) out.groups.push_back(out.ep->ep);
-  for (const char* axis : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp", "dp_shard_cp",
-                           "dp_replicate_cp"})
+  for (const char* axis : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp",
+                           "dp_shard_cp", "dp_replicate_cp"})
     if (mesh.has_axis(axis)) out.groups.push_back(mesh.group_ptr(axis));
   return out;
 }

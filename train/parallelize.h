@@ -51,7 +51,7 @@ namespace spmd::train {
 
 // What a parallelized model is called through, and the groups the loop needs.
 struct Parallelized {
-  std::shared_ptr<nn::Transformer> model;             // the model (its parameters: pieces)
+  std::shared_ptr<nn::Transformer> model;              // the model (its parameters: pieces)
   std::shared_ptr<dist::DistributedDataParallel> ddp;  // set when DDP wraps it
   std::shared_ptr<dist::FsdpModule> fsdp_root;         // set under FSDP/HSDP
   std::shared_ptr<dist::ProcessGroup> tp;              // the tp group (size 1 without TP)

@@ -13,7 +13,8 @@
 
 namespace spmd::train {
 
-void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGroup& dp, int64_t chunks) {
+void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGroup& dp,
+                             int64_t chunks) {
   NoGradGuard no_grad;
   std::vector<Tensor> grads;
   for (Tensor p : params) {
@@ -54,7 +55,7 @@ double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T
   const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
   double total = 0;
   for (const data::Batch& b : batches) {
-    Tensor x;  // the activations between this rank's stages
+    Tensor x;                                     // the activations between this rank's stages
     for (int s = pp.rank(); s < S; s += ranks) {  // stage s, on rank s % ranks
       dist::pp::TransformerStage& stage = *p.stages[size_t(s / ranks)];
       if (stage.is_first()) {
@@ -66,9 +67,8 @@ double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T
       const Tensor out = stage.forward(x);
       if (stage.is_last()) {
         const Tensor y = ops::to(b.y, device);
-        const Tensor loss = p.tp->size() > 1
-                                ? dist::tp::vocab_parallel_cross_entropy(out, y, *p.tp)
-                                : cross_entropy(out, y);
+        const Tensor loss = p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(out, y, *p.tp)
+                                             : cross_entropy(out, y);
         total += loss.item<double>();
       } else {
         pp.wait(pp.send(ops::contiguous(out), (s + 1) % ranks, s + 1), dist::OpType::kSend);

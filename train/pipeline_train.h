@@ -23,7 +23,8 @@ namespace spmd::train {
 // After the step's backwards: every gradient of `params` (zeros where none
 // arrived) summed over `dp` and divided by dp.size() x chunks. Collective
 // over `dp`.
-void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGroup& dp, int64_t chunks);
+void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGroup& dp,
+                             int64_t chunks);
 
 // The global gradient norm of a model whose stages hold `params` on each pp
 // rank. Collective over `pp`.

@@ -93,8 +93,7 @@ int main(int argc, char** argv) {
     std::printf("%s: %zu bytes -> %zu tokens (%.2f bytes per token), vocabulary %lld%s\n",
                 args.input.c_str(), text.size(), tokens.size(),
                 tokens.empty() ? 0.0 : double(text.size()) / double(tokens.size()),
-                (long long)bpe.vocab_size(),
-                args.vocab.empty() ? " (learned)" : " (from --vocab)");
+                (long long)bpe.vocab_size(), args.vocab.empty() ? " (learned)" : " (from --vocab)");
     if (args.vocab.empty())
       std::printf("learned in %.2f s; wrote %s.bpe and %s.bin\n", train_s, args.out.c_str(),
                   args.out.c_str());

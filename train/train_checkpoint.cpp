@@ -78,9 +78,8 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const N
   dist::save_sharded(checkpoint_tensors(params, optimizer.state_dict(), replicas), dir.string(),
                      world);
   if (world.rank() == 0) {
-    const nlohmann::json train_state = {{"step", state.step},
-                                        {"samples_consumed", state.samples_consumed},
-                                        {"lr", state.lr}};
+    const nlohmann::json train_state = {
+        {"step", state.step}, {"samples_consumed", state.samples_consumed}, {"lr", state.lr}};
     write_atomically(dir / "train_state.json", train_state.dump(2) + "\n");
     write_atomically(fs::path(folder) / "latest", step_name(state.step) + "\n");
     // Keep the last `keep` step folders (0: every one).

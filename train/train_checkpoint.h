@@ -23,7 +23,6 @@
 
 #include <optional>
 #include <string>
-
 #include <utility>
 #include <vector>
 

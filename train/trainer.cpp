@@ -42,9 +42,9 @@ double schedule_lr(const TrainConfig& c, int64_t step) {
   if (s.decay == "constant") {
     return step < s.warmup_steps ? o.lr * double(step + 1) / double(s.warmup_steps) : o.lr;
   }
-  const optim::WarmupCosine schedule(
-      o.lr, s.warmup_steps, c.training.steps, o.lr * s.min_lr_ratio,
-      s.decay == "linear" ? optim::WarmupCosine::Decay::kLinear : optim::WarmupCosine::Decay::kCosine);
+  const optim::WarmupCosine schedule(o.lr, s.warmup_steps, c.training.steps, o.lr * s.min_lr_ratio,
+                                     s.decay == "linear" ? optim::WarmupCosine::Decay::kLinear
+                                                         : optim::WarmupCosine::Decay::kCosine);
   return schedule(step);
 }
 
@@ -83,8 +83,8 @@ double val_loss(Parallelized& p, const ModelConfig& m, const data::TextDataset& 
   double total = 0;
   for (const data::Batch& b : batches)
     total += loss_of(p, m, ops::to(b.x, device), ops::to(b.y, device)).loss.item<double>();
-  Tensor mean = ops::scalar_tensor(batches.empty() ? 0.0 : total / double(batches.size()),
-                                   {DType::kF64});
+  Tensor mean =
+      ops::scalar_tensor(batches.empty() ? 0.0 : total / double(batches.size()), {DType::kF64});
   if (p.cp->size() > 1)  // each cp rank saw its chunks: the sequence's loss is their mean
     p.cp->wait(p.cp->all_reduce(mean, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
   return mean.item<double>();
@@ -215,9 +215,9 @@ TrainResult run_training(const TrainConfig& config,
   }
 
   std::filesystem::create_directories(config.metrics.run_folder);
-  std::ofstream metrics(config.metrics.run_folder + "/metrics_rank" +
-                        std::to_string(world->rank()) + ".jsonl",
-                        result.first_step > 0 ? std::ios::app : std::ios::trunc);
+  std::ofstream metrics(
+      config.metrics.run_folder + "/metrics_rank" + std::to_string(world->rank()) + ".jsonl",
+      result.first_step > 0 ? std::ios::app : std::ios::trunc);
   const int64_t rows = t.global_batch / par.dp_size, mb = rows / t.microbatches;
   const double tokens_per_step = double(t.global_batch * T);
   // MFU: the model's FLOPs per step over what every rank's peak allows.
@@ -225,9 +225,10 @@ TrainResult run_training(const TrainConfig& config,
                                                      : measured_gemm_flops(device);
   const double flops_per_step = flops_per_token(model->config) * tokens_per_step;
   if (lead)
-    std::printf("mfu against %.1f GFLOP/s per rank (%s), %.2f MFLOP per token\n", peak / 1e9,
-                config.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "an f32 GEMM, measured here",
-                flops_per_token(model->config) / 1e6);
+    std::printf(
+        "mfu against %.1f GFLOP/s per rank (%s), %.2f MFLOP per token\n", peak / 1e9,
+        config.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "an f32 GEMM, measured here",
+        flops_per_token(model->config) / 1e6);
 
   const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
   for (int64_t step = result.first_step; step < last; ++step) {
@@ -292,9 +293,10 @@ TrainResult run_training(const TrainConfig& config,
     const bool eval = config.metrics.eval_every > 0 && (step + 1) % config.metrics.eval_every == 0;
     if (eval)
       line["val_loss"] = par.pipeline ? pipeline_val_loss(par, dataset, T, device)
-                     : val_loss(par, config.model, dataset, T, device);
-    const bool save_now = !ck.folder.empty() &&
-                          ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
+                                      : val_loss(par, config.model, dataset, T, device);
+    const bool save_now =
+        !ck.folder.empty() &&
+        ((ck.interval > 0 && (step + 1) % ck.interval == 0) || step + 1 == t.steps);
     if (save_now) {
       const auto save_start = Clock::now();
       save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, named, opt, *world,
@@ -305,11 +307,12 @@ TrainResult run_training(const TrainConfig& config,
     }
     metrics << line.dump() << "\n" << std::flush;
     if (lead && (step % config.metrics.log_every == 0 || step + 1 == t.steps || eval)) {
-      std::printf("step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  mfu %4.1f%%  "
-                  "%.0f ms%s\n",
-                  (long long)step, loss, grad_norm, lr, tokens_per_step / step_s,
-                  100 * line["mfu"].get<double>(), step_s * 1e3,
-                  eval ? str_cat("  val_loss ", line["val_loss"].get<double>()).c_str() : "");
+      std::printf(
+          "step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  mfu %4.1f%%  "
+          "%.0f ms%s\n",
+          (long long)step, loss, grad_norm, lr, tokens_per_step / step_s,
+          100 * line["mfu"].get<double>(), step_s * 1e3,
+          eval ? str_cat("  val_loss ", line["val_loss"].get<double>()).c_str() : "");
       std::fflush(stdout);
     }
   }
@@ -317,12 +320,15 @@ TrainResult run_training(const TrainConfig& config,
 }
 
 void export_model(const TrainConfig& config, const std::string& out, bool with_logits) {
-  SPMD_CHECK(!config.checkpoint.folder.empty(), "export: set checkpoint.folder to the run's folder");
-  auto model = std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
+  SPMD_CHECK(!config.checkpoint.folder.empty(),
+             "export: set checkpoint.folder to the run's folder");
+  auto model =
+      std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
   optim::AdamW opt(model->parameters(), {});
   const auto state =
       load_latest_checkpoint(config.checkpoint.folder, model->named_parameters(), opt);
-  SPMD_CHECK(state.has_value(), "export: ", config.checkpoint.folder, " holds no checkpoint (no latest)");
+  SPMD_CHECK(state.has_value(), "export: ", config.checkpoint.folder,
+             " holds no checkpoint (no latest)");
   model->save(out);
   std::printf("exported step %lld of %s to %s (%lld parameters)\n", (long long)state->step,
               config.checkpoint.folder.c_str(), out.c_str(), (long long)model->num_parameters());

@@ -45,8 +45,7 @@ Device training_device(const TrainConfig& config, int world_size);
 // stop_after: end after this many steps of the schedule (as if the job were
 // stopped there, a checkpoint at that step included); -1: training.steps.
 TrainResult run_training(const TrainConfig& config,
-                         const std::shared_ptr<dist::ProcessGroup>& world,
-                         int64_t stop_after = -1);
+                         const std::shared_ptr<dist::ProcessGroup>& world, int64_t stop_after = -1);
 
 // Loads the latest checkpoint of config.checkpoint.folder into one whole
 // model (one process, whatever layout saved it) and saves the model to

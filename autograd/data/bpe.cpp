@@ -66,8 +66,8 @@ BpeTokenizer::BpeTokenizer(std::vector<std::pair<int32_t, int32_t>> merges)
   for (int b = 0; b < 256; ++b) bytes_[size_t(b)] = std::string(1, static_cast<char>(b));
   for (const auto& [a, b] : merges_) {
     const int32_t id = int32_t(bytes_.size());
-    SPMD_CHECK(a >= 0 && b >= 0 && a < id && b < id, "BpeTokenizer: merge ", id - 256, " (",
-               a, ", ", b, ") names a token not yet defined");
+    SPMD_CHECK(a >= 0 && b >= 0 && a < id && b < id, "BpeTokenizer: merge ", id - 256, " (", a,
+               ", ", b, ") names a token not yet defined");
     bytes_.push_back(bytes_[size_t(a)] + bytes_[size_t(b)]);
   }
 }
@@ -172,10 +172,11 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   int64_t n = 0;
   SPMD_CHECK(std::getline(in, line) && line == "spmd-bpe 1", path,
              ":1: not an spmd-bpe vocabulary (its first line must be \"spmd-bpe 1\")");
-  SPMD_CHECK(std::getline(in, line) && std::sscanf(line.c_str(), "vocab_size %lld",
-                                                   reinterpret_cast<long long*>(&n)) == 1 &&
-                 n >= 256 && n <= 65536,
-             path, ":2: expected \"vocab_size N\" with N in [256, 65536], got \"", line, "\"");
+  SPMD_CHECK(
+      std::getline(in, line) &&
+          std::sscanf(line.c_str(), "vocab_size %lld", reinterpret_cast<long long*>(&n)) == 1 &&
+          n >= 256 && n <= 65536,
+      path, ":2: expected \"vocab_size N\" with N in [256, 65536], got \"", line, "\"");
   std::vector<std::pair<int32_t, int32_t>> merges;
   for (int64_t i = 0; i < n - 256; ++i) {
     int a = -1, b = -1;

@@ -48,8 +48,9 @@ TokenFile read_token_file(const std::string& path) {
   SPMD_CHECK(in.good(), "read_token_file: cannot open ", path);
   std::array<int32_t, kHeaderInts> header{};
   in.read(reinterpret_cast<char*>(header.data()), sizeof header);
-  SPMD_CHECK(in.good() && header[0] == kMagic, path, " is not a token file (no llm.c header: ",
-             "its first int32 is not ", kMagic, "); spmd-tokenize writes them");
+  SPMD_CHECK(in.good() && header[0] == kMagic, path,
+             " is not a token file (no llm.c header: ", "its first int32 is not ", kMagic,
+             "); spmd-tokenize writes them");
   SPMD_CHECK(header[1] == kVersion, path, ": token file version ", header[1], ", expected ",
              kVersion);
   const uint64_t count = uint64_t(uint32_t(header[2]));

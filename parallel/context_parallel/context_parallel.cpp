@@ -14,7 +14,8 @@ Tensor shard_sequence(const Tensor& x, int dim, const ProcessGroup& group) {
              " tokens does not divide into 2 x cp = ", 2 * n, " chunks");
   const int64_t c = T / (2 * n);
   const auto [a, b] = chunk_ids(n, group.rank());
-  return ops::contiguous(ops::cat({ops::narrow(x, dim, a * c, c), ops::narrow(x, dim, b * c, c)}, dim));
+  return ops::contiguous(
+      ops::cat({ops::narrow(x, dim, a * c, c), ops::narrow(x, dim, b * c, c)}, dim));
 }
 
 void parallelize_context(nn::Transformer& model, std::shared_ptr<ProcessGroup> group) {
@@ -32,9 +33,9 @@ void parallelize_context(nn::Transformer& model, std::shared_ptr<ProcessGroup> g
     // table's first T x cp rows as the tokens were cut from the sequence.
     block->attn->rope_rows = [g, group](const Tensor& table, int64_t T) {
       const int64_t global = T * g->size();
-      SPMD_CHECK(global <= table.size(0), "context parallel: a sequence of ", global,
-                 " tokens (", T, " per rank x cp ", g->size(), ") exceeds the RoPE table's ",
-                 table.size(0), " positions (max_seq_len)");
+      SPMD_CHECK(global <= table.size(0), "context parallel: a sequence of ", global, " tokens (",
+                 T, " per rank x cp ", g->size(), ") exceeds the RoPE table's ", table.size(0),
+                 " positions (max_seq_len)");
       return shard_sequence(ops::narrow(table, 0, 0, global), 0, *g);
     };
   }
@@ -42,9 +43,9 @@ void parallelize_context(nn::Transformer& model, std::shared_ptr<ProcessGroup> g
   // of the local chunks.
   if (model.pos_embeddings) {
     model.pos_embeddings->register_forward_pre_hook([group](nn::Module&, Tensor& positions) {
-      positions = shard_sequence(ops::arange(positions.size(0) * group->size(),
-                                             {positions.dtype(), positions.device()}),
-                                 0, *group);
+      positions = shard_sequence(
+          ops::arange(positions.size(0) * group->size(), {positions.dtype(), positions.device()}),
+          0, *group);
     });
   }
 }

@@ -30,7 +30,8 @@ Visible visibility(int64_t i, int64_t j) {
 Tensor block_scores(const Tensor& q, const Tensor& k, double scale, Visible how) {
   Tensor s = ops::mul(ops::matmul(q, ops::transpose(k, -2, -1)), scale);  // (B, H, c, c)
   if (how == Visible::kDiagonal) {
-    const Tensor future = ops::gt(ops::triu(ops::ones_like(s), 1), 0.0);  // bool, above the diagonal
+    const Tensor future =
+        ops::gt(ops::triu(ops::ones_like(s), 1), 0.0);  // bool, above the diagonal
     s = ops::masked_fill(s, future, -std::numeric_limits<double>::infinity());
   }
   return s;
@@ -272,7 +273,9 @@ struct Ring : autograd::Function<Ring> {
 
 }  // namespace
 
-std::pair<int64_t, int64_t> chunk_ids(int64_t cp, int64_t rank) { return {rank, 2 * cp - 1 - rank}; }
+std::pair<int64_t, int64_t> chunk_ids(int64_t cp, int64_t rank) {
+  return {rank, 2 * cp - 1 - rank};
+}
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, ProcessGroup& group,
                       double scale) {
@@ -280,7 +283,8 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, Process
                  q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3) &&
                  k.size(1) > 0 && q.size(1) % k.size(1) == 0,
              "ring_attention: expected q (B, H, 2c, D) and k, v (B, Hkv, 2c, D) with H a multiple "
-             "of Hkv, got ", q.shape(), ", ", k.shape(), ", ", v.shape());
+             "of Hkv, got ",
+             q.shape(), ", ", k.shape(), ", ", v.shape());
   SPMD_CHECK(q.size(2) % 2 == 0, "ring_attention: this rank holds ", q.size(2),
              " tokens, which are not two equal chunks (the sequence must divide into 2 x cp = ",
              2 * group.size(), " chunks)");

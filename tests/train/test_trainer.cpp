@@ -10,16 +10,16 @@
 #include <fstream>
 #include <iomanip>
 
-#include "harness.h"
-#include "tests/parallel/ddp_test_util.h"
-#include "parallel/comm/init.h"
-#include "runtime/hash_store.h"
-#include "train/config.h"
-#include "train/flops.h"
-#include "tensor/cuda_api.h"
-#include "tests/skip.h"
 #include "autograd/data/bpe.h"
 #include "autograd/data/token_file.h"
+#include "harness.h"
+#include "parallel/comm/init.h"
+#include "runtime/hash_store.h"
+#include "tensor/cuda_api.h"
+#include "tests/parallel/ddp_test_util.h"
+#include "tests/skip.h"
+#include "train/config.h"
+#include "train/flops.h"
 #include "train/trainer.h"
 
 using namespace spmd;
@@ -32,8 +32,8 @@ namespace {
 std::string text_file() {
   static const std::string path = [] {
     const std::string p = "/tmp/spmd_test_trainer_text_" + std::to_string(::getpid()) + ".txt";
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "a ", "lazy ",
-                           "dog, ", "and ", "then ", "sleeps.\n"};
+    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ",
+                           "a ",   "lazy ",  "dog, ",  "and ", "then ",  "sleeps.\n"};
     std::ofstream out(p);
     uint64_t x = 12345;
     for (int i = 0; i < 6000; ++i) {
@@ -46,10 +46,16 @@ std::string text_file() {
 }
 
 train::TrainConfig base(int64_t steps, const std::vector<std::string>& layout) {
-  std::vector<std::string> o = {"model.preset=\"custom\"", "model.seq_len=16", "model.n_layers=2",
-                                "model.n_heads=4",       "model.d_model=32", "training.global_batch=8",
-                                "training.grad_clip=0.5", "optimizer.lr=3e-3",
-                                "optimizer.eps=1e-4",     "training.threads=1",
+  std::vector<std::string> o = {"model.preset=\"custom\"",
+                                "model.seq_len=16",
+                                "model.n_layers=2",
+                                "model.n_heads=4",
+                                "model.d_model=32",
+                                "training.global_batch=8",
+                                "training.grad_clip=0.5",
+                                "optimizer.lr=3e-3",
+                                "optimizer.eps=1e-4",
+                                "training.threads=1",
                                 "metrics.run_folder=\"/tmp/spmd_test_trainer_runs\"",
                                 "data.path=\"" + text_file() + "\"",
                                 "training.steps=" + std::to_string(steps)};
@@ -105,8 +111,8 @@ TEST_CASE("flops_per_token: 6 x the weights a token meets + 12 L C T, by hand", 
   // Grouped-query attention: wk and wv shrink to the kv heads' width.
   c = nn::TransformerConfig::preset("tiny");
   c.n_kv_heads = 2;
-  CHECK(train::flops_per_token(c) == 6.0 * (32768 + 4 * (128 * (128 + 2 * 64) + 16384 + 131072)) +
-                                         786432);
+  CHECK(train::flops_per_token(c) ==
+        6.0 * (32768 + 4 * (128 * (128 + 2 * 64) + 16384 + 131072)) + 786432);
   CHECK(train::measured_gemm_flops(Device::cpu(), 64, 1) > 0);
 }
 
@@ -115,8 +121,9 @@ TEST_CASE("training.device = cuda without a GPU is refused before any step", "[t
   CHECK(train::comm_backend(c) == dist::CommBackend::kNccl);
   CHECK(train::comm_backend(base(1, {})) == dist::CommBackend::kTcp);
   if (cuda::is_available()) return;  // the [gpu] case below trains there
-  CHECK_THROWS_WITH(run_single(c), "training.device = \"cuda\", but no GPU is visible here (or "
-                                   "spmd was built without CUDA)");
+  CHECK_THROWS_WITH(run_single(c),
+                    "training.device = \"cuda\", but no GPU is visible here (or "
+                    "spmd was built without CUDA)");
 }
 
 TEST_CASE("spmd-train on a GPU trains as on the CPU", "[train][device][gpu]") {
@@ -132,8 +139,9 @@ TEST_CASE("spmd-train under DDP, FSDP, HSDP, TP, FSDP x TP and CP trains as one 
   check_layout(2, {"parallel.dp_shard=2", "training.microbatches=2"}, "fsdp, 2 microbatches");
   check_layout(4, {"parallel.dp_replicate=2", "parallel.dp_shard=2"}, "hsdp 2 x 2");
   check_layout(2, {"parallel.tp=2", "parallel.sequence_parallel=true"}, "tp 2 + sp");
-  check_layout(4, {"parallel.dp_shard=2", "parallel.tp=2", "training.activation_checkpointing=\"full\""},
-               "fsdp 2 x tp 2, activation checkpointing");
+  check_layout(
+      4, {"parallel.dp_shard=2", "parallel.tp=2", "training.activation_checkpointing=\"full\""},
+      "fsdp 2 x tp 2, activation checkpointing");
   check_layout(2, {"parallel.cp=2"}, "cp 2");
   check_layout(4, {"parallel.dp_shard=2", "parallel.cp=2"}, "fsdp 2 x cp 2");
   check_layout(4, {"parallel.dp_replicate=2", "parallel.cp=2"}, "ddp 2 x cp 2");
@@ -167,18 +175,21 @@ TEST_CASE("spmd-train on BPE tokens (spmd-tokenize's files) trains as one proces
   fs::remove(tokens);
 }
 
-TEST_CASE("spmd-train with pipeline stages (and dp) trains as one process", "[train][pp][equivalence]") {
+TEST_CASE("spmd-train with pipeline stages (and dp) trains as one process",
+          "[train][pp][equivalence]") {
   const std::vector<std::string> untied = {"model.tie_embeddings=false", "model.n_layers=4"};
   check_layout(2, {"parallel.pp=2"}, "pp 2, 1f1b over 2 microbatches", untied);
   std::vector<std::string> clipped = untied;
   clipped.push_back("training.grad_clip=0.05");  // every step clipped: the norm over the stages
   check_layout(4, {"parallel.pp=4", "parallel.pp_schedule=\"gpipe\"", "parallel.pp_microbatches=4"},
                "pp 4, gpipe over 4 microbatches, clipped", clipped);
-  check_layout(4, {"parallel.pp=2", "parallel.dp_replicate=2", "training.microbatches=2",
-                   "training.activation_checkpointing=\"full\""},
+  check_layout(4,
+               {"parallel.pp=2", "parallel.dp_replicate=2", "training.microbatches=2",
+                "training.activation_checkpointing=\"full\""},
                "pp 2 x ddp 2, 2 accumulation chunks, activation checkpointing", untied);
-  check_layout(2, {"parallel.pp=2", "parallel.pp_schedule=\"interleaved\"",
-                   "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
+  check_layout(2,
+               {"parallel.pp=2", "parallel.pp_schedule=\"interleaved\"",
+                "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
                "pp 2, interleaved 1f1b, 2 stages per rank", untied);
   check_layout(2, {"parallel.pp=2", "parallel.pp_schedule=\"zbh1\"", "parallel.pp_microbatches=4"},
                "pp 2, zero-bubble zbh1", untied);
@@ -187,7 +198,8 @@ TEST_CASE("spmd-train with pipeline stages (and dp) trains as one process", "[tr
                "dp 2 x tp 2 x pp 2 on 8 ranks", clipped);
 }
 
-TEST_CASE("spmd-train with experts split over ranks trains as one process", "[train][ep][equivalence]") {
+TEST_CASE("spmd-train with experts split over ranks trains as one process",
+          "[train][ep][equivalence]") {
   const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2"};
   check_layout(2, {"parallel.dp_replicate=2", "parallel.ep=2"}, "ep 2", moe);
   std::vector<std::string> every_other = moe;
@@ -216,48 +228,58 @@ void check_resumes(const std::vector<std::string>& saved, const std::vector<std:
     return o;
   };
   const auto ck = [&](int64_t steps, const std::vector<std::string>& layout) {
-    return base(steps, with(layout, {"checkpoint.folder=\"" + folder + "\"", "checkpoint.interval=2"}));
+    return base(steps,
+                with(layout, {"checkpoint.folder=\"" + folder + "\"", "checkpoint.interval=2"}));
   };
   for (const Resume& r : resumes) {
     fs::remove_all(folder);
     fs::remove_all(folder + "_whole");
-    run_world(2, [&](dist::ProcessGroup& world) {
-      const auto w = dist::testing::borrow(world);
-      train::run_training(ck(4, saved), w, /*stop_after=*/2);  // saves at 2
-    }, std::chrono::seconds(60));
-    run_world(2, [&](dist::ProcessGroup& world) {
-      const auto w = dist::testing::borrow(world);
-      if (r.world == 2 && r.tol == 0) {
-        // The same layout, uninterrupted, saving as it goes into a folder of
-        // its own. (It saves too because the step after a save can differ
-        // from the same step without one in the last bit: the save's
-        // allocations move where later buffers land.)
-        const auto o = with(saved, {"checkpoint.interval=2",
-                                    "checkpoint.folder=\"" + folder + "_whole\""});
-        const auto full = train::run_training(base(4, o), w).losses;
-        std::ofstream out(folder + "/want_rank" + std::to_string(world.rank()));
-        out << std::setprecision(17) << full[2] << " " << full[3];  // round-trips a double
-      }
-    }, std::chrono::seconds(60));
-    run_world(r.world, [&](dist::ProcessGroup& world) {
-      const auto res = train::run_training(ck(4, r.layout), dist::testing::borrow(world));
-      expect(res.first_step == 2, r.name, ": resumed at step ", res.first_step, ", not 2");
-      std::vector<double> want;
-      if (r.tol == 0) {
-        std::ifstream in(folder + "/want_rank" + std::to_string(world.rank()));
-        double a = 0, b = 0;
-        in >> a >> b;
-        want = {a, b};
-        // Bit-identical but for the last bit of an f32 loss: a step's rounding
-        // can depend on where its buffers landed (the allocator's history),
-        // so the first step after a restart may differ by one ulp.
-        expect_close(res.losses, want, 2.5e-7, r.name);
-      } else {
-        const auto single = run_single(base(4, shared));
-        want = {single[2], single[3]};
-        expect_close(res.losses, want, r.tol, r.name);
-      }
-    }, std::chrono::seconds(90));
+    run_world(
+        2,
+        [&](dist::ProcessGroup& world) {
+          const auto w = dist::testing::borrow(world);
+          train::run_training(ck(4, saved), w, /*stop_after=*/2);  // saves at 2
+        },
+        std::chrono::seconds(60));
+    run_world(
+        2,
+        [&](dist::ProcessGroup& world) {
+          const auto w = dist::testing::borrow(world);
+          if (r.world == 2 && r.tol == 0) {
+            // The same layout, uninterrupted, saving as it goes into a folder of
+            // its own. (It saves too because the step after a save can differ
+            // from the same step without one in the last bit: the save's
+            // allocations move where later buffers land.)
+            const auto o = with(
+                saved, {"checkpoint.interval=2", "checkpoint.folder=\"" + folder + "_whole\""});
+            const auto full = train::run_training(base(4, o), w).losses;
+            std::ofstream out(folder + "/want_rank" + std::to_string(world.rank()));
+            out << std::setprecision(17) << full[2] << " " << full[3];  // round-trips a double
+          }
+        },
+        std::chrono::seconds(60));
+    run_world(
+        r.world,
+        [&](dist::ProcessGroup& world) {
+          const auto res = train::run_training(ck(4, r.layout), dist::testing::borrow(world));
+          expect(res.first_step == 2, r.name, ": resumed at step ", res.first_step, ", not 2");
+          std::vector<double> want;
+          if (r.tol == 0) {
+            std::ifstream in(folder + "/want_rank" + std::to_string(world.rank()));
+            double a = 0, b = 0;
+            in >> a >> b;
+            want = {a, b};
+            // Bit-identical but for the last bit of an f32 loss: a step's rounding
+            // can depend on where its buffers landed (the allocator's history),
+            // so the first step after a restart may differ by one ulp.
+            expect_close(res.losses, want, 2.5e-7, r.name);
+          } else {
+            const auto single = run_single(base(4, shared));
+            want = {single[2], single[3]};
+            expect_close(res.losses, want, r.tol, r.name);
+          }
+        },
+        std::chrono::seconds(90));
   }
   fs::remove_all(folder);
   fs::remove_all(folder + "_whole");
@@ -284,9 +306,11 @@ TEST_CASE("a run saved with pipeline stages resumes with or without them",
                     {4, {"parallel.pp=2", "parallel.dp_replicate=2"}, 1e-5, "pp 2 -> pp 2 x ddp 2"},
                     {2, {"parallel.dp_shard=2"}, 1e-5, "pp 2 -> fsdp 2"},
                     {4, {"parallel.pp=2", "parallel.tp=2"}, 1e-5, "pp 2 -> pp 2 x tp 2"},
-                    {2, {"parallel.pp=2", "parallel.pp_schedule=\"interleaved\"",
-                         "parallel.pp_stages_per_rank=2"},
-                     1e-5, "pp 2 -> pp 2 interleaved"},
+                    {2,
+                     {"parallel.pp=2", "parallel.pp_schedule=\"interleaved\"",
+                      "parallel.pp_stages_per_rank=2"},
+                     1e-5,
+                     "pp 2 -> pp 2 interleaved"},
                     {1, {}, 1e-5, "pp 2 -> one process"},
                 });
   // And the other way: a run saved without stages resumes on 4 of them.
