@@ -204,12 +204,12 @@ def self_test():
            'auto r = R"(docs/cuda.md // docs/comm.md)"; // docs/ddp.md\n')
     got = [p for _, t in c_comments(cpp) for p in named_paths(t)]
     assert got == ["docs/train.md", "tests/skip.h", "tests/docs/", "tensor/tensor.cpp", "docs/ddp.md"], got
-    sh = 'echo "docs/a.md # docs/b.md" $# # docs/c.md\n# docs/d/\n'
+    sh = 'echo "docs/fsdp.md # docs/train.md" $# # docs/ddp.md\n# tests/docs/\n'
     got = [p for _, t in hash_comments(sh) for p in named_paths(t)]
-    assert got == ["docs/c.md", "docs/d/"], got
-    py = '"""docs/a.md"""\nx = "docs/b.md"  # docs/c.md\ndef f():\n    """docs/d.md"""\n'
+    assert got == ["docs/ddp.md", "tests/docs/"], got
+    py = '"""docs/fsdp.md"""\nx = "docs/train.md"  # docs/ddp.md\ndef f():\n    """docs/comm.md"""\n'
     got = [p for _, t in python_comments(py) for p in named_paths(t)]
-    assert got == ["docs/a.md", "docs/c.md", "docs/d.md"], got
+    assert got == ["docs/fsdp.md", "docs/ddp.md", "docs/comm.md"], got
     md = "See docs/a.md, `configs/*.toml`, build/x.json, runs/y/z.log, train/eval, ../tests/b.h."
     assert list(named_paths(md)) == ["docs/a.md"], list(named_paths(md))
 
