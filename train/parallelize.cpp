@@ -3,6 +3,7 @@
 #include "train/parallelize.h"
 
 #include "autograd/nn/checkpoint_wrapper.h"
+#include "autograd/nn_functional.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
@@ -21,6 +22,11 @@ void check_supported(const ParallelConfig& p) {
   SPMD_CHECK(p.ep == 1 || (p.dp_shard == 1 && p.cp == 1 && p.tp == 1 && p.pp == 1), "parallel: ep ",
              p.ep, " with dp_shard ", p.dp_shard, ", cp ", p.cp, ", tp ", p.tp, ", pp ", p.pp,
              ": spmd-train borrows the expert ranks from dp_replicate only (set the others to 1)");
+}
+
+Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp) {
+  return tp.size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, targets, tp)
+                       : cross_entropy(logits, targets);
 }
 
 dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
@@ -100,12 +106,10 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     for (const auto& st : out.stages) mine.push_back(st.get());
     out.pipeline = std::make_shared<dist::pp::PipelineExecutor>(
         mine, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
-    if (p.tp > 1) {  // the last stage's logits are this rank's share of the vocabulary
-      std::shared_ptr<dist::ProcessGroup> tp = out.tp;
-      out.pipeline->loss_fn = [tp](const Tensor& logits, const Tensor& y) {
-        return dist::tp::vocab_parallel_cross_entropy(logits, y, *tp);
-      };
-    }
+    std::shared_ptr<dist::ProcessGroup> tp = out.tp;
+    out.pipeline->loss_fn = [tp](const Tensor& logits, const Tensor& y) {
+      return lm_loss(logits, y, *tp);
+    };
   }
   if (out.ep) out.groups.push_back(out.ep->ep);
   for (const char* axis : {"pp", "dp_replicate", "dp_shard", "cp", "tp", "dp", "dp_cp",

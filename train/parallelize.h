@@ -83,6 +83,12 @@ struct Parallelized {
   nn::Module& module() { return ddp ? static_cast<nn::Module&>(*ddp) : *model; }
 };
 
+// The mean cross-entropy of logits against targets: the logits (b, T, V),
+// or this rank's (b, T, V/tp) when tensor parallelism split the head, whose
+// loss is then vocabulary-parallel over `tp`. Every loss the trainer takes
+// (a step's, a pipeline's last stage's, the held-out one) goes through it.
+Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
+
 // Refuses a layout this trainer does not build (pp with sequence parallel,
 // cp or dp_shard;
 // ep with any axis but dp_replicate; HSDP with cp).

@@ -5,10 +5,8 @@
 
 #include "autograd/autograd.h"
 #include "autograd/grad_mode.h"
-#include "autograd/nn_functional.h"
 #include "autograd/optim/clip_grad.h"
 #include "parallel/placement.h"
-#include "parallel/tensor_parallel/loss.h"
 #include "tensor/ops.h"
 
 namespace spmd::train {
@@ -67,9 +65,7 @@ double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T
       const Tensor out = stage.forward(x);
       if (stage.is_last()) {
         const Tensor y = ops::to(b.y, device);
-        const Tensor loss = p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(out, y, *p.tp)
-                                             : cross_entropy(out, y);
-        total += loss.item<double>();
+        total += lm_loss(out, y, *p.tp).item<double>();
       } else {
         pp.wait(pp.send(ops::contiguous(out), (s + 1) % ranks, s + 1), dist::OpType::kSend);
       }

@@ -18,7 +18,6 @@
 #include "parallel/agreement.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/placement.h"
-#include "parallel/tensor_parallel/loss.h"
 #include "runtime/env.h"
 #include "runtime/resource_limits.h"
 #include "tensor/cpu/allocator.h"
@@ -68,8 +67,7 @@ Losses loss_of(Parallelized& p, const ModelConfig& m, Tensor x, Tensor y) {
     y = dist::cp::shard_sequence(y, 1, *p.cp);
   }
   const Tensor logits = p.module()(x);
-  const Tensor loss = p.tp->size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, y, *p.tp)
-                                       : cross_entropy(logits, y);
+  const Tensor loss = lm_loss(logits, y, *p.tp);
   if (m.n_experts == 0) return {loss, loss};
   return {loss, add(loss, mul(nn::moe_aux_loss(*p.model), m.moe_aux_coef))};
 }
