@@ -60,6 +60,20 @@ struct RingControl {
 };
 static_assert(sizeof(RingControl) == 4 * kCacheLine, "one cache line per counter");
 
+// The end of a write or read of `total` bytes, the same for both ends: if
+// it moved any, it looks (after a full fence, the pair of the one in arm())
+// whether the other end went to sleep, and takes the flag down so that one
+// caller rings the doorbell (`wake`). Returns total.
+inline size_t finish_transfer(size_t total, RingCounter& peer_asleep, bool& wake) {
+  wake = false;
+  if (total == 0) return 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (peer_asleep.value.load(std::memory_order_relaxed) != 0) {
+    wake = peer_asleep.value.exchange(0, std::memory_order_relaxed) != 0;
+  }
+  return total;
+}
+
 // An end publishes its counter after at most this many bytes, so the other
 // end starts on a large message before it has all been copied.
 inline constexpr size_t kPublishBytes = 64 << 10;
@@ -114,13 +128,7 @@ class RingWriter {
 
  private:
   size_t finish(size_t total, bool& wake) {
-    wake = false;
-    if (total == 0) return 0;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (c_->reader_asleep.value.load(std::memory_order_relaxed) != 0) {
-      wake = c_->reader_asleep.value.exchange(0, std::memory_order_relaxed) != 0;
-    }
-    return total;
+    return finish_transfer(total, c_->reader_asleep, wake);
   }
   void copy_in(const char* src, size_t n) {
     const size_t at = size_t(head_) & mask_;
@@ -193,13 +201,7 @@ class RingReader {
 
  private:
   size_t finish(size_t total, bool& wake) {
-    wake = false;
-    if (total == 0) return 0;
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (c_->writer_asleep.value.load(std::memory_order_relaxed) != 0) {
-      wake = c_->writer_asleep.value.exchange(0, std::memory_order_relaxed) != 0;
-    }
-    return total;
+    return finish_transfer(total, c_->writer_asleep, wake);
   }
   void copy_out(uint64_t from, char* dst, size_t n) const {
     const size_t at = size_t(from) & mask_;
