@@ -5,29 +5,10 @@
 
 #include "autograd/autograd.h"
 #include "autograd/grad_mode.h"
-#include "autograd/optim/clip_grad.h"
 #include "parallel/placement.h"
 #include "tensor/ops.h"
 
 namespace spmd::train {
-
-void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGroup& dp,
-                             int64_t chunks) {
-  NoGradGuard no_grad;
-  std::vector<Tensor> grads;
-  for (Tensor p : params) {
-    if (!p.grad().defined()) p.set_grad(ops::zeros_like(p));  // this rank's stage never reached it
-    grads.push_back(p.grad());
-  }
-  if (dp.size() > 1) {
-    std::vector<dist::Work> works;
-    for (const Tensor& g : grads) works.push_back(dp.all_reduce(g));
-    for (const dist::Work& w : works) dp.wait(w, dist::OpType::kAllReduce);
-  }
-  const double scale = 1.0 / double(dp.size() * chunks);
-  if (scale != 1.0)
-    for (Tensor& g : grads) ops::mul_(g, scale);
-}
 
 double pipeline_grad_norm(const std::vector<Tensor>& params, dist::ProcessGroup& pp) {
   // This rank's stages' norm (over their tp pieces, if split), squared,

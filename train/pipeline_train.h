@@ -5,7 +5,8 @@
 // cut again into parallel.pp_microbatches), so each rank's stage gradients
 // are the sum of the chunks' means; then, per step:
 //
-//   stage gradients summed over dp_replicate, divided by dp x chunks
+//   stage gradients averaged over dp_replicate and divided by the chunks
+//   (dist::average_gradients, parallel/gradient_average.h)
 //   grad norm: each rank's stages' squares (over their tp pieces), summed over pp
 //   loss: the last stage's, given to every stage (a sum over pp of it and zeros)
 //
@@ -19,12 +20,6 @@
 #include "train/parallelize.h"
 
 namespace spmd::train {
-
-// After the step's backwards: every gradient of `params` (zeros where none
-// arrived) summed over `dp` and divided by dp.size() x chunks. Collective
-// over `dp`.
-void average_stage_gradients(const std::vector<Tensor>& params, dist::ProcessGroup& dp,
-                             int64_t chunks);
 
 // The global gradient norm of a model whose stages hold `params` on each pp
 // rank. Collective over `pp`.

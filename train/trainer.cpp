@@ -17,6 +17,7 @@
 #include "autograd/optim/lr_schedule.h"
 #include "parallel/agreement.h"
 #include "parallel/context_parallel/context_parallel.h"
+#include "parallel/gradient_average.h"
 #include "parallel/placement.h"
 #include "runtime/env.h"
 #include "runtime/resource_limits.h"
@@ -243,7 +244,7 @@ TrainResult run_training(const TrainConfig& config,
       loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
     }
     if (par.pipeline) {
-      average_stage_gradients(params, *par.dp, t.microbatches);
+      dist::average_gradients(params, par.dp.get(), 1.0 / double(t.microbatches));
       loss_sum = from_last_stage(loss_sum, par.stages.back()->is_last(), *par.pp);
     }
     for (int64_t m = 0; m < t.microbatches && !par.pipeline; ++m) {

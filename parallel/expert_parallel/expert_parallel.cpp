@@ -6,6 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/nn/moe.h"
+#include "parallel/gradient_average.h"
 #include "parallel/placement.h"
 #include "tensor/ops.h"
 
@@ -39,23 +40,6 @@ void keep_local_experts(Tensor& slot, const DeviceMesh& mesh) {
   local.requires_grad_();
   set_placements(local, mesh, placements, global);
   slot = local;
-}
-
-// Averages the gradients of `params` over g (null: no one to average with)
-// after scaling them by `scale`, as one flat buffer: one all_reduce.
-void average(const std::vector<Tensor>& params, ProcessGroup* g, double scale) {
-  if (params.empty()) return;
-  std::vector<Tensor> flat_grads;
-  for (const Tensor& p : params) flat_grads.push_back(ops::reshape(p.grad(), {p.numel()}));
-  Tensor flat = ops::cat(flat_grads, 0);
-  const int ranks = g ? g->size() : 1;
-  ops::mul_(flat, scale / double(ranks));
-  if (ranks > 1) g->wait(g->all_reduce(flat), OpType::kAllReduce);
-  int64_t offset = 0;
-  for (const Tensor& p : params) {
-    Tensor(p).set_grad(ops::clone(ops::view(ops::narrow(flat, 0, offset, p.numel()), p.shape())));
-    offset += p.numel();
-  }
 }
 
 }  // namespace
@@ -94,11 +78,11 @@ void sync_gradients(nn::Module& model, const ExpertParallelism& g) {
   std::vector<Tensor> dense, experts;
   for (const Tensor& p : model.parameters()) {
     if (!p.requires_grad()) continue;
-    if (!p.grad().defined()) Tensor(p).set_grad(ops::zeros_like(p));
     (is_expert_shard(p) ? experts : dense).push_back(p);
   }
-  average(dense, g.batch.get(), 1.0);                        // the mean over dp x ep
-  average(experts, g.dp.get(), 1.0 / double(g.ep->size()));  // a sum over ep, a mean over dp
+  average_gradients(dense, g.batch.get());  // the mean over dp x ep
+  // A sum over ep (the all_to_all's backward), then a mean over dp.
+  average_gradients(experts, g.dp.get(), 1.0 / double(g.ep->size()));
 }
 
 }  // namespace spmd::dist::ep

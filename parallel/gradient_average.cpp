@@ -1,0 +1,28 @@
+// One flat all_reduce of many gradients (gradient_average.h).
+#include "parallel/gradient_average.h"
+
+#include "autograd/grad_mode.h"
+#include "tensor/ops.h"
+
+namespace spmd::dist {
+
+void average_gradients(const std::vector<Tensor>& params, ProcessGroup* group, double scale) {
+  if (params.empty()) return;
+  NoGradGuard no_grad;
+  std::vector<Tensor> flat_grads;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) Tensor(p).set_grad(ops::zeros_like(p));
+    flat_grads.push_back(ops::reshape(p.grad(), {p.numel()}));
+  }
+  Tensor flat = ops::cat(flat_grads, 0);
+  const int ranks = group ? group->size() : 1;
+  ops::mul_(flat, scale / double(ranks));
+  if (ranks > 1) group->wait(group->all_reduce(flat), OpType::kAllReduce);
+  int64_t offset = 0;
+  for (const Tensor& p : params) {
+    Tensor(p).set_grad(ops::clone(ops::view(ops::narrow(flat, 0, offset, p.numel()), p.shape())));
+    offset += p.numel();
+  }
+}
+
+}  // namespace spmd::dist
