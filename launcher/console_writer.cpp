@@ -10,10 +10,7 @@
 #include "runtime/error.h"
 
 namespace spmd::launcher {
-namespace {
 
-// Writes all of s to fd; gives up quietly when the reader is gone (a closed
-// console must not stop the job).
 void write_fully(int fd, const std::string& s) {
   size_t done = 0;
   while (done < s.size()) {
@@ -25,6 +22,8 @@ void write_fully(int fd, const std::string& s) {
     }
   }
 }
+
+namespace {
 
 std::string dropped_note(uint64_t n) {
   return str_cat("[spmdrun]: ", n, " line", n == 1 ? "" : "s",

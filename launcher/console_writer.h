@@ -19,6 +19,11 @@
 
 namespace spmd::launcher {
 
+// Writes all of s to fd, retrying short writes and EINTR; gives up quietly
+// on any other error (a closed console or a full disk must not stop the
+// job). The console thread below and the log files both write with it.
+void write_fully(int fd, const std::string& s);
+
 class ConsoleWriter {
  public:
   static constexpr size_t kMaxQueuedBytes = 8u << 20;

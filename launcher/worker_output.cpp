@@ -15,20 +15,6 @@ namespace {
 
 constexpr size_t kMaxLine = 64 * 1024;
 
-// Writes all of s to a log file (a regular file: a write there does not wait
-// on a reader).
-void write_fully(int fd, const std::string& s) {
-  size_t done = 0;
-  while (done < s.size()) {
-    ssize_t k = ::write(fd, s.data() + done, s.size() - done);
-    if (k > 0) {
-      done += static_cast<size_t>(k);
-    } else if (k < 0 && errno != EINTR) {
-      return;
-    }
-  }
-}
-
 int open_log(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
