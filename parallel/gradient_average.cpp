@@ -20,7 +20,8 @@ void average_gradients(const std::vector<Tensor>& params, ProcessGroup* group, d
   if (ranks > 1) group->wait(group->all_reduce(flat), OpType::kAllReduce);
   int64_t offset = 0;
   for (const Tensor& p : params) {
-    Tensor(p).set_grad(ops::clone(ops::view(ops::narrow(flat, 0, offset, p.numel()), p.shape())));
+    Tensor grad = p.grad();  // the average, copied back in place
+    ops::copy_(grad, ops::view(ops::narrow(flat, 0, offset, p.numel()), p.shape()));
     offset += p.numel();
   }
 }
