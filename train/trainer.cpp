@@ -239,30 +239,33 @@ TrainResult run_training(const TrainConfig& config,
     data::Batch batch = loader.next();
     batch.x = ops::to(batch.x, device), batch.y = ops::to(batch.y, device);
     double loss_sum = 0;
-    for (int64_t m = 0; m < t.microbatches && par.pipeline; ++m) {  // pp: the executor's step
-      const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
-      loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
-    }
-    if (par.pipeline) {
+    if (par.pipeline) {  // each microbatch a pipeline step; the stages' gradients averaged after
+      for (int64_t m = 0; m < t.microbatches; ++m) {
+        const Tensor x = ops::narrow(batch.x, 0, m * mb, mb),
+                     y = ops::narrow(batch.y, 0, m * mb, mb);
+        loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
+      }
       dist::average_gradients(params, par.dp.get(), 1.0 / double(t.microbatches));
       loss_sum = from_last_stage(loss_sum, par.stages.back()->is_last(), *par.pp);
-    }
-    for (int64_t m = 0; m < t.microbatches && !par.pipeline; ++m) {
-      const bool sync = m + 1 == t.microbatches;  // gradients are reduced on the last only
-      const Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
-      if (par.fsdp_root) par.fsdp_root->set_requires_gradient_sync(sync);
-      Losses l;
-      if (par.ddp && !sync) {
-        auto local = par.ddp->no_sync();
-        l = loss_of(par, config.model, x, y);
-        backward(div(l.objective, double(t.microbatches)));
-      } else {
-        l = loss_of(par, config.model, x, y);
-        backward(div(l.objective, double(t.microbatches)));
+    } else {
+      for (int64_t m = 0; m < t.microbatches; ++m) {
+        const bool sync = m + 1 == t.microbatches;  // gradients are reduced on the last only
+        const Tensor x = ops::narrow(batch.x, 0, m * mb, mb),
+                     y = ops::narrow(batch.y, 0, m * mb, mb);
+        if (par.fsdp_root) par.fsdp_root->set_requires_gradient_sync(sync);
+        Losses l;
+        if (par.ddp && !sync) {
+          auto local = par.ddp->no_sync();
+          l = loss_of(par, config.model, x, y);
+          backward(div(l.objective, double(t.microbatches)));
+        } else {
+          l = loss_of(par, config.model, x, y);
+          backward(div(l.objective, double(t.microbatches)));
+        }
+        loss_sum += l.loss.item<double>() / double(t.microbatches);
       }
-      loss_sum += l.loss.item<double>() / double(t.microbatches);
+      if (par.ep) dist::ep::sync_gradients(*model, *par.ep);
     }
-    if (par.ep) dist::ep::sync_gradients(*model, *par.ep);
     const double grad_norm =
         par.pipeline ? pipeline_grad_norm(params, *par.pp) : dist::grad_norm(params);
     if (t.grad_clip > 0) optim::clip_grads_with_norm_(params, t.grad_clip, grad_norm);
