@@ -1,6 +1,8 @@
-"""What the training benchmarks' drivers (ddp, tp, pp, fsdp, train_layouts)
-share: running one side's command and reading its
-`name key=value ...` result lines."""
+"""What the training benchmarks' drivers (ddp, tp, pp, fsdp, train_layouts,
+cp, moe) share: running one side's command and reading its
+`name key=value ...` result lines, or spmd-train's JSON lines."""
+import json
+import os
 import subprocess
 import sys
 
@@ -26,3 +28,16 @@ def last_result(cmd, env, tool, prefix, timeout=1800):
     if not lines:
         sys.exit(f"{tool}: no result line from {' '.join(cmd)}")
     return parse(lines[-1])
+
+
+def spmd_train_rows(build, world, flags, run_folder, env, tool, timeout=1800):
+    """Rank 0's JSON lines (one dict a step) of spmd-train run with `flags` on
+    `world` ranks (under spmdrun --standalone; one rank: alone) into
+    `run_folder`; exits naming `tool` when the run fails."""
+    train = os.path.join(build, "train", "spmd-train")
+    cmd = [train] if world == 1 else [os.path.join(build, "launcher", "spmdrun"), "--standalone",
+                                      "--nproc-per-node", str(world), train]
+    run_lines(cmd + list(flags) + [f"--metrics.run_folder={run_folder}",
+                                   "--metrics.log_every=1000"], env, tool, timeout=timeout)
+    with open(os.path.join(run_folder, "metrics_rank0.jsonl")) as f:
+        return [json.loads(line) for line in f]

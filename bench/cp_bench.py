@@ -15,13 +15,12 @@ the rounds' pairwise ratios.
   bench/cp_bench.py [--build build] [--seq-len 2048] [--rounds 3] [--steps 6]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 
-from bench_lines import run_lines
+from bench_lines import run_lines, spmd_train_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,17 +36,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="spmd_cp_bench_")
     model = ["--model.preset=custom", f"--model.seq_len={args.seq_len}", "--model.n_layers=2",
              "--model.n_heads=4", "--model.d_model=64", "--training.global_batch=1",
-             f"--training.steps={args.steps}", "--training.threads=1", "--metrics.log_every=1000"]
-    train = os.path.join(args.build, "train", "spmd-train")
+             f"--training.steps={args.steps}", "--training.threads=1"]
     spmdrun = os.path.join(args.build, "launcher", "spmdrun")
-    sides = {"cp=1 (one process)": [train],
-             "cp=2": [spmdrun, "--standalone", "--nproc-per-node", "2", train, "--parallel.cp=2"]}
+    sides = {"cp=1 (one process)": (1, []), "cp=2": (2, ["--parallel.cp=2"])}  # ranks, flags
     res = {name: {"tok": [], "peak": [], "act": []} for name in sides}
     for r in range(args.rounds):
-        for name, cmd in sides.items():
+        for name, (world, layout) in sides.items():
             folder = os.path.join(tmp, f"{r}_{name[:4]}")
-            run_lines(cmd + model + [f"--metrics.run_folder={folder}"], env, "cp_bench")
-            rows = [json.loads(l) for l in open(os.path.join(folder, "metrics_rank0.jsonl"))]
+            rows = spmd_train_rows(args.build, world, model + layout, folder, env, "cp_bench")
             res[name]["tok"].append(statistics.median(x["tokens_per_s"] for x in rows[2:]))
             res[name]["peak"].append(max(x["mem_peak"] for x in rows[2:]))
             res[name]["act"].append(max(x["mem_peak"] - x["mem_allocated"] for x in rows[2:]))

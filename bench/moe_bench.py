@@ -19,27 +19,24 @@ all_to_all bytes beside the formula.
                      [--rounds 3] [--steps 8] [--batch 4]
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 
-from bench_lines import run_lines
+from bench_lines import run_lines, spmd_train_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def spmd_train(args, env, layout, run_folder):
-    cmd = [os.path.join(args.build, "launcher", "spmdrun"), "--standalone", "--nproc-per-node",
-           str(args.world), os.path.join(args.build, "train", "spmd-train"),
-           f"--model.preset={args.config}", f"--model.n_experts={args.experts}",
-           f"--model.moe_top_k={args.top_k}", f"--training.steps={args.steps}",
-           f"--training.global_batch={args.batch * args.world}", "--training.threads=1",
-           f"--metrics.run_folder={run_folder}", "--metrics.log_every=1000",
-           f"--parallel.dp_replicate={args.world}"] + layout
-    run_lines(cmd, env, "moe_bench", timeout=1800)
-    rows = [json.loads(l) for l in open(os.path.join(run_folder, "metrics_rank0.jsonl"))]
+def tokens_per_s(args, env, layout, run_folder):
+    """spmd-train's tokens/s for the MoE model under `layout`: the median of
+    its steps after the first two."""
+    flags = [f"--model.preset={args.config}", f"--model.n_experts={args.experts}",
+             f"--model.moe_top_k={args.top_k}", f"--training.steps={args.steps}",
+             f"--training.global_batch={args.batch * args.world}", "--training.threads=1",
+             f"--parallel.dp_replicate={args.world}"] + layout
+    rows = spmd_train_rows(args.build, args.world, flags, run_folder, env, "moe_bench")
     return statistics.median(r["tokens_per_s"] for r in rows[2:])
 
 
@@ -61,7 +58,7 @@ def main():
     speed = {name: [] for name in layouts}
     for r in range(args.rounds):
         for name, layout in layouts.items():
-            speed[name].append(spmd_train(args, env, layout, os.path.join(tmp, str(len(speed[name])))))
+            speed[name].append(tokens_per_s(args, env, layout, os.path.join(tmp, str(len(speed[name])))))
         print(f"round {r}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in speed.items()),
               file=sys.stderr)
     base = list(layouts)[0]

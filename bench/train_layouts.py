@@ -19,7 +19,6 @@ sync: both go to the page cache first).
                          [--rounds 3] [--steps 8] [--batch 4]
 """
 import argparse
-import json
 import os
 import re
 import shutil
@@ -29,22 +28,17 @@ import sys
 import tempfile
 import time
 
-from bench_lines import parse, run_lines
+from bench_lines import parse, run_lines, spmd_train_rows
 from train_bench import spmd_core, spmd_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def spmd_train(args, env, layout, run_folder, extra=()):
-    cmd = [os.path.join(args.build, "launcher", "spmdrun"), "--standalone", "--nproc-per-node",
-           str(args.world), os.path.join(args.build, "train", "spmd-train"),
-           f"--model.preset={args.config}", f"--training.steps={args.steps}",
-           f"--training.global_batch={args.batch * args.world}",
-           f"--training.threads={args.threads}", f"--metrics.run_folder={run_folder}",
-           "--metrics.log_every=1000"] + layout + list(extra)
-    run_lines(cmd, env, "train_layouts", timeout=1800)
-    rows = [json.loads(l) for l in open(os.path.join(run_folder, "metrics_rank0.jsonl"))]
-    return rows
+    flags = [f"--model.preset={args.config}", f"--training.steps={args.steps}",
+             f"--training.global_batch={args.batch * args.world}",
+             f"--training.threads={args.threads}"] + layout + list(extra)
+    return spmd_train_rows(args.build, args.world, flags, run_folder, env, "train_layouts")
 
 
 def main():
