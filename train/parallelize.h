@@ -22,7 +22,8 @@
 // rank keeps the stage at its pp coordinate (or, interleaved, its
 // pp_stages_per_rank virtual stages; parallel/pipeline), runs them through
 // a PipelineExecutor, and their gradients are averaged over dp_replicate
-// once per step (train/pipeline_train.h). It combines with dp_replicate, tp
+// once per step (dist::average_gradients; train/pipeline_train.h has the
+// rest of a pipeline's step). It combines with dp_replicate, tp
 // (each stage's blocks split over its tp ranks, the last stage's loss
 // vocabulary-parallel) and activation checkpointing.
 //
