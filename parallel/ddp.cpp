@@ -4,9 +4,9 @@
 #include "parallel/ddp.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "autograd/grad_mode.h"
+#include "parallel/comm/object_collectives.h"
 #include "runtime/error.h"
 #include "tensor/ops.h"
 
@@ -21,89 +21,71 @@ std::vector<std::pair<std::string, Tensor>> trainable(const nn::Module& module) 
   return out;
 }
 
-// One line per tensor: "<kind> <name>\t<shape> <dtype>".
-std::vector<std::string> describe(const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  std::vector<std::string> lines;
-  for (const auto& [name, t] : tensors)
-    lines.push_back(str_cat(name, "\t", t.shape(), " ", dtype_name(t.dtype())));
-  return lines;
-}
+// What every rank must agree on about one parameter or buffer, as a record
+// the ranks exchange (parallel/comm/object_collectives.h).
+struct TensorRecord {
+  std::string kind;  // "parameter" or "buffer"
+  std::string name;  // dotted, in the module
+  std::vector<int64_t> shape;
+  DType dtype = DType::kF32;
 
-std::string join_lines(const std::vector<std::string>& lines) {
-  std::string s;
-  for (const std::string& l : lines) s += l + "\n";
-  return s;
-}
-
-std::vector<std::string> split_lines(const std::string& s) {
-  std::vector<std::string> lines;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  return lines;
-}
-
-// "parameter 'fc.weight' with shape [4, 3] f32", from a line of describe()
-// whose name is "parameter fc.weight" (a kind, a space, the dotted name).
-std::string entry_text(const std::string& line) {
-  const size_t tab = line.find('\t');
-  const std::string name = line.substr(0, tab);
-  const size_t space = name.find(' ');
-  const std::string quoted = space == std::string::npos
-                                 ? "'" + name + "'"
-                                 : name.substr(0, space) + " '" + name.substr(space + 1) + "'";
-  return str_cat(quoted, " with shape ", line.substr(tab + 1));
-}
-
-// Every rank's text, gathered to every rank (characters travel as i32).
-std::vector<std::string> all_gather_strings(ProcessGroup& group, const std::string& mine) {
-  const int n = group.size();
-  Tensor length = ops::full({1}, double(mine.size()), {DType::kI64});
-  Tensor lengths = ops::empty({n}, {DType::kI64});
-  group.all_gather(lengths, length).wait();
-  const std::vector<int64_t> sizes = ops::to_vector<int64_t>(lengths);
-  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<int32_t> chars(size_t(longest), 0);
-  std::copy(mine.begin(), mine.end(), chars.begin());
-  Tensor all = ops::empty({n * longest}, {DType::kI32});
-  group.all_gather(all, ops::from_vector(chars, {longest})).wait();
-  const std::vector<int32_t> flat = ops::to_vector<int32_t>(all);
-  std::vector<std::string> texts;
-  for (int r = 0; r < n; ++r) {
-    const auto begin = flat.begin() + r * longest;
-    texts.emplace_back(begin, begin + sizes[size_t(r)]);
+  void encode(RecordWriter& w) const {
+    w.str(kind);
+    w.str(name);
+    w.i64s(shape);
+    w.u8(uint8_t(dtype));
   }
-  return texts;
+  static TensorRecord decode(RecordReader& r) {
+    TensorRecord t{r.str(), r.str(), r.i64s()};
+    t.dtype = DType(r.u8());
+    return t;
+  }
+  bool operator==(const TensorRecord&) const = default;
+  std::string layout() const { return str_cat(Shape(shape), " ", dtype_name(dtype)); }
+  // "parameter 'fc.weight' with shape [4, 3] f32"
+  std::string text() const { return str_cat(kind, " '", name, "' with shape ", layout()); }
+};
+
+// One rank's whole model: its parameters, then its buffers.
+struct ModelRecord {
+  std::vector<TensorRecord> tensors;
+  void encode(RecordWriter& w) const { w.list(tensors); }
+  static ModelRecord decode(RecordReader& r) { return {r.list<TensorRecord>()}; }
+};
+
+ModelRecord describe(const nn::Module& module) {
+  ModelRecord m;
+  for (auto& [name, p] : module.named_parameters())
+    m.tensors.push_back({"parameter", name, p.shape().to_vector(), p.dtype()});
+  for (auto& [name, b] : module.named_buffers())
+    m.tensors.push_back({"buffer", name, b.shape().to_vector(), b.dtype()});
+  return m;
 }
 
 // Where rank r's list first differs from rank 0's, in words ("" if nowhere).
-std::string first_difference(const std::vector<std::string>& root,
-                             const std::vector<std::string>& other, int r) {
+std::string first_difference(const std::vector<TensorRecord>& root,
+                             const std::vector<TensorRecord>& other, int r) {
   for (size_t i = 0; i < std::min(root.size(), other.size()); ++i) {
     if (root[i] == other[i]) continue;
-    const std::string name = root[i].substr(0, root[i].find('\t'));
-    if (name == other[i].substr(0, other[i].find('\t'))) {  // same name, other shape or dtype
-      return str_cat(entry_text(root[i]), " on rank 0 but ",
-                     other[i].substr(other[i].find('\t') + 1), " on rank ", r);
-    }
-    return str_cat("entry ", i, " is ", entry_text(root[i]), " on rank 0 but ",
-                   entry_text(other[i]), " on rank ", r);
+    if (root[i].kind == other[i].kind && root[i].name == other[i].name)  // other shape or dtype
+      return str_cat(root[i].text(), " on rank 0 but ", other[i].layout(), " on rank ", r);
+    return str_cat("entry ", i, " is ", root[i].text(), " on rank 0 but ", other[i].text(),
+                   " on rank ", r);
   }
   if (root.size() == other.size()) return "";
   const bool root_longer = root.size() > other.size();
   return str_cat("rank 0 has ", root.size(), " entries and rank ", r, " has ", other.size(),
                  "; the first extra one is ",
-                 entry_text(root_longer ? root[other.size()] : other[root.size()]), " on rank ",
+                 (root_longer ? root[other.size()] : other[root.size()]).text(), " on rank ",
                  root_longer ? 0 : r);
 }
 
 }  // namespace
 
-void verify_same_parameters(ProcessGroup& group,
-                            const std::vector<std::pair<std::string, Tensor>>& tensors) {
-  const std::vector<std::string> texts = all_gather_strings(group, join_lines(describe(tensors)));
-  const std::vector<std::string> root = split_lines(texts[0]);
+void verify_same_parameters(ProcessGroup& group, const nn::Module& module) {
+  const std::vector<ModelRecord> all = all_gather_object(group, describe(module));
   for (int r = 1; r < group.size(); ++r) {
-    const std::string diff = first_difference(root, split_lines(texts[size_t(r)]), r);
+    const std::string diff = first_difference(all[0].tensors, all[size_t(r)].tensors, r);
     SPMD_CHECK(diff.empty(), "DistributedDataParallel: the ranks' models differ (", diff,
                "); every rank must build the same model, with the same parameters, shapes and "
                "dtypes, before wrapping it");
@@ -132,13 +114,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
              "DistributedDataParallel: the module and the group must not be null");
   register_module("module", module_);
   // 1. The same model everywhere, checked before any value moves.
-  std::vector<std::pair<std::string, Tensor>> state;
-  for (auto& [name, p] : module_->named_parameters()) state.emplace_back("parameter " + name, p);
-  for (auto& [name, b] : module_->named_buffers()) state.emplace_back("buffer " + name, b);
-  verify_same_parameters(*group_, state);
+  verify_same_parameters(*group_, *module_);
   // 2. Rank 0's values everywhere: the copies start equal.
-  std::vector<Tensor> tensors;
-  for (auto& entry : state) tensors.push_back(entry.second);
+  std::vector<Tensor> tensors = module_->parameters();
+  for (auto& [name, b] : module_->named_buffers()) tensors.push_back(b);
   {
     NoGradGuard no_grad;
     broadcast_tensors(*group_, tensors, 0);

@@ -108,10 +108,10 @@ class DistributedDataParallel : public nn::Module {
 };
 
 // Throws InvalidArgument, on every rank, unless every rank of `group` has the
-// same (name, shape, dtype) list; the message names the first rank and the
-// first entry that differ from rank 0's. Collective over `group`.
-void verify_same_parameters(ProcessGroup& group,
-                            const std::vector<std::pair<std::string, Tensor>>& tensors);
+// same parameters and buffers in `module` (names, shapes, dtypes, in order);
+// the message names the first rank and the first entry that differ from rank
+// 0's. Collective over `group` (one all_gather_object of the descriptions).
+void verify_same_parameters(ProcessGroup& group, const nn::Module& module);
 
 // Copies rank root's tensors into every other rank's, in place (each a
 // broadcast, all issued before any is waited on). Collective over `group`.

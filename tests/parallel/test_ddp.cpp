@@ -84,6 +84,24 @@ TEST_CASE("different parameter shapes across ranks: a clear error at constructio
   }
 }
 
+TEST_CASE("a different number of layers across ranks: the first extra entry is named",
+          "[ddp][errors]") {
+  run_world(2, [](ProcessGroup& world) {
+    // Rank 1 has one more hidden layer: its list is longer by a weight and a bias.
+    auto model = std::make_shared<Mlp>(4, world.rank() == 0 ? 1 : 2, 0);
+    try {
+      DistributedDataParallel ddp(model, borrow(world));
+    } catch (const InvalidArgument& e) {
+      const std::string msg = e.what();
+      expect(msg.find("rank 0 has 2 entries and rank 1 has 4; the first extra one is parameter "
+                      "'fc1.weight' with shape [4, 4] f32 on rank 1") != std::string::npos,
+             "unclear message: ", msg);
+      return;
+    }
+    expect(false, "no error for models of different depths");
+  });
+}
+
 TEST_CASE("a parameter without a gradient: an error naming it, not a hang", "[ddp][errors]") {
   run_world(2, [](ProcessGroup& world) {
     auto model = std::make_shared<Mlp>(8, 2, 1, /*spare_out=*/8);  // spare never used
