@@ -71,7 +71,8 @@ uint64_t FlightRecorder::issued(const CommOp& op) {
   e.id = id;
   e.op = op.type;
   e.seq = op.seq;
-  e.peer = op.root;
+  e.peer = op.peer;
+  e.root = op.root;
   e.bytes = bytes;
   e.dtype = t.defined() ? std::string(dtype_name(t.dtype())) : std::string();
   e.state = FlightEntry::State::kPending;
@@ -109,6 +110,7 @@ std::string FlightRecorder::to_json(int global_rank, const std::string& group, i
                    {"op", op_name(e.op)},
                    {"seq", e.seq},
                    {"peer", e.peer},
+                   {"root", e.root},
                    {"bytes", e.bytes},
                    {"dtype", e.dtype},
                    {"state", failed ? "failed" : state_name(e.state)},

@@ -31,7 +31,8 @@ struct FlightEntry {
   uint64_t id = 0;  // this rank's count of the group's operations: their order
   OpType op = OpType::kBarrier;
   uint64_t seq = 0;    // the collective's sequence number, or send/recv's own count
-  int peer = -1;       // send / recv: the other rank; rooted collectives: the root
+  int peer = -1;       // send / recv: the other rank (-1 for collectives)
+  int root = -1;       // broadcast, reduce, gather, scatter: the root (-1 for the others)
   uint64_t bytes = 0;  // the larger of the op's tensors (all_gather: the output)
   std::string dtype;   // "f32"; empty for a barrier
   State state = State::kPending;
@@ -62,7 +63,7 @@ class FlightRecorder {
   std::vector<FlightEntry> snapshot() const;
 
   // The dump as JSON: {"rank", "group", "group_rank", "group_size", "reason",
-  // "dumped_us", "ops": [{"id", "op", "seq", "peer", "bytes", "dtype",
+  // "dumped_us", "ops": [{"id", "op", "seq", "peer", "root", "bytes", "dtype",
   // "state", "issued_us", "ended_us"}, ...]}. `failed_seq`: the collective
   // that failed, recorded as failed (its Work completes after the dump).
   std::string to_json(int global_rank, const std::string& group, int group_rank, int group_size,

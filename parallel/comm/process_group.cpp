@@ -283,7 +283,7 @@ CommOp ProcessGroup::point_to_point(OpType type, const Tensor& t, int peer, int 
   op.type = type;
   op.seq = next_p2p_++;
   op.tensor = t;
-  op.root = peer;
+  op.peer = peer;
   op.tag = tag;
   op.description = str_cat(what, " #", op.seq, is_send ? " to " : " from ", rank_name(peer),
                            " with tag ", tag, " in group ", name());

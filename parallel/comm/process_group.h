@@ -86,7 +86,8 @@ struct CommOp {
   Tensor input;      // all_gather, reduce_scatter, all_to_all(v), gather, scatter (undefined
                      // on scatter's non-roots)
   ReduceOp reduce_op = ReduceOp::kSum;
-  int root = -1;  // broadcast, reduce, gather, scatter; the peer of send / recv
+  int root = -1;  // broadcast, reduce, gather, scatter (-1 for the others)
+  int peer = -1;  // send: the destination; recv: the source (-1 for collectives)
   int tag = 0;    // send / recv
   // all_to_all(v): elements to / from each rank, and where each block starts
   // (in elements) in input / output.

@@ -62,6 +62,21 @@ TEST_CASE("flight recorder: the last N operations, oldest first, with their ends
   CHECK(doc["ops"][0]["op"] == "all_reduce");
 }
 
+TEST_CASE("flight recorder: a send's peer and a broadcast's root are recorded apart",
+          "[comm][flight]") {
+  FlightRecorder rec(4);
+  CommOp send = op_of(OpType::kSend, 0), bcast = op_of(OpType::kBroadcast, 0);
+  send.peer = 2;
+  bcast.root = 1;
+  rec.issued(send);
+  rec.issued(bcast);
+  const auto doc = nlohmann::json::parse(rec.to_json(0, "world", 0, 3, "why", -1));
+  CHECK(doc["ops"][0]["peer"] == 2);
+  CHECK(doc["ops"][0]["root"] == -1);
+  CHECK(doc["ops"][1]["peer"] == -1);
+  CHECK(doc["ops"][1]["root"] == 1);
+}
+
 TEST_CASE("flight recorder: a rank killed mid-collective leaves the survivors' last ops in order",
           "[comm][flight][failure]") {
   const int world = 3, victim = 1;

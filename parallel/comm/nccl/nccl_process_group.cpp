@@ -308,10 +308,10 @@ int NcclProcessGroup::issue(const CommOp& op) {
       r = ncclAllReduce(state_->barrier_buf, state_->barrier_buf, 1, ncclFloat32, ncclSum, comm, s);
       break;
     case OpType::kSend:
-      r = ncclSend(buf, n, dt, op.root, comm, s);
+      r = ncclSend(buf, n, dt, op.peer, comm, s);
       break;
     case OpType::kRecv:
-      r = ncclRecv(buf, n, dt, op.root, comm, s);
+      r = ncclRecv(buf, n, dt, op.peer, comm, s);
       break;
   }
   return r;

@@ -158,9 +158,9 @@ void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
     return e && e->drive(inner);
   });
   if (op.type == OpType::kSend) {
-    p2p_->send(host.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, inner);
+    p2p_->send(host.raw_data(), size_t(t.numel()), t.dtype(), op.peer, op.tag, inner);
   } else {
-    p2p_->recv(host.raw_data(), size_t(t.numel()), t.dtype(), op.root, op.tag, inner);
+    p2p_->recv(host.raw_data(), size_t(t.numel()), t.dtype(), op.peer, op.tag, inner);
   }
 }
 
