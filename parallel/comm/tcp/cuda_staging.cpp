@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include "runtime/error.h"
 #include "tensor/cuda_api.h"
 
@@ -38,54 +40,72 @@ StreamMark& StreamMark::operator=(StreamMark&&) noexcept = default;
 void StreamMark::wait() const { check(cudaEventSynchronize(impl_->event), "cudaEventSynchronize"); }
 
 struct HostStaging::Impl {
-  char* buffers[2] = {nullptr, nullptr};
-  size_t sizes[2] = {0, 0};
-  cudaStream_t stream = nullptr;  // the worker's copy stream
+  std::mutex mu;
+  std::vector<std::pair<char*, size_t>> free;  // pinned buffers not in use, and their sizes
+  cudaStream_t stream = nullptr;               // the copy stream
   int device = -1;
+
+  ~Impl() {
+    for (auto& [b, size] : free) cudaFreeHost(b);
+    if (stream) cudaStreamDestroy(stream);
+  }
+  // The copy stream, on t's device. REQUIRES: mu held.
+  cudaStream_t copy_stream(const Tensor& t) {
+    const int d = t.device().index;
+    check(cudaSetDevice(d), "cudaSetDevice");
+    if (device != d) {
+      if (stream) cudaStreamDestroy(stream);
+      stream = nullptr;
+      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+      device = d;
+    }
+    return stream;
+  }
 };
 
-HostStaging::HostStaging() : impl_(std::make_unique<Impl>()) {}
+HostStaging::HostStaging() : impl_(std::make_shared<Impl>()) {}
 
-HostStaging::~HostStaging() {
-  for (char* b : impl_->buffers) {
-    if (b) cudaFreeHost(b);
+// The smallest free buffer that holds `bytes`, else a new one (in place of
+// the largest free one, too small, so the pool does not grow past the
+// number of buffers in use at once).
+std::shared_ptr<char> HostStaging::acquire(size_t bytes) {
+  std::lock_guard lock(impl_->mu);
+  auto& free = impl_->free;
+  size_t best = free.size();
+  for (size_t i = 0; i < free.size(); ++i)
+    if (free[i].second >= bytes && (best == free.size() || free[i].second < free[best].second))
+      best = i;
+  std::pair<char*, size_t> buffer;
+  if (best < free.size()) {
+    buffer = free[best];
+    free.erase(free.begin() + std::ptrdiff_t(best));
+  } else {
+    if (!free.empty()) {
+      auto largest = std::max_element(free.begin(), free.end(),
+                                      [](auto& a, auto& b) { return a.second < b.second; });
+      cudaFreeHost(largest->first);
+      free.erase(largest);
+    }
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault), "cudaHostAlloc");
+    buffer = {static_cast<char*>(p), bytes};
   }
-  if (impl_->stream) cudaStreamDestroy(impl_->stream);
-}
-
-char* HostStaging::buffer(int slot, size_t bytes) {
-  if (bytes > impl_->sizes[slot]) {
-    if (impl_->buffers[slot]) cudaFreeHost(impl_->buffers[slot]);
-    impl_->buffers[slot] = nullptr;
-    check(
-        cudaHostAlloc(reinterpret_cast<void**>(&impl_->buffers[slot]), bytes, cudaHostAllocDefault),
-        "cudaHostAlloc");
-    impl_->sizes[slot] = bytes;
-  }
-  return impl_->buffers[slot];
-}
-
-// The worker's copy stream, on t's device.
-static cudaStream_t copy_stream(HostStaging::Impl& impl, const Tensor& t) {
-  const int device = t.device().index;
-  check(cudaSetDevice(device), "cudaSetDevice");
-  if (impl.device != device) {
-    if (impl.stream) cudaStreamDestroy(impl.stream);
-    impl.stream = nullptr;
-    check(cudaStreamCreateWithFlags(&impl.stream, cudaStreamNonBlocking), "stream");
-    impl.device = device;
-  }
-  return impl.stream;
+  return std::shared_ptr<char>(buffer.first, [impl = impl_, size = buffer.second](char* b) {
+    std::lock_guard lock(impl->mu);
+    impl->free.emplace_back(b, size);
+  });
 }
 
 void HostStaging::to_host(const Tensor& t, char* host) {
-  cudaStream_t s = copy_stream(*impl_, t);
+  std::lock_guard lock(impl_->mu);
+  cudaStream_t s = impl_->copy_stream(t);
   check(cudaMemcpyAsync(host, t.raw_data(), t.nbytes(), cudaMemcpyDeviceToHost, s), "copy to host");
   check(cudaStreamSynchronize(s), "synchronize");
 }
 
 void HostStaging::to_device(const char* host, const Tensor& t) {
-  cudaStream_t s = copy_stream(*impl_, t);
+  std::lock_guard lock(impl_->mu);
+  cudaStream_t s = impl_->copy_stream(t);
   check(cudaMemcpyAsync(t.raw_data(), host, t.nbytes(), cudaMemcpyHostToDevice, s),
         "copy to device");
   check(cudaStreamSynchronize(s), "synchronize");

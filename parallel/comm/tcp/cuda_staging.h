@@ -1,19 +1,27 @@
 // Host staging of CUDA tensors for the TCP backend (CUDA builds only). The
-// TCP backend moves bytes with sendmsg/recvmsg, which need host memory, so a
-// collective on a CUDA tensor runs on a pinned host copy:
+// TCP backend moves bytes with sendmsg/recvmsg, which need host memory, so an
+// operation on a CUDA tensor, collective or send/recv, runs on a pinned host
+// copy, the same way for both:
 //
-//   at the call (caller's thread):  mark the caller's current stream (an event)
-//   on the thread that runs it (its waiter, else the queue's worker):
-//                   wait for the mark; copy device -> pinned host;
-//                   run the collective on the host copy;
-//                   copy pinned host -> device; then complete the Work.
+//   at the call (caller's thread):  mark the caller's current stream (an event);
+//                   take pinned buffers from the group's HostStaging
+//   where it runs (a collective: its waiter, else the queue's worker; a send:
+//   the call itself; a recv: the thread that completes it):
+//                   wait for the mark; copy device -> pinned host (what is read);
+//                   move the bytes on the host copy;
+//                   copy pinned host -> device (what is written); then
+//                   complete the Work, and the buffers go back to the pool.
 //
 // Pinned (page-locked) memory makes the copies DMA transfers at full PCIe or
-// NVLink-C2C speed; the buffers are kept per group and only grow.
+// NVLink-C2C speed. The pool keeps the buffers for later operations: as many
+// as were ever in use at once (a collective holds two while it runs, each
+// send or recv in flight one).
 #pragma once
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -37,15 +45,16 @@ class StreamMark {
   std::unique_ptr<Impl> impl_;
 };
 
+// A handle to a group's pool of pinned buffers and its copy stream; copies of
+// the handle share them. Thread-safe: collectives and send/recv stage from
+// different threads.
 class HostStaging {
  public:
   HostStaging();
-  ~HostStaging();
-  HostStaging(const HostStaging&) = delete;
-  HostStaging& operator=(const HostStaging&) = delete;
 
-  // Pinned host memory for buffer `slot` (0 or 1), at least `bytes`.
-  char* buffer(int slot, size_t bytes);
+  // Pinned host memory of at least `bytes`, for one operation: it goes back
+  // to the pool when the last copy of the pointer is dropped.
+  std::shared_ptr<char> acquire(size_t bytes);
   // Copies a CUDA tensor's bytes to host memory, or back; both block until done.
   void to_host(const Tensor& t, char* host);
   void to_device(const char* host, const Tensor& t);
@@ -53,7 +62,7 @@ class HostStaging {
   struct Impl;
 
  private:
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace spmd::dist::tcp

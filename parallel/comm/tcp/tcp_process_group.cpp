@@ -105,6 +105,9 @@ Work TcpProcessGroup::launch(CommOp op) {
                op.tensor.device(), " but input on ", op.input.device());
   }
   Work work(op.description, Work::Duration::max());
+#if SPMD_WITH_CUDA
+  if (on_gpu && !staging_) staging_ = std::make_unique<HostStaging>();  // on the issuing thread
+#endif
   if (op.type == OpType::kSend || op.type == OpType::kRecv) {
     launch_p2p(std::move(op), work);
     return work;
@@ -127,40 +130,53 @@ Work TcpProcessGroup::launch(CommOp op) {
   return work;
 }
 
-// Sends and receives go to the point-to-point engine. A CUDA tensor travels
-// through a host copy: taken now for a send, copied back when a recv lands.
+// Sends and receives go to the point-to-point engine. A CUDA tensor is
+// staged as a collective's is (cuda_staging.h): a send's bytes go to pinned
+// host memory now, once the caller's stream has produced them; a recv's come
+// back to the device before its Work completes.
 void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
   SPMD_CHECK(p2p_ != nullptr, op.description, ": the group has been shut down");
   const Tensor t = op.tensor;
-  const Tensor host = t.is_cpu()                 ? t
-                      : op.type == OpType::kSend ? ops::to(t, Device::cpu())
-                                                 : ops::empty(t.shape(), {t.dtype()});
+  char* bytes = static_cast<char*>(t.raw_data());
   Work inner = work;
-  if (!t.is_cpu()) {
+#if SPMD_WITH_CUDA
+  if (t.is_cuda()) {
+    auto mark = std::make_shared<StreamMark>(t);
+    std::shared_ptr<char> host = staging_->acquire(t.nbytes());
+    const bool is_recv = op.type == OpType::kRecv;
+    if (!is_recv) {
+      mark->wait();
+      staging_->to_host(t, host.get());
+    }
+    bytes = host.get();
     inner = Work(op.description, Work::Duration::max());
-    inner.on_complete([inner, work, t, host, is_recv = op.type == OpType::kRecv] {
+    inner.on_complete([inner, work, t, host, mark, is_recv, staging = *staging_]() mutable {
       std::exception_ptr error = inner.exception();
       if (!error && is_recv) {
         try {
-          ops::copy_(t, host);
-          ops::synchronize(t.device());  // the bytes are on the device when the Work completes
+          mark->wait();  // the caller's earlier work on t is done before it is overwritten
+          staging.to_device(host.get(), t);
         } catch (...) {
           error = std::current_exception();
         }
       }
+      host.reset();  // back to the pool before the caller can issue the next one
       work.complete(error);
     });
   }
-  inner.on_complete([host] {});  // keeps the host memory alive until the transfer ends
+#else
+  SPMD_CHECK(t.is_cpu(), op.description, ": this spmd was built without CUDA");
+#endif
+  if (t.is_cpu()) inner.on_complete([t] {});  // the engine uses t's memory until it completes
   // A caller that waits on it moves its bytes itself (p2p.h).
   work.set_runner([engine = std::weak_ptr(p2p_), inner] {
     auto e = engine.lock();
     return e && e->drive(inner);
   });
   if (op.type == OpType::kSend) {
-    p2p_->send(host.raw_data(), size_t(t.numel()), t.dtype(), op.peer, op.tag, inner);
+    p2p_->send(bytes, size_t(t.numel()), t.dtype(), op.peer, op.tag, inner);
   } else {
-    p2p_->recv(host.raw_data(), size_t(t.numel()), t.dtype(), op.peer, op.tag, inner);
+    p2p_->recv(bytes, size_t(t.numel()), t.dtype(), op.peer, op.tag, inner);
   }
 }
 
@@ -195,9 +211,12 @@ void TcpProcessGroup::execute_staged(Queued& item) {
 #if SPMD_WITH_CUDA
   CommOp& op = item.op;
   item.mark->wait();
-  if (!staging_) staging_ = std::make_unique<HostStaging>();
-  char* data = op.tensor.defined() ? staging_->buffer(0, op.tensor.nbytes()) : nullptr;
-  char* input = op.input.defined() ? staging_->buffer(1, op.input.nbytes()) : nullptr;
+  const std::shared_ptr<char> output_host =
+      op.tensor.defined() ? staging_->acquire(op.tensor.nbytes()) : nullptr;
+  const std::shared_ptr<char> input_host =
+      op.input.defined() ? staging_->acquire(op.input.nbytes()) : nullptr;
+  char* data = output_host.get();
+  char* input = input_host.get();
   if (op.input.defined()) staging_->to_host(op.input, input);
   // The output's bytes go to the host too where the op leaves some of them
   // as they are: in place (the tensor is also the input), and the gaps

@@ -1,7 +1,7 @@
 // TcpProcessGroup: the process group of the TCP backend (the role Gloo plays
 // for PyTorch on CPUs). It runs on any IP network, carries CPU tensors
-// directly and CUDA tensors through host memory (collectives through pinned
-// buffers, cuda_staging.h; send/recv through host copies).
+// directly and CUDA tensors, collectives and send/recv alike, through pinned
+// host memory (cuda_staging.h).
 //
 // Structure:
 //   - a full mesh of sockets, connected through the store (bootstrap.h);
