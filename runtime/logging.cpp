@@ -90,7 +90,8 @@ void set_log_prefix(std::string prefix) {
 }
 
 void log_message(LogLevel level, std::string_view message) {
-  static constexpr char kLetters[] = "DIWE";
+  static constexpr char kLetters[] = "DIWE";  // one per level below kOff
+  static_assert(sizeof(kLetters) - 1 == size_t(LogLevel::kOff), "one letter per LogLevel");
   std::string line = current_prefix();
   line += ' ';
   line += kLetters[static_cast<int>(level) & 3];

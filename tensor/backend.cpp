@@ -3,6 +3,8 @@
 // asks which build it is in.
 #include "tensor/backend.h"
 
+#include <iterator>
+
 #include "tensor/cpu/cpu_backend.h"
 #if SPMD_WITH_CUDA
 #include "tensor/cuda/cuda_backend.h"
@@ -16,6 +18,8 @@ const char* op_name(UnaryOp op) {
   static constexpr const char* kNames[] = {
       "neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu_tanh",
       "gelu_erf", "silu", "sin", "cos", "square", "reciprocal", "sign", "logical_not"};
+  static_assert(std::size(kNames) == size_t(UnaryOp::kLogicalNot) + 1,  // the last in backend.h
+                "one name per UnaryOp");
   return kNames[int(op)];
 }
 
@@ -24,6 +28,8 @@ const char* op_name(BinaryOp op) {
       "add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
       "logical_and", "logical_or", "relu_backward", "gelu_tanh_backward", "gelu_erf_backward",
       "silu_backward", "sigmoid_backward", "tanh_backward"};
+  static_assert(std::size(kNames) == size_t(BinaryOp::kTanhBackward) + 1,  // the last in backend.h
+                "one name per BinaryOp");
   return kNames[int(op)];
 }
 // clang-format on

@@ -93,6 +93,10 @@ void ProcessGroup::count(OpType type, const Tensor& payload) {
 }
 
 void ProcessGroup::count(OpType type, uint64_t payload_bytes) {
+  constexpr size_t kOpTypes = size_t(OpType::kAllToAllv) + 1;  // the largest in types.h, + 1
+  static_assert(sizeof(counts_) / sizeof(counts_[0]) >= kOpTypes &&
+                    sizeof(CommStats::by_op) / sizeof(CommStats::Count) >= kOpTypes,
+                "a count per OpType");
   AtomicCount& c = counts_[size_t(type)];
   c.calls.fetch_add(1, std::memory_order_relaxed);
   c.bytes.fetch_add(payload_bytes, std::memory_order_relaxed);

@@ -253,6 +253,8 @@ void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
     try {
       store().delete_key(key(str_cat("arrived/", op.seq, "/", rank())));
     } catch (...) {
+      // Tidying only: the collective succeeded, and a record left behind is
+      // read by no one (never_arrived asks only about a failing seq).
     }
   }
 }
@@ -356,6 +358,8 @@ std::exception_ptr TcpProcessGroup::fail(const CommOp& op, std::exception_ptr er
     const std::string mine = str_cat(rank_name(rank()), " reported: ", message);
     store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
   } catch (...) {
+    // The store may have died with its host: the record only adds words to
+    // the peers' reports, and this rank's own error below says what failed.
   }
   mesh_->abort();
   p2p_->abort(str_cat("the group was aborted: ", message));
@@ -381,6 +385,7 @@ std::string TcpProcessGroup::never_arrived(const CommOp& op) {
     try {
       store().wait(keys, slow_after(timeout()));
     } catch (const TimeoutError&) {
+      // Expected when some never arrive: the check below names them.
     }
     for (size_t i = 0; i < keys.size(); ++i) {
       if (!store().check({keys[i]})) missing += str_cat(missing.empty() ? "" : ", ", unknown[i]);
@@ -407,6 +412,8 @@ std::string TcpProcessGroup::peer_report(int /*peer*/) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   } catch (...) {
+    // The store is unreachable: the report goes on without the record's
+    // words (the caller's message already names the lost peer).
   }
   return "";
 }
@@ -416,6 +423,8 @@ void TcpProcessGroup::announce_arrival() {
   try {
     store().set(key(str_cat("arrived/", current_seq_, "/", rank())), std::string_view("1"));
   } catch (...) {
+    // Best effort: the record only helps a failing peer name who arrived; a
+    // store that cannot take it must not fail a collective that may still end well.
   }
 }
 
