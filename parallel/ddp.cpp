@@ -127,6 +127,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
       std::make_shared<Reducer>(trainable(*module_), group_,
                                 ReducerOptions{options.bucket_cap_mb, options.first_bucket_cap_mb,
                                                options.find_unused_parameters});
+  reducer_->set_observer(timer_);
   reducer_->attach();
 }
 

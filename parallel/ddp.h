@@ -42,6 +42,7 @@
 #include "parallel/comm/process_group.h"
 #include "parallel/ddp_comm_hooks.h"
 #include "parallel/ddp_reducer.h"
+#include "parallel/ddp_sync_timer.h"
 
 namespace spmd::dist {
 
@@ -98,12 +99,14 @@ class DistributedDataParallel : public nn::Module {
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
   // When the last synchronized backward's buckets were reduced: the overlap
   // of communication with backward.
-  const SyncTimeline& last_sync() const { return reducer_->last_sync(); }
+  // (SyncTimer, ddp_sync_timer.h, watching the reducer.)
+  const SyncTimeline& last_sync() const { return timer_->last(); }
 
  private:
   std::shared_ptr<nn::Module> module_;
   std::shared_ptr<ProcessGroup> group_;
   std::shared_ptr<Reducer> reducer_;
+  std::shared_ptr<SyncTimer> timer_ = std::make_shared<SyncTimer>();
   bool sync_ = true;
 };
 

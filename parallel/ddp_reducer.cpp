@@ -4,12 +4,10 @@
 #include "parallel/ddp_reducer.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "autograd/engine.h"
 #include "autograd/variable.h"
 #include "runtime/error.h"
-#include "runtime/trace.h"
 #include "tensor/ops.h"
 
 namespace spmd::dist {
@@ -90,8 +88,7 @@ void Reducer::on_gradient_ready(size_t k) {
   if (!expect_hooks_) return;  // inside no_sync(), or no forward through DDP
   if (!in_backward_) {
     in_backward_ = true;
-    timeline_ = {};
-    timeline_.first_ready_us = trace_now_us();
+    if (observer_) observer_->backward_started();
     std::weak_ptr<Reducer> weak = weak_from_this();
     autograd::queue_callback([weak] {
       if (std::shared_ptr<Reducer> self = weak.lock()) self->finalize_backward();
@@ -112,38 +109,15 @@ void Reducer::launch_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     const size_t i = next_bucket_++;
     Bucket& b = buckets_[i];
-    b.launch_us = trace_now_us();
-    b.done_us->store(0);
     b.work = comm_hook_(*group_, b.grad_bucket);
-    b.work.on_complete(completion_timer(i));
+    if (observer_) observer_->bucket_launched(i, b.work, b.grad_bucket.buffer.nbytes());
   }
-}
-
-// What runs when bucket i's Work completes, on the completing thread: it
-// notes when the communicator could have started the bucket and when it
-// finished, and (with a trace) records that span on this thread's row.
-std::function<void()> Reducer::completion_timer(size_t i) const {
-  const Bucket& b = buckets_[i];
-  return
-      [start = b.start_us, done = b.done_us, previous = i > 0 ? buckets_[i - 1].done_us : nullptr,
-       launch = b.launch_us, launcher = std::this_thread::get_id(), wait_since = wait_since_us_,
-       name = str_cat("all_reduce bucket ", i, " (", b.grad_bucket.buffer.nbytes(), " B)")] {
-        const int64_t now = trace_now_us();
-        int64_t from = std::max(launch, previous ? previous->load() : int64_t{0});
-        // The launching thread completes a bucket only by running it from its
-        // wait at the end of backward: it cannot have started before that.
-        if (std::this_thread::get_id() == launcher) from = std::max(from, wait_since->load());
-        start->store(from);
-        done->store(now);
-        if (trace_enabled()) trace_record(name, "comm", from, now - from);
-      };
 }
 
 // --- At the end of backward --------------------------------------------------
 
 void Reducer::finalize_backward() {
-  timeline_.compute_end_us = trace_now_us();
-  wait_since_us_->store(timeline_.compute_end_us);
+  if (observer_) observer_->waiting_started();
   std::vector<size_t> missing;
   std::vector<int32_t> used_here(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -168,8 +142,7 @@ void Reducer::finalize_backward() {
     for (size_t k = 0; k < params_.size(); ++k) globally_used[k] = flags[k] != 0;
   }
   write_back(globally_used);
-  timeline_.end_us = trace_now_us();
-  record_timeline();
+  if (observer_) observer_->backward_finished();
   wait_launched_and_reset();
 }
 
@@ -231,24 +204,8 @@ void Reducer::wait_launched_and_reset() {
   std::fill(ready_.begin(), ready_.end(), false);
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
   next_bucket_ = 0;
-  wait_since_us_->store(0);
   in_backward_ = false;
   expect_hooks_ = false;
-}
-
-// Copies the launch and completion times into the timeline, and the
-// backward and the wait at its end into the Chrome trace when one is
-// recorded (SPMD_TRACE; the buckets' spans were recorded as they completed).
-void Reducer::record_timeline() {
-  for (const Bucket& b : buckets_) {
-    timeline_.buckets.push_back(
-        {b.launch_us, b.start_us->load(), b.done_us->load(), b.grad_bucket.buffer.nbytes()});
-  }
-  if (!trace_enabled()) return;
-  trace_record("backward (first gradient ready to last node)", "compute", timeline_.first_ready_us,
-               timeline_.compute_end_us - timeline_.first_ready_us);
-  trace_record("ddp wait for buckets", "comm", timeline_.compute_end_us,
-               timeline_.end_us - timeline_.compute_end_us);
 }
 
 // Parameter k's slot in its bucket's flat buffer, shaped as the parameter.
@@ -262,26 +219,6 @@ std::vector<std::vector<std::string>> Reducer::bucket_parameter_names() const {
   std::vector<std::vector<std::string>> names;
   for (const Bucket& b : buckets_) names.push_back(b.grad_bucket.parameter_names);
   return names;
-}
-
-// --- SyncTimeline ----------------------------------------------------------------
-
-int64_t SyncTimeline::comm_us() const {
-  int64_t total = 0;
-  for (const BucketTimes& b : buckets) total += b.done_us - b.start_us;
-  return total;
-}
-
-int64_t SyncTimeline::hidden_us() const {
-  int64_t hidden = 0;
-  for (const BucketTimes& b : buckets)
-    hidden += std::max<int64_t>(0, std::min(b.done_us, compute_end_us) - b.start_us);
-  return hidden;
-}
-
-double SyncTimeline::hidden_share() const {
-  const int64_t total = comm_us();
-  return total > 0 ? double(hidden_us()) / double(total) : 1.0;
 }
 
 }  // namespace spmd::dist

@@ -32,11 +32,13 @@
 // out of the buckets: two memcpys per step), static graphs, and rebuilding
 // the buckets in the order gradients actually arrived.
 //
+// How long the buckets took, and how much of it backward hid, is not the
+// reducer's business: an observer (ddp_sync_timer.h) is told of each step.
+//
 // Thread-safety: every method runs on the thread that calls forward and
-// backward; only the completion times are written by the communicator's thread.
+// backward.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,31 +52,19 @@
 
 namespace spmd::dist {
 
-// When the buckets of one synchronized backward were reduced (wall-clock
-// microseconds, as runtime/trace.h records them): how much of the
-// communication was hidden behind the computation of backward.
-struct SyncTimeline {
-  struct BucketTimes {
-    int64_t launch_us = 0;  // the hook launched the bucket's reduction
-    // The communicator could start it: after its launch and the previous
-    // bucket's completion (collectives run in order) and, when the waiting
-    // thread ran it itself because the communicator's thread had not picked
-    // it up, after the waiting began.
-    int64_t start_us = 0;
-    int64_t done_us = 0;  // its Work completed
-    size_t bytes = 0;
-  };
-  int64_t first_ready_us = 0;        // the first gradient of this backward was ready
-  int64_t compute_end_us = 0;        // backward had run its last node; the waiting began
-  int64_t end_us = 0;                // every bucket reduced and copied back
-  std::vector<BucketTimes> buckets;  // in launch order
-
-  // The communicator's busy time: the sum of done_us - start_us.
-  int64_t comm_us() const;
-  // The part of comm_us() that ran before compute_end_us.
-  int64_t hidden_us() const;
-  // hidden_us() / comm_us() (1 when nothing was communicated).
-  double hidden_share() const;
+// What the reducer tells an observer (ddp_sync_timer.h times the buckets
+// this way), on the thread that runs backward. Must not throw.
+class ReducerObserver {
+ public:
+  virtual ~ReducerObserver() = default;
+  // The first gradient of a synchronized backward is ready.
+  virtual void backward_started() = 0;
+  // Bucket `index` (`bytes` long) was launched as `work`.
+  virtual void bucket_launched(size_t index, const Work& work, size_t bytes) = 0;
+  // Backward has run its last node; the reducer begins waiting for the buckets.
+  virtual void waiting_started() = 0;
+  // Every bucket is reduced and copied back into the .grads.
+  virtual void backward_finished() = 0;
 };
 
 struct ReducerOptions {
@@ -98,10 +88,11 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   // accumulates them locally. Clears what a failed backward left behind.
   void prepare_for_backward(bool sync);
   void set_comm_hook(CommHook hook) { comm_hook_ = std::move(hook); }
+  // Tells `observer` (or nobody, when null) what each synchronized backward does.
+  void set_observer(std::shared_ptr<ReducerObserver> observer) { observer_ = std::move(observer); }
 
   // Parameter names per bucket, in launch order.
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
-  const SyncTimeline& last_sync() const { return timeline_; }
 
  private:
   struct Slot {  // where one parameter's gradient lives in its bucket
@@ -113,27 +104,22 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
     std::vector<size_t> params;  // indices into params_
     size_t pending = 0;          // parameters not yet ready in this backward
     Work work;
-    int64_t launch_us = 0;
-    // Written by the thread that completes the Work.
-    std::shared_ptr<std::atomic<int64_t>> start_us = std::make_shared<std::atomic<int64_t>>(0);
-    std::shared_ptr<std::atomic<int64_t>> done_us = std::make_shared<std::atomic<int64_t>>(0);
   };
 
   void build_buckets(const ReducerOptions& options);
   void on_gradient_ready(size_t param);
   void launch_ready_buckets();
-  std::function<void()> completion_timer(size_t bucket) const;
   void finalize_backward();
   void handle_unused_parameters(const std::vector<size_t>& missing);
   void write_back(const std::vector<bool>& globally_used);
   void wait_launched_and_reset();
-  void record_timeline();
   Tensor slot_view(size_t param) const;
 
   std::vector<std::pair<std::string, Tensor>> params_;
   std::shared_ptr<ProcessGroup> group_;
   bool find_unused_;
   CommHook comm_hook_;
+  std::shared_ptr<ReducerObserver> observer_;  // may be null
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
 
@@ -143,9 +129,6 @@ class Reducer : public std::enable_shared_from_this<Reducer> {
   std::vector<bool> ready_;            // its gradient is in its bucket
   std::vector<bool> used_since_sync_;  // it got a gradient since the last synchronization
   size_t next_bucket_ = 0;             // the next bucket to launch
-  SyncTimeline timeline_;
-  // When this backward's thread began waiting for the buckets (0 before).
-  std::shared_ptr<std::atomic<int64_t>> wait_since_us_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 }  // namespace spmd::dist
