@@ -17,6 +17,7 @@
 #include "autograd/optim/lr_schedule.h"
 #include "parallel/agreement.h"
 #include "parallel/context_parallel/context_parallel.h"
+#include "parallel/data_loader.h"
 #include "parallel/gradient_average.h"
 #include "parallel/placement.h"
 #include "runtime/env.h"
@@ -25,7 +26,6 @@
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
-#include "train/data_loader.h"
 #include "train/flops.h"
 #include "train/parallelize.h"
 #include "train/pipeline_train.h"
@@ -197,7 +197,7 @@ TrainResult run_training(const TrainConfig& config,
              dataset.size(data::Split::kVal), " tokens, fewer than one eval batch of 4 x ",
              model->config.max_seq_len + 1);
   const int64_t T = model->config.max_seq_len;
-  DataLoader loader(dataset, T, t.global_batch, par.dp_size, par.dp_rank, t.seed);
+  dist::DataLoader loader(dataset, T, t.global_batch, par.dp_size, par.dp_rank, t.seed);
 
   TrainResult result;
   const CheckpointConfig& ck = config.checkpoint;

@@ -5,12 +5,12 @@
 // The loop is the one every trainer runs:
 //   sample a batch -> forward -> loss -> backward -> clip -> AdamW step
 // with a linear warm-up then cosine decay of the learning rate, a log line
-// every --log-every steps, and at the end the loss on held-out text.
+// every --log-every steps, and at the end the loss on held-out text. The
+// flags, the schedule, the log window and the held-out loss are the
+// library's (autograd/train_loop.h), shared with the distributed examples.
 //
 //   01_train_single --data ../shared/data/tinyshakespeare.txt --config tiny --steps 600
 #include <CLI/CLI.hpp>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -20,52 +20,18 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
-#include "autograd/optim/lr_schedule.h"
-#include "runtime/flag_checks.h"
+#include "autograd/train_loop.h"
 #include "runtime/resource_limits.h"
-#include "tensor/ops.h"
 #include "tensor/threads.h"
 
 using namespace spmd;
 
 namespace {
 
-struct Flags {
-  std::string data;
-  std::string config = "tiny";
-  int64_t steps = 600;
-  double lr = 2e-3;
-  int64_t batch = 8;
-  uint64_t seed = 1337;
-  int threads = 1;
-  int64_t log_every = 50;
-  int64_t warmup = 50;
-  double weight_decay = 0.1;
-  double grad_clip = 1.0;
-  int64_t eval_batches = 20;
-};
-
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
+TrainLoopFlags parse_flags(int argc, char** argv) {
+  TrainLoopFlags f;
   CLI::App app{"Train a GPT-2-shaped character model on one text file, in one process."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
-  app.add_option("--data", f.data, "text file to train on (the last 10% is held out)")->required();
-  app.add_option("--config", f.config, "model size: tiny (0.8M parameters) or small (10.8M)")
-      ->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--batch", f.batch, "sequences per batch")->check(spmd::flags::count(1));
-  app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--threads", f.threads, "CPU threads")->check(spmd::flags::count(1, 1024));
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
-  app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay")
-      ->check(spmd::flags::number(0));
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
-      ->check(spmd::flags::number(0));
-  app.add_option("--eval-batches", f.eval_batches, "held-out batches in the final val loss")
-      ->check(spmd::flags::count(1));
+  add_train_loop_flags(app, f, "sequences per batch");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -74,21 +40,7 @@ Flags parse_flags(int argc, char** argv) {
   return f;
 }
 
-// The mean loss over consecutive windows of the held-out text, without a graph.
-double val_loss(nn::Transformer& model, const data::TextDataset& ds, const Flags& f) {
-  NoGradGuard no_grad;
-  model.eval();
-  const int64_t T = model.config.max_seq_len;
-  const auto batches = ds.eval_batches(data::Split::kVal, f.batch, T, f.eval_batches);
-  SPMD_CHECK(!batches.empty(), "the held-out text is shorter than one batch of ", f.batch, " x ",
-             T + 1, " tokens");
-  double total = 0;
-  for (const data::Batch& b : batches) total += cross_entropy(model(b.x), b.y).item<double>();
-  model.train();
-  return total / double(batches.size());
-}
-
-void train(const Flags& f) {
+void train(const TrainLoopFlags& f) {
   set_num_threads(f.threads);
   const data::TextDataset ds = data::TextDataset::from_file(f.data);
   nn::TransformerConfig config = nn::TransformerConfig::preset(f.config);
@@ -102,10 +54,9 @@ void train(const Flags& f) {
 
   const std::vector<Tensor> params = model.parameters();
   optim::AdamW opt(params, {.lr = f.lr, .weight_decay = f.weight_decay});
-  const optim::WarmupCosine schedule(f.lr, std::min(f.warmup, f.steps), f.steps, f.lr / 10);
+  const optim::WarmupCosine schedule = f.schedule();
   Generator batches(f.seed + 1);
-  auto window_start = std::chrono::steady_clock::now();
-  int64_t window_tokens = 0;
+  LogWindow window(f.log_every, f.steps);
 
   for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch batch = ds.sample(data::Split::kTrain, B, T, batches);
@@ -116,24 +67,19 @@ void train(const Flags& f) {
     opt.set_lr(schedule(step));
     opt.step();
 
-    window_tokens += B * T;
-    if (step % f.log_every == 0 || step == f.steps - 1) {
-      const auto now = std::chrono::steady_clock::now();
-      const double seconds = std::chrono::duration<double>(now - window_start).count();
+    if (window.end_step(step, B * T)) {
       std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss.item<double>(),
-                  double(window_tokens) / seconds);
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = now;
-      window_tokens = 0;
     }
   }
-  std::printf("val loss %.4f\n", val_loss(model, ds, f));
+  std::printf("val loss %.4f\n", held_out_loss(model, ds, B, T, f.eval_batches));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Flags flags = parse_flags(argc, argv);
+  const TrainLoopFlags flags = parse_flags(argc, argv);
   try {
     train(flags);
   } catch (const std::exception& e) {

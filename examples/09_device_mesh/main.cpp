@@ -29,10 +29,10 @@
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
 #include "parallel/comm/init.h"
+#include "parallel/data_loader.h"
 #include "parallel/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/placement.h"
-#include "parallel/sampler.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
 #include "runtime/flag_checks.h"
@@ -137,41 +137,6 @@ void check_mlp(const dist::DeviceMesh& mesh) {
              "the tensor-parallel MLP differs from the unsplit one");
 }
 
-// This replica's batches: windows of T + 1 tokens dealt by a DistributedSampler
-// over the dp axis. The sampler sees only the dp coordinate, so every rank of
-// a tp group draws the same windows.
-class ReplicaBatches {
- public:
-  ReplicaBatches(const data::TextDataset& ds, int64_t B, int64_t T, const dist::DeviceMesh& mesh,
-                 uint64_t seed)
-      : ds_(ds),
-        B_(B),
-        T_(T),
-        sampler_((ds.size(data::Split::kTrain) - 1) / T, mesh.group("dp"), /*shuffle=*/true, seed,
-                 /*drop_last=*/true) {
-    SPMD_CHECK(sampler_.num_samples() >= B, "the training text has only ", sampler_.num_samples(),
-               " windows per replica, fewer than a batch of ", B);
-  }
-  data::Batch next() {
-    if (pos_ + B_ > int64_t(indices_.size())) {  // a new epoch: a new shuffle
-      sampler_.set_epoch(epoch_++);
-      indices_ = sampler_.indices();
-      pos_ = 0;
-    }
-    std::vector<int64_t> starts;
-    for (int64_t b = 0; b < B_; ++b) starts.push_back(indices_[size_t(pos_++)] * T_);
-    return ds_.batch_at(data::Split::kTrain, starts, T_);
-  }
-
- private:
-  const data::TextDataset& ds_;
-  int64_t B_, T_;
-  dist::DistributedSampler sampler_;
-  std::vector<int64_t> indices_;
-  int64_t pos_ = 0;
-  uint64_t epoch_ = 0;
-};
-
 // Whether every rank of `group` holds the same x: its maximum over the group is its minimum.
 bool same_on_group(const Tensor& x, dist::ProcessGroup& group) {
   Tensor hi = ops::clone(x), lo = ops::clone(x);
@@ -211,7 +176,9 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
   const std::vector<Tensor> params = ddp.parameters();  // this rank's slices
   optim::AdamW opt(params, {.lr = f.lr, .weight_decay = 0.1});
   const optim::WarmupCosine schedule(f.lr, std::min(f.warmup, f.steps), f.steps, f.lr / 10);
-  ReplicaBatches batches(ds, B, T, mesh, f.seed);
+  // This replica's batches: windows of T + 1 tokens dealt over the dp axis
+  // only, so every rank of a tp group draws the same windows.
+  dist::DataLoader batches(ds, T, mesh.size("dp") * B, mesh.group("dp"), f.seed);
   uint64_t tp_bytes = 0, dp_bytes = 0;
   auto window_start = std::chrono::steady_clock::now();
   for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {

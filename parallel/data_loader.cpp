@@ -1,9 +1,11 @@
 // DataLoader: where the next global batch lies in its epoch's order.
-#include "train/data_loader.h"
+#include "parallel/data_loader.h"
 
+#include "parallel/agreement.h"
+#include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 
-namespace spmd::train {
+namespace spmd::dist {
 
 DataLoader::DataLoader(const data::TextDataset& dataset, int64_t seq_len, int64_t global_batch,
                        int64_t dp_size, int64_t dp_rank, uint64_t seed)
@@ -18,6 +20,16 @@ DataLoader::DataLoader(const data::TextDataset& dataset, int64_t seq_len, int64_
              " does not divide among the ", dp_size, " data-parallel ranks");
   SPMD_CHECK(windows_ >= global_batch, "the training text holds ", windows_, " windows of ",
              seq_len + 1, " tokens, fewer than training.global_batch = ", global_batch);
+}
+
+DataLoader::DataLoader(const data::TextDataset& dataset, int64_t seq_len, int64_t global_batch,
+                       ProcessGroup& dp_group, uint64_t seed)
+    : DataLoader(dataset, seq_len, global_batch, dp_group.size(), dp_group.rank(), seed) {
+  check_same_on_every_rank(dp_group, "DataLoader",
+                           {{"seq_len", seq_len},
+                            {"global_batch", global_batch},
+                            {"seed", int64_t(seed)},
+                            {"training tokens", dataset.size(data::Split::kTrain)}});
 }
 
 // Whole batches per epoch: the tail of an epoch's order that does not fill
@@ -44,4 +56,4 @@ void DataLoader::set_samples_consumed(int64_t consumed) {
   consumed_ = consumed;
 }
 
-}  // namespace spmd::train
+}  // namespace spmd::dist
