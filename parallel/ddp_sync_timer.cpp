@@ -50,8 +50,8 @@ void SyncTimer::backward_finished() {
   for (const auto& b : buckets_)
     current_.buckets.push_back({b->launch_us, b->start_us.load(), b->done_us.load(), b->bytes});
   if (trace_enabled()) {
-    trace_record("backward (first gradient ready to last node)", "compute",
-                 current_.first_ready_us, current_.compute_end_us - current_.first_ready_us);
+    trace_record("backward (first gradient ready to last node)", "compute", current_.first_ready_us,
+                 current_.compute_end_us - current_.first_ready_us);
     trace_record("ddp wait for buckets", "comm", current_.compute_end_us,
                  current_.end_us - current_.compute_end_us);
   }

@@ -51,8 +51,8 @@ struct Model {
 Model model_of(int r) {
   Model m;
   for (int i = 0; i <= r; ++i)
-    m.entries.push_back({std::string(size_t(i + r), char('a' + i)), std::vector<int64_t>(size_t(i), r),
-                         uint8_t(i)});
+    m.entries.push_back({std::string(size_t(i + r), char('a' + i)),
+                         std::vector<int64_t>(size_t(i), r), uint8_t(i)});
   return m;
 }
 
