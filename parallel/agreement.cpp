@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "parallel/comm/object_collectives.h"
 #include "runtime/error.h"
 #include "tensor/ops.h"
 
@@ -44,20 +45,9 @@ void check_same_text_on_every_rank(ProcessGroup& group, const std::string& what,
                                    const std::string& text) {
   const int n = group.size();
   if (n == 1) return;
-  Tensor length = ops::full({1}, double(text.size()), {DType::kI64});
-  Tensor lengths = ops::empty({n}, {DType::kI64});
-  group.all_gather(lengths, length).wait();
-  const std::vector<int64_t> sizes = ops::to_vector<int64_t>(lengths);
-  const int64_t longest = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
-  std::vector<int32_t> chars(size_t(longest), 0);
-  std::copy(text.begin(), text.end(), chars.begin());
-  Tensor all = ops::empty({n * longest}, {DType::kI32});
-  group.all_gather(all, ops::from_vector(chars, {longest})).wait();
-  const std::vector<int32_t> flat = ops::to_vector<int32_t>(all);
-  auto text_of = [&](int r) {
-    const auto begin = flat.begin() + r * longest;
-    return std::string(begin, begin + sizes[size_t(r)]);
-  };
+  const std::vector<std::vector<uint8_t>> all =
+      all_gather_bytes(group, std::vector<uint8_t>(text.begin(), text.end()));
+  auto text_of = [&](int r) { return std::string(all[size_t(r)].begin(), all[size_t(r)].end()); };
   const std::vector<std::string> base = lines_of(text_of(0));
   for (int r = 1; r < n; ++r) {
     const std::vector<std::string> other = lines_of(text_of(r));
