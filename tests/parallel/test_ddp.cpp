@@ -1,6 +1,7 @@
 // DDP's behaviour beyond equivalence (test_ddp_equivalence.cpp): the
 // all_reduce of the first buckets runs while backward is still computing;
-// ranks whose models differ get a clear error at construction; a parameter
+// the reducer tells its observer (the timing's only source) each step in
+// order; ranks whose models differ get a clear error at construction; a parameter
 // without a gradient is an error naming it, or is handled with
 // find_unused_parameters; the bf16 hook averages to bf16 precision.
 // Real processes over loopback; every wait is bounded by the group timeout.
@@ -58,6 +59,38 @@ TEST_CASE("overlap: the first buckets are reduced while backward still runs", "[
       expect(t.hidden_us() <= t.comm_us() && t.end_us >= t.compute_end_us, "timeline out of order");
     }
     expect(completed_early > 0, "the first bucket's all_reduce never finished during backward");
+  });
+}
+
+TEST_CASE("the reducer tells its observer each step in order; a local backward tells nothing",
+          "[ddp][observer]") {
+  run_world(2, [](ProcessGroup& world) {
+    struct Log : ReducerObserver {
+      std::string calls;
+      void backward_started() override { calls += "start "; }
+      void bucket_launched(size_t i, const Work&, size_t bytes) override {
+        calls += str_cat("bucket", i, ":", bytes, " ");
+      }
+      void waiting_started() override { calls += "wait "; }
+      void backward_finished() override { calls += "done"; }
+    };
+    auto model = std::make_shared<Mlp>(4, 2, 1);  // fc0, fc1: weights 4 x 4, biases 4
+    std::vector<std::pair<std::string, Tensor>> params = model->named_parameters();
+    auto reducer = std::make_shared<Reducer>(
+        params, borrow(world), ReducerOptions{.bucket_cap_mb = 1e-6, .first_bucket_cap_mb = 1e-6});
+    auto log = std::make_shared<Log>();
+    reducer->set_observer(log);
+    reducer->attach();
+    const Tensor x = batch(3, 4, 2);
+    reducer->prepare_for_backward(false);  // as under no_sync(): no reduction, no calls
+    backward(mean(square((*model)(x))));
+    expect(log->calls.empty(), "a local backward told the observer: ", log->calls);
+    reducer->prepare_for_backward(true);
+    backward(mean(square((*model)(x))));
+    // A bucket per parameter (caps of 1 byte), the last parameter first: fc1.bias (16 B),
+    // fc1.weight (64 B), fc0.bias, fc0.weight.
+    expect(log->calls == "start bucket0:16 bucket1:64 bucket2:16 bucket3:64 wait done",
+           "the observer heard: ", log->calls);
   });
 }
 
