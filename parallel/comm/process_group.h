@@ -240,8 +240,8 @@ class ProcessGroup {
   void count(OpType type, const Tensor& payload);
   void count(OpType type, uint64_t payload_bytes);
   CommOp collective(OpType type, std::string_view op_name);
-  // Records an operation in the ledger (collectives) and the flight
-  // recorder, then launches it.
+  // Records an operation in the ledger (collectives), the flight recorder
+  // and the trace (comm_trace.h), then launches it.
   Work issue(CommOp op);
   std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members,
                                               const std::string& suffix);
