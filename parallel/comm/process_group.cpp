@@ -343,6 +343,10 @@ void ProcessGroup::note_failure() {
   if (desync_) desync_->publish_final();
 }
 
+void ProcessGroup::note_waiting(uint64_t seq, std::vector<PeerWait> waiting) {
+  if (desync_) desync_->note_waiting(seq, std::move(waiting));
+}
+
 std::string ProcessGroup::dump_flight_record(int64_t failed_seq, const std::string& reason) {
   if (!recorder_) return "";
   return recorder_->dump(global_rank(rank_), name(), rank_, size_, reason, failed_seq);
