@@ -60,7 +60,8 @@ class TraceAtAttemptEnd {
     const int node = a_.group_rank, nodes = a_.group_world_size;
     const std::string name = nodes > 1 ? str_cat("trace_node", node, ".json") : "trace.json";
     try {
-      TraceMerge m = merge_rank_traces(dir_, a_.rank_offset, a_.local_world_size, node, nodes, name);
+      TraceMerge m =
+          merge_rank_traces(dir_, a_.rank_offset, a_.local_world_size, node, nodes, name);
       ConsoleWriter::say(describe_trace_merge(m, node, nodes));
     } catch (const std::exception& e) {  // a destructor: report, never throw
       ConsoleWriter::say(str_cat("spmdrun: trace not merged: ", e.what(), "\n"));

@@ -108,10 +108,10 @@ std::string wavefront_report(const std::vector<std::optional<RankProgress>>& ran
       row.insert(row.end(), {"-", "-", "no progress record", "-"});
     } else if (p->in_flight()) {
       const bool behind = std::count(w.absent.begin(), w.absent.end(), r) > 0;
-      row.insert(row.end(), {p->op, std::to_string(p->seq),
-                             str_cat("in the collective for ", seconds(now_us - p->since_us)),
-                             waiting_on(behind || w.absent.empty() ? "-" : ranks_text(w.absent),
-                                        p->waiting)});
+      row.insert(row.end(),
+                 {p->op, std::to_string(p->seq),
+                  str_cat("in the collective for ", seconds(now_us - p->since_us)),
+                  waiting_on(behind || w.absent.empty() ? "-" : ranks_text(w.absent), p->waiting)});
     } else {
       row.insert(row.end(),
                  {"-", "-",

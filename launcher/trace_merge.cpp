@@ -38,8 +38,8 @@ void clear_rank_traces(const std::string& dir, int first_rank, int count) {
   for (int r = first_rank; r < first_rank + count; ++r) fs::remove(rank_file(dir, r), ec);
 }
 
-TraceMerge merge_rank_traces(const std::string& dir, int first_rank, int count, int node,
-                             int nodes, const std::string& file_name) {
+TraceMerge merge_rank_traces(const std::string& dir, int first_rank, int count, int node, int nodes,
+                             const std::string& file_name) {
   TraceMerge m;
   json events = json::array();
   for (int r = first_rank; r < first_rank + count; ++r) {
@@ -56,10 +56,8 @@ TraceMerge merge_rank_traces(const std::string& dir, int first_rank, int count, 
       m.bad.push_back(str_cat(path, ": ", e.what()));
       continue;
     }
-    events.push_back({{"name", "process_sort_index"},
-                      {"ph", "M"},
-                      {"pid", r},
-                      {"args", {{"sort_index", r}}}});
+    events.push_back(
+        {{"name", "process_sort_index"}, {"ph", "M"}, {"pid", r}, {"args", {{"sort_index", r}}}});
     m.merged.push_back(r);
   }
   if (m.merged.empty()) return m;
@@ -96,9 +94,9 @@ TraceMerge merge_rank_traces(const std::string& dir, int first_rank, int count, 
 std::string describe_trace_merge(const TraceMerge& m, int node, int nodes) {
   std::string out;
   if (!m.path.empty()) {
-    out = str_cat("spmdrun: the trace of rank", m.merged.size() > 1 ? "s " : " ",
-                  rank_list(m.merged), " is in ", m.path,
-                  " (open it in ui.perfetto.dev or chrome://tracing)\n");
+    out =
+        str_cat("spmdrun: the trace of rank", m.merged.size() > 1 ? "s " : " ", rank_list(m.merged),
+                " is in ", m.path, " (open it in ui.perfetto.dev or chrome://tracing)\n");
     if (nodes > 1)
       out += str_cat("spmdrun: that is node ", node, "'s ranks only: each of the ", nodes,
                      " launchers merges the ranks it started into trace_node<N>.json\n");

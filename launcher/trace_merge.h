@@ -14,10 +14,10 @@
 namespace spmd::launcher {
 
 struct TraceMerge {
-  std::string path;                // the merged file ("" when nothing was merged)
-  std::vector<int> merged;         // ranks whose file was read
-  std::vector<int> missing;        // ranks with no file (killed before they wrote it)
-  std::vector<std::string> bad;    // files that did not parse, with the reason
+  std::string path;              // the merged file ("" when nothing was merged)
+  std::vector<int> merged;       // ranks whose file was read
+  std::vector<int> missing;      // ranks with no file (killed before they wrote it)
+  std::vector<std::string> bad;  // files that did not parse, with the reason
 };
 
 // Removes dir/trace_rank<R>.json for R in [first_rank, first_rank + count),
@@ -27,8 +27,8 @@ void clear_rank_traces(const std::string& dir, int first_rank, int count);
 
 // Merges dir/trace_rank<R>.json for R in [first_rank, first_rank + count)
 // into `dir`/`file_name`. Node `node` of `nodes` is recorded in the file.
-TraceMerge merge_rank_traces(const std::string& dir, int first_rank, int count, int node,
-                             int nodes, const std::string& file_name);
+TraceMerge merge_rank_traces(const std::string& dir, int first_rank, int count, int node, int nodes,
+                             const std::string& file_name);
 
 // The console lines for a merge: where the file is and what it holds.
 std::string describe_trace_merge(const TraceMerge& merge, int node, int nodes);

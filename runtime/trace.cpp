@@ -93,8 +93,8 @@ nlohmann::json args_json(const TraceArgs& args) {
 
 // Chrome's events for one recorded event: one "X", or a "b" and an "e".
 void append_events(nlohmann::json& out, const Event& e, int pid) {
-  nlohmann::json first = {{"name", e.name}, {"cat", e.category}, {"ts", e.start_us},
-                          {"pid", pid},     {"tid", e.tid}};
+  nlohmann::json first = {
+      {"name", e.name}, {"cat", e.category}, {"ts", e.start_us}, {"pid", pid}, {"tid", e.tid}};
   if (!e.args.empty()) first["args"] = args_json(e.args);
   if (e.async_id == 0) {
     first["ph"] = "X";
@@ -109,9 +109,9 @@ void append_events(nlohmann::json& out, const Event& e, int pid) {
                 static_cast<unsigned long long>((uint64_t(uint32_t(pid)) << 32) | e.async_id));
   first["ph"] = "b";
   first["id"] = id;
-  nlohmann::json end = {{"name", e.name}, {"cat", e.category}, {"ph", "e"},
-                        {"ts", e.start_us + e.dur_us}, {"pid", pid}, {"tid", e.tid},
-                        {"id", id}};
+  nlohmann::json end = {
+      {"name", e.name}, {"cat", e.category}, {"ph", "e"}, {"ts", e.start_us + e.dur_us},
+      {"pid", pid},     {"tid", e.tid},      {"id", id}};
   out.push_back(std::move(first));
   out.push_back(std::move(end));
 }
@@ -119,11 +119,11 @@ void append_events(nlohmann::json& out, const Event& e, int pid) {
 void write_events(std::ostream& os, const Recorder& r) {
   const int pid = r.rank >= 0 ? r.rank : static_cast<int>(::getpid());
   nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"name", "process_name"},
-                    {"ph", "M"},
-                    {"pid", pid},
-                    {"args", {{"name", r.rank >= 0 ? str_cat("rank ", r.rank)
-                                                   : str_cat("pid ", pid)}}}});
+  events.push_back(
+      {{"name", "process_name"},
+       {"ph", "M"},
+       {"pid", pid},
+       {"args", {{"name", r.rank >= 0 ? str_cat("rank ", r.rank) : str_cat("pid ", pid)}}}});
   for (const Event& e : r.events) append_events(events, e, pid);
   const nlohmann::json doc = {{"displayTimeUnit", "ms"}, {"traceEvents", std::move(events)}};
   // Names are the program's own text: a byte that is not UTF-8 becomes U+FFFD
@@ -190,8 +190,8 @@ void trace_record(std::string_view name, std::string_view category, int64_t star
   if (!trace_enabled()) return;
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.events.push_back({std::string(name), std::string(category), start_us, dur_us,
-                      thread_number(), 0, std::move(args)});
+  r.events.push_back({std::string(name), std::string(category), start_us, dur_us, thread_number(),
+                      0, std::move(args)});
 }
 
 void trace_record_async(std::string_view name, std::string_view category, int64_t start_us,
@@ -199,8 +199,8 @@ void trace_record_async(std::string_view name, std::string_view category, int64_
   if (!trace_enabled()) return;
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.events.push_back({std::string(name), std::string(category), start_us, dur_us,
-                      thread_number(), r.next_async_id++, std::move(args)});
+  r.events.push_back({std::string(name), std::string(category), start_us, dur_us, thread_number(),
+                      r.next_async_id++, std::move(args)});
 }
 
 TraceSpan::TraceSpan(std::string_view name, std::string_view category) {

@@ -119,11 +119,12 @@ long long measure(const Ctx& ctx, const Algo& algo, Case& c, const Options& o, F
     std::fflush(stdout);
     if (json) {
       const nlohmann::ordered_json row = {
-          {"op", c.op},       {"size", c.size_bytes},           {"count", c.count},
-          {"type", "float"},  {"redop", redop},                 {"root", rooted ? c.root : -1},
-          {"time_us", t * 1e6}, {"algbw", algbw},               {"busbw", busbw},
-          {"wrong", (long long)sums[2]}, {"nranks", c.size},
-          {"impl", std::string("gloo-") + algo.name}};
+          {"op", c.op},         {"size", c.size_bytes},
+          {"count", c.count},   {"type", "float"},
+          {"redop", redop},     {"root", rooted ? c.root : -1},
+          {"time_us", t * 1e6}, {"algbw", algbw},
+          {"busbw", busbw},     {"wrong", (long long)sums[2]},
+          {"nranks", c.size},   {"impl", std::string("gloo-") + algo.name}};
       std::fprintf(json, "%s\n", row.dump().c_str());
       std::fflush(json);
     }

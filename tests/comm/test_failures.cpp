@@ -221,7 +221,8 @@ TEST_CASE("point-to-point: a mismatched send and recv fail both ranks, naming bo
       REQUIRE(o.report.find('|') != std::string::npos);
       CHECK(o.report.rfind("timeout|", 0) != 0);
       CHECK(reported_ms(o.report) < 2500);  // promptly, not at the 5 s timeout
-      CHECK_THAT(o.report, Catch::Contains(str_cat("rank 1's ", c.sent_text, " (its message #0 "
+      CHECK_THAT(o.report, Catch::Contains(str_cat("rank 1's ", c.sent_text,
+                                                   " (its message #0 "
                                                    "to rank 0, tag 7) does not match rank 0's ",
                                                    c.expected_text, " in group world")));
     }

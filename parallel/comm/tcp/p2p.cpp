@@ -249,8 +249,8 @@ void P2PEngine::fail_peer(Peer& peer, const std::string& why) {
   if (peer.dead.empty()) peer.dead = why;
   auto fail = [&](Op& op) {
     if (!op.refused.empty()) {  // the peer refused this send before the pair failed
-      finish(op.work, std::make_exception_ptr(InvalidArgument(str_cat(describe_op(op), ": ",
-                                                                      op.refused))));
+      finish(op.work,
+             std::make_exception_ptr(InvalidArgument(str_cat(describe_op(op), ": ", op.refused))));
       return;
     }
     finish(op.work, std::make_exception_ptr(CommError(str_cat(describe_op(op), ": ", peer.dead))));

@@ -26,9 +26,9 @@ void P2PEngine::refuse(Peer& peer, Op& recv, const Header& sent) {
               " elements (its message #", sent.seq, " to rank ", rank_, ", tag ", sent.arg,
               ") does not match rank ", rank_, "'s recv of ", recv.count, " ",
               dtype_name(recv.dtype), " elements in group ", group_);
-  finish(recv.work, std::make_exception_ptr(InvalidArgument(str_cat(
-                        describe_op(recv), ": ", why, "; the message was discarded and rank ",
-                        peer.rank, " told"))));
+  finish(recv.work, std::make_exception_ptr(InvalidArgument(
+                        str_cat(describe_op(recv), ": ", why,
+                                "; the message was discarded and rank ", peer.rank, " told"))));
   auto frame = std::make_unique<Op>();
   frame->is_send = true;
   frame->peer = peer.rank;
@@ -53,9 +53,8 @@ bool P2PEngine::begin_refusal(Peer& peer) {
   if (h.magic != kMagic || h.group != group_hash(group_) || h.op != OpType::kRecv) return false;
   if (h.dtype != DType::kU8 || h.count == 0 || h.count > kMaxRefusalBytes ||
       h.seq >= peer.send_seq) {
-    fail_peer(peer, str_cat("received a malformed refusal from rank ", peer.rank, " (",
-                            describe(h), "; this rank has sent it ", peer.send_seq,
-                            " messages)"));
+    fail_peer(peer, str_cat("received a malformed refusal from rank ", peer.rank, " (", describe(h),
+                            "; this rank has sent it ", peer.send_seq, " messages)"));
     return true;
   }
   peer.refusal.assign(h.count, '\0');
