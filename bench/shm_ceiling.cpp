@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -100,13 +101,16 @@ int main(int argc, char** argv) {
     }
   }
   const std::string cpu = cpu_model();
+  using nlohmann::ordered_json;  // the fields in the order written
   for (size_t mib : {1, 4, 16, 64}) {
-    std::printf("{\"figure\": \"memcpy\", \"bytes\": %zu, \"gbps\": %.2f, \"cpu\": \"%s\"}\n",
-                mib << 20, memcpy_gbps(mib << 20), cpu.c_str());
+    const ordered_json line = {
+        {"figure", "memcpy"}, {"bytes", mib << 20}, {"gbps", memcpy_gbps(mib << 20)}, {"cpu", cpu}};
+    std::printf("%s\n", line.dump().c_str());
   }
-  std::printf(
-      "{\"figure\": \"cache_line_round_trip\", \"cores\": [%d, %d], \"ns\": %.1f, \"cpu\": "
-      "\"%s\"}\n",
-      a, b, round_trip_ns(a, b), cpu.c_str());
+  const ordered_json line = {{"figure", "cache_line_round_trip"},
+                             {"cores", {a, b}},
+                             {"ns", round_trip_ns(a, b)},
+                             {"cpu", cpu}};
+  std::printf("%s\n", line.dump().c_str());
   return 0;
 }

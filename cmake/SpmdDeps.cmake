@@ -1,6 +1,8 @@
 # Finds spmd's dependencies and wraps each in an imported target:
-#   spmd::eigen spmd::blas spmd::openmp spmd::catch2 spmd::cli11 spmd::fmt
-#   spmd::toml spmd::json
+#   spmd::eigen spmd::blas spmd::openmp spmd::catch2 spmd::cli11 spmd::toml
+#   spmd::json
+# fmt is not among them: spmd's tables are printf formats (nccl-tests' own,
+# which its layout test diffs) and its messages str_cat (runtime/error.h).
 # Debian's packages are found in /usr/include; on machines without them
 # (the lent GPU machine) SPMD_DEPS_DIR holds header-only copies, searched first.
 # Nothing is downloaded.
@@ -32,15 +34,6 @@ spmd_header_dep(catch2 catch2/catch.hpp)
 spmd_header_dep(cli11 CLI/CLI.hpp)
 spmd_header_dep(toml toml++/toml.h)
 spmd_header_dep(json nlohmann/json.hpp)
-spmd_header_dep(fmt fmt/format.h)
-
-# fmt: link Debian's compiled library when there is one, else header-only.
-find_library(SPMD_FMT_LIBRARY NAMES fmt)
-if(SPMD_FMT_LIBRARY AND NOT SPMD_DEPS_DIR)
-  target_link_libraries(spmd_dep_fmt INTERFACE ${SPMD_FMT_LIBRARY})
-else()
-  target_compile_definitions(spmd_dep_fmt INTERFACE FMT_HEADER_ONLY=1)
-endif()
 
 # OpenMP for intra-op parallelism (honours OMP_NUM_THREADS).
 find_package(OpenMP REQUIRED COMPONENTS CXX)

@@ -14,6 +14,7 @@
 #include "launcher/failure_report.h"
 #include "launcher/flight_report.h"
 #include "launcher/hang_triage.h"
+#include "launcher/trace_merge.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/process.h"
@@ -45,6 +46,34 @@ constexpr const char* kWorkerVars[] = {"RANK",
                                        "TORCHELASTIC_ERROR_FILE",
                                        "SPMD_AGENT_STORE",
                                        "SPMD_STORE_LISTEN_FD"};
+
+// Merges this node's trace files (trace_merge.h) when an attempt ends,
+// however it ends: declared before the attempt's WorkerGroup, it runs after
+// the workers are gone.
+class TraceAtAttemptEnd {
+ public:
+  TraceAtAttemptEnd(std::string dir, const NodeAssignment& a) : dir_(std::move(dir)), a_(a) {
+    if (!dir_.empty()) clear_rank_traces(dir_, a_.rank_offset, a_.local_world_size);
+  }
+  ~TraceAtAttemptEnd() {
+    if (dir_.empty()) return;
+    const int node = a_.group_rank, nodes = a_.group_world_size;
+    const std::string name = nodes > 1 ? str_cat("trace_node", node, ".json") : "trace.json";
+    try {
+      TraceMerge m =
+          merge_rank_traces(dir_, a_.rank_offset, a_.local_world_size, node, nodes, name);
+      ConsoleWriter::say(describe_trace_merge(m, node, nodes));
+    } catch (const std::exception& e) {  // a destructor: report, never throw
+      ConsoleWriter::say(str_cat("spmdrun: trace not merged: ", e.what(), "\n"));
+    }
+  }
+  TraceAtAttemptEnd(const TraceAtAttemptEnd&) = delete;
+  TraceAtAttemptEnd& operator=(const TraceAtAttemptEnd&) = delete;
+
+ private:
+  std::string dir_;  // SPMD_TRACE; empty: tracing is off
+  NodeAssignment a_;
+};
 
 std::vector<std::string> launcher_env() {
   std::vector<std::string> env;
@@ -177,6 +206,8 @@ int Agent::run() {
                   round);
     world_size_ = a.world_size;
     if (options_.preflight && round == 0 && !run_preflight(a, rdzv)) return 1;
+    const char* trace_dir = std::getenv("SPMD_TRACE");  // the workers inherit it
+    TraceAtAttemptEnd trace(trace_dir ? trace_dir : "", a);
     WorkerGroup group(command_, worker_setups(a, round));
     Outcome outcome;
     try {

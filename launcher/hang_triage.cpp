@@ -23,6 +23,23 @@ std::string seconds(int64_t us) {
   return buf;
 }
 
+// "0/4008 B from rank 1, 10/20 B from rank 2": what the backend said the
+// collective waits for; "" when it said nothing.
+std::string bytes_text(const std::vector<PeerWait>& waiting) {
+  std::string text;
+  for (const PeerWait& w : waiting)
+    text += str_cat(text.empty() ? "" : ", ", w.received, "/", w.expected, " B from rank ", w.peer);
+  return text;
+}
+
+// The "waiting on" cell: the ranks it waits for (those that never entered),
+// then the bytes the backend reported.
+std::string waiting_on(const std::string& ranks, const std::vector<PeerWait>& waiting) {
+  const std::string bytes = bytes_text(waiting);
+  if (bytes.empty()) return ranks;
+  return ranks == "-" ? bytes : str_cat(ranks, " (", bytes, ")");
+}
+
 struct Wavefront {
   uint64_t seq = 0;                       // the oldest collective a rank waits in
   std::string op;                         // what most of the ranks in it called
@@ -91,9 +108,10 @@ std::string wavefront_report(const std::vector<std::optional<RankProgress>>& ran
       row.insert(row.end(), {"-", "-", "no progress record", "-"});
     } else if (p->in_flight()) {
       const bool behind = std::count(w.absent.begin(), w.absent.end(), r) > 0;
-      row.insert(row.end(), {p->op, std::to_string(p->seq),
-                             str_cat("in the collective for ", seconds(now_us - p->since_us)),
-                             behind || w.absent.empty() ? "-" : ranks_text(w.absent)});
+      row.insert(row.end(),
+                 {p->op, std::to_string(p->seq),
+                  str_cat("in the collective for ", seconds(now_us - p->since_us)),
+                  waiting_on(behind || w.absent.empty() ? "-" : ranks_text(w.absent), p->waiting)});
     } else {
       row.insert(row.end(),
                  {"-", "-",

@@ -4,9 +4,17 @@
 //
 //   spmdrun: hang: rank 1 never entered collective #2 of group world (all_reduce(f32[1000])), where
 //   ranks 0, 2 wait
-//     rank  group  op                     seq  state                        waiting on
-//     0     world  all_reduce(f32[1000])  2    in the collective for 5.1 s  rank 1
-//     1     world  -                      -    in its own code (#0-#1 done) -
+//     rank  group  op                     seq  state                  waiting on
+//     0     world  all_reduce(f32[1000])  2    in the collective for  rank 1 (0/4032 B from rank 1)
+//                                              5.1 s
+//     1     world  -                      -    in its own code        -
+//
+// (the state column folded here to fit; spmdrun prints one line per rank)
+//
+// "waiting on" names the ranks that never entered, then, where the backend
+// reported them (TCP: a collective that has waited 100 ms), the bytes it
+// waits for from each peer: arrived / arrived plus posted, its header
+// included.
 //
 // The culprit is the rank that never entered the oldest collective some
 // rank waits in, or the one that entered a different op there. spmdrun

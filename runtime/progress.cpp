@@ -16,19 +16,45 @@ std::string encode_progress(const RankProgress& p) {
   for (char& c : op) {
     if (c == '\n') c = ' ';
   }
-  return str_cat("spmd-progress 1 ", p.rank, " ", p.issued, " ", p.completed, " ", p.seq, " ",
-                 p.since_us, " ", op);
+  std::string waiting;
+  for (const PeerWait& w : p.waiting)
+    waiting += str_cat(waiting.empty() ? "" : ",", w.peer, ":", w.received, ":", w.expected);
+  return str_cat("spmd-progress 2 ", p.rank, " ", p.issued, " ", p.completed, " ", p.seq, " ",
+                 p.since_us, " ", waiting.empty() ? "-" : waiting, " ", op);
 }
+
+namespace {
+
+// "1:0:4000,2:10:20" -> the list; false for anything else.
+bool decode_waiting(const std::string& text, std::vector<PeerWait>& out) {
+  if (text == "-") return true;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    PeerWait w;
+    char c1 = 0, c2 = 0;
+    std::istringstream one(item);
+    if (!(one >> w.peer >> c1 >> w.received >> c2 >> w.expected) || c1 != ':' || c2 != ':' ||
+        w.peer < 0 || w.received > w.expected || !one.eof())
+      return false;
+    out.push_back(w);
+  }
+  return !out.empty();
+}
+
+}  // namespace
 
 std::optional<RankProgress> decode_progress(std::string_view text) {
   std::istringstream in{std::string(text)};
   std::string magic;
   int version = 0;
   RankProgress p;
-  if (!(in >> magic >> version >> p.rank >> p.issued >> p.completed >> p.seq >> p.since_us))
+  std::string waiting;
+  if (!(in >> magic >> version >> p.rank >> p.issued >> p.completed >> p.seq >> p.since_us >>
+        waiting))
     return std::nullopt;
-  if (magic != "spmd-progress" || version != 1 || p.rank < 0 || p.completed > p.issued)
+  if (magic != "spmd-progress" || version != 2 || p.rank < 0 || p.completed > p.issued)
     return std::nullopt;
+  if (!decode_waiting(waiting, p.waiting)) return std::nullopt;
   std::getline(in >> std::ws, p.op);
   if (p.op.empty()) return std::nullopt;
   return p;

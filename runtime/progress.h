@@ -5,17 +5,30 @@
 // the oldest one not yet completed (what the rank is waiting in).
 //
 // The text form is one line:
-//   spmd-progress 1 <rank> <issued> <completed> <seq> <since_us> <op...>
+//   spmd-progress 2 <rank> <issued> <completed> <seq> <since_us> <waiting> <op...>
 // seq/since_us/op describe the collective in flight (completed < issued);
 // op is "-" when none is, else what the ledger prints ("all_reduce(f32[1000])").
+// waiting is what the backend reported that collective waits for, peer by
+// peer, as <peer>:<received>:<expected>[,...] (bytes from that peer in this
+// collective: arrived, and arrived plus posted), or "-" when it reported
+// nothing (the TCP backend reports a collective that has waited 100 ms).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace spmd {
+
+// Bytes a collective in flight waits for from one peer.
+struct PeerWait {
+  int peer = 0;           // a rank of the group
+  uint64_t received = 0;  // arrived from it in this collective
+  uint64_t expected = 0;  // arrived plus posted (what the algorithm waits for now)
+  bool operator==(const PeerWait&) const = default;
+};
 
 struct RankProgress {
   int rank = 0;
@@ -24,6 +37,7 @@ struct RankProgress {
   uint64_t seq = 0;        // the oldest not completed (when in_flight())
   int64_t since_us = 0;    // when it was issued (wall clock, µs since the epoch)
   std::string op = "-";    // it, as "all_reduce(f32[1000])"
+  std::vector<PeerWait> waiting;  // what it waits for, when the backend said
 
   bool in_flight() const { return completed < issued; }
 };

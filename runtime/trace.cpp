@@ -1,6 +1,9 @@
 // The trace recorder: a process-wide list of events behind a mutex, written
-// in Chrome's Trace Event Format (JSON object form). Events are "X" (complete) events: name,
-// category, start, duration, the rank as pid, a small per-thread number as tid.
+// through nlohmann-json in Chrome's Trace Event Format (JSON object form).
+// A span is an "X" (complete) event: name, category, start, duration, the
+// rank as pid, a small per-thread number as tid; an async interval is a "b"
+// and an "e" event sharing an id. A process_name metadata event names the
+// rank's row.
 #include "runtime/trace.h"
 
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "runtime/error.h"
@@ -23,6 +27,8 @@ struct Event {
   std::string name, category;
   int64_t start_us, dur_us;
   int tid;
+  uint64_t async_id;  // 0: a span on thread tid; else an async interval
+  TraceArgs args;
 };
 
 struct Recorder {
@@ -31,6 +37,7 @@ struct Recorder {
   std::string dir;
   int rank = -1;  // -1: named by pid
   std::vector<Event> events;
+  uint64_t next_async_id = 1;
 };
 
 // Never destroyed, so spans in static destructors and atexit still find it.
@@ -76,37 +83,52 @@ int thread_number() {
   return mine;
 }
 
-void write_json_string(std::ostream& os, std::string_view s) {
-  os << '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      os << '\\' << c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      os << buf;
-    } else {
-      os << c;
-    }
+nlohmann::json args_json(const TraceArgs& args) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, value] : args) {
+    std::visit([&out, &key](const auto& v) { out[key] = v; }, value);
   }
-  os << '"';
+  return out;
+}
+
+// Chrome's events for one recorded event: one "X", or a "b" and an "e".
+void append_events(nlohmann::json& out, const Event& e, int pid) {
+  nlohmann::json first = {
+      {"name", e.name}, {"cat", e.category}, {"ts", e.start_us}, {"pid", pid}, {"tid", e.tid}};
+  if (!e.args.empty()) first["args"] = args_json(e.args);
+  if (e.async_id == 0) {
+    first["ph"] = "X";
+    first["dur"] = e.dur_us;
+    out.push_back(std::move(first));
+    return;
+  }
+  // The id is unique in the job, not only in this process (viewers match a
+  // pair by category and id across a merged file): the rank in its high bits.
+  char id[32];
+  std::snprintf(id, sizeof id, "0x%llx",
+                static_cast<unsigned long long>((uint64_t(uint32_t(pid)) << 32) | e.async_id));
+  first["ph"] = "b";
+  first["id"] = id;
+  nlohmann::json end = {
+      {"name", e.name}, {"cat", e.category}, {"ph", "e"}, {"ts", e.start_us + e.dur_us},
+      {"pid", pid},     {"tid", e.tid},      {"id", id}};
+  out.push_back(std::move(first));
+  out.push_back(std::move(end));
 }
 
 void write_events(std::ostream& os, const Recorder& r) {
-  int pid = r.rank >= 0 ? r.rank : static_cast<int>(::getpid());
-  os << "{\"traceEvents\":[\n";
-  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << pid << ",\"args\":{\"name\":";
-  write_json_string(os, r.rank >= 0 ? str_cat("rank ", r.rank) : str_cat("pid ", pid));
-  os << "}}";
-  for (const Event& e : r.events) {
-    os << ",\n{\"name\":";
-    write_json_string(os, e.name);
-    os << ",\"cat\":";
-    write_json_string(os, e.category);
-    os << ",\"ph\":\"X\",\"ts\":" << e.start_us << ",\"dur\":" << e.dur_us << ",\"pid\":" << pid
-       << ",\"tid\":" << e.tid << "}";
-  }
-  os << "\n],\"displayTimeUnit\":\"ms\"}\n";
+  const int pid = r.rank >= 0 ? r.rank : static_cast<int>(::getpid());
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back(
+      {{"name", "process_name"},
+       {"ph", "M"},
+       {"pid", pid},
+       {"args", {{"name", r.rank >= 0 ? str_cat("rank ", r.rank) : str_cat("pid ", pid)}}}});
+  for (const Event& e : r.events) append_events(events, e, pid);
+  const nlohmann::json doc = {{"displayTimeUnit", "ms"}, {"traceEvents", std::move(events)}};
+  // Names are the program's own text: a byte that is not UTF-8 becomes U+FFFD
+  // instead of failing the dump.
+  os << doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace
@@ -164,11 +186,21 @@ int64_t trace_now_us() {
 }
 
 void trace_record(std::string_view name, std::string_view category, int64_t start_us,
-                  int64_t dur_us) {
+                  int64_t dur_us, TraceArgs args) {
   if (!trace_enabled()) return;
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.events.push_back({std::string(name), std::string(category), start_us, dur_us, thread_number()});
+  r.events.push_back({std::string(name), std::string(category), start_us, dur_us, thread_number(),
+                      0, std::move(args)});
+}
+
+void trace_record_async(std::string_view name, std::string_view category, int64_t start_us,
+                        int64_t dur_us, TraceArgs args) {
+  if (!trace_enabled()) return;
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.events.push_back({std::string(name), std::string(category), start_us, dur_us, thread_number(),
+                      r.next_async_id++, std::move(args)});
 }
 
 TraceSpan::TraceSpan(std::string_view name, std::string_view category) {
@@ -178,9 +210,12 @@ TraceSpan::TraceSpan(std::string_view name, std::string_view category) {
   start_us_ = trace_now_us();
 }
 
-TraceSpan::~TraceSpan() {
+TraceSpan::~TraceSpan() { end(); }
+
+void TraceSpan::end() {
   if (start_us_ < 0) return;
   trace_record(name_, category_, start_us_, trace_now_us() - start_us_);
+  start_us_ = -1;
 }
 
 }  // namespace spmd

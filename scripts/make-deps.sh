@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fills .deps/ (git-ignored) with copies of spmd's header-only dependencies
-# taken from this machine's /usr/include (Eigen, Catch2, CLI11, fmt, toml++,
+# taken from this machine's /usr/include (Eigen, Catch2, CLI11, toml++,
 # nlohmann-json) and NCCL's header, so that a machine without Debian's -dev
 # packages (the lent GPU machine: no network) can build spmd with
 #   cmake -DSPMD_DEPS_DIR=$PWD/.deps ...
@@ -13,7 +13,7 @@ dest=.deps
 rm -rf "$dest"
 mkdir -p "$dest"
 cp -r /usr/include/eigen3 "$dest/eigen3"
-for d in catch2 CLI fmt toml++ nlohmann; do
+for d in catch2 CLI toml++ nlohmann; do
   [ -d "/usr/include/$d" ] || { echo "make-deps: /usr/include/$d is missing: run scripts/setup.sh" >&2; exit 1; }
   cp -r "/usr/include/$d" "$dest/$d"
 done

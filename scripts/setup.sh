@@ -11,7 +11,6 @@ build_packages=(
   libopenblas-openmp-dev   # Eigen's products go to OpenBLAS (its OpenMP build)
   catch2                   # unit tests (v2, header only)
   libcli11-dev             # every binary's flags
-  libfmt-dev               # formatting
   libtomlplusplus-dev      # TOML parsing (the spmd::toml target)
   nlohmann-json3-dev       # JSON lines for metrics and bench results
 )

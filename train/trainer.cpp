@@ -22,6 +22,7 @@
 #include "parallel/placement.h"
 #include "runtime/env.h"
 #include "runtime/resource_limits.h"
+#include "runtime/trace.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
@@ -254,24 +255,32 @@ TrainResult run_training(const TrainConfig& config,
                      y = ops::narrow(batch.y, 0, m * mb, mb);
         if (par.fsdp_root) par.fsdp_root->set_requires_gradient_sync(sync);
         Losses l;
+        auto forward_backward = [&] {
+          {
+            TraceSpan span("forward");
+            l = loss_of(par, config.model, x, y);
+          }
+          TraceSpan span("backward");
+          backward(div(l.objective, double(t.microbatches)));
+        };
         if (par.ddp && !sync) {
           auto local = par.ddp->no_sync();
-          l = loss_of(par, config.model, x, y);
-          backward(div(l.objective, double(t.microbatches)));
+          forward_backward();
         } else {
-          l = loss_of(par, config.model, x, y);
-          backward(div(l.objective, double(t.microbatches)));
+          forward_backward();
         }
         loss_sum += l.loss.item<double>() / double(t.microbatches);
       }
       if (par.ep) dist::ep::sync_gradients(*model, *par.ep);
     }
+    TraceSpan optimizer_span("optimizer step");  // the gradient norm, clipping, AdamW
     const double grad_norm =
         par.pipeline ? pipeline_grad_norm(params, *par.pp) : dist::grad_norm(params);
     if (t.grad_clip > 0) optim::clip_grads_with_norm_(params, t.grad_clip, grad_norm);
     const double lr = schedule_lr(config, step);
     opt.set_lr(lr);
     opt.step();
+    optimizer_span.end();
 
     // The loss of the whole global batch: the mean over the dp (and cp) ranks.
     Tensor mean = ops::scalar_tensor(loss_sum, {DType::kF64});

@@ -94,6 +94,10 @@ namespace {
 struct RawFlags {
   std::string op, min = "32M", max = "32M", step = "1M", redop = "sum", dtype = "float";
   std::string backend = "tcp", device = "cpu";
+  // nccl-tests' flags for several devices or threads in one process (-t, -g)
+  // and for aggregated launches (-m): spmd runs one rank per process on one
+  // device, so only their value 1 (nccl-tests' default) has a meaning here.
+  int nthreads = 1, ngpus = 1, agg_iters = 1;
 };
 
 void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
@@ -130,11 +134,33 @@ void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
       ->check(flags::count(0, int64_t(flags::kMaxTimeoutSeconds)));
   app.add_option("-J,--output_file", o.document_path,
                  "Write one JSON document (nccl-tests' shape) to this file");
+  app.add_option("-t,--nthreads", raw.nthreads,
+                 "Threads per process (nccl-tests); spmd runs one rank per process: only 1");
+  app.add_option("-g,--ngpus", raw.ngpus,
+                 "GPUs per thread (nccl-tests); spmd uses one device per process: only 1");
+  app.add_option("-m,--agg_iters", raw.agg_iters,
+                 "Calls aggregated into one launch (nccl-tests); spmd issues them one by one: "
+                 "only 1");
   app.add_option("--backend", raw.backend, "tcp or nccl");
   app.add_option("--device", raw.device, "cpu or cuda (this rank's GPU: its local rank)");
   app.add_option("--json", o.json_path, "Also write one JSON object per row to this file");
   app.add_flag("--limits", o.limits,
                "Print the machine's bounds (loopback TCP between two processes, memcpy) and exit");
+}
+
+// nccl-tests runs several ranks in one process (-t threads, each driving -g
+// GPUs); spmd runs one rank per process, so the same job is N processes,
+// each with one device.
+void check_one_per_process(const RawFlags& raw) {
+  SPMD_CHECK(raw.nthreads == 1, "spmd-bench: -t/--nthreads ", raw.nthreads,
+             ": spmd runs one rank per process; start ", raw.nthreads,
+             " processes instead (spmdrun --nproc-per-node ", raw.nthreads, ") and pass -t 1");
+  SPMD_CHECK(raw.ngpus == 1, "spmd-bench: -g/--ngpus ", raw.ngpus,
+             ": spmd uses one device per process; start one process per GPU (spmdrun "
+             "--nproc-per-node ",
+             raw.ngpus, " spmd-bench ... -g 1) instead");
+  SPMD_CHECK(raw.agg_iters == 1, "spmd-bench: -m/--agg_iters ", raw.agg_iters,
+             ": spmd issues each call on its own (no grouped launch); pass -m 1");
 }
 
 // Turns the raw strings into options; throws InvalidArgument on bad values.
@@ -154,6 +180,7 @@ void resolve(BenchOptions& o, const RawFlags& raw) {
       o.ops.push_back(*op);
     }
   }
+  check_one_per_process(raw);
   o.min_bytes = parse_bytes(raw.min, "-b/--minbytes");
   o.max_bytes = parse_bytes(raw.max, "-e/--maxbytes");
   o.step_bytes = parse_bytes(raw.step, "-i/--stepbytes");

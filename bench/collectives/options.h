@@ -3,6 +3,7 @@
 //   spmd-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP]
 //              [-c CHECKS] [-o REDOP] [-d DTYPE] [-r ROOT] [-a AVERAGE]
 //              [-z BLOCKING] [-I 0|1] [-T SECONDS] [-J FILE]
+//              [-t 1] [-g 1] [-m 1]
 //              [--backend tcp|nccl] [--device cpu|cuda] [--json FILE]
 //   spmd-bench --limits
 //
@@ -11,7 +12,9 @@
 // of them. Sizes take K, M and G suffixes (powers of 1024). -o and -d also
 // accept `all`, as in nccl-tests. The defaults are nccl-tests' own: one size
 // of 32 MiB, 1 warm-up and 20 timed calls issued back to back (-z 0), f32,
-// sum, one check.
+// sum, one check. -t (threads), -g (GPUs per thread) and -m (aggregated
+// calls) are accepted at nccl-tests' default of 1 and refused otherwise,
+// naming the flag: spmd runs one rank per process, on one device.
 #pragma once
 
 #include <cstddef>

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -261,9 +262,10 @@ void write_json(const std::vector<Row>& rows, const std::string& path) {
   std::ofstream f(path);
   SPMD_CHECK(f.good(), "cannot write ", path);
   for (const Row& r : rows) {
-    f << "{\"bench\":\"gpu_kernels\",\"name\":\"" << r.name << "\",\"ms\":" << r.ms
-      << ",\"rate\":" << r.rate << ",\"unit\":\"" << r.unit << "\",\"peer\":\"" << r.peer
-      << "\",\"ratio\":" << r.ratio << ",\"target\":\"" << r.target << "\"}\n";
+    const nlohmann::ordered_json line = {
+        {"bench", "gpu_kernels"}, {"name", r.name}, {"ms", r.ms},       {"rate", r.rate},
+        {"unit", r.unit},         {"peer", r.peer}, {"ratio", r.ratio}, {"target", r.target}};
+    f << line.dump() << "\n";
   }
 }
 

@@ -38,6 +38,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -117,12 +118,14 @@ long long measure(const Ctx& ctx, const Algo& algo, Case& c, const Options& o, F
                 (long long)sums[2]);
     std::fflush(stdout);
     if (json) {
-      std::fprintf(json,
-                   "{\"op\":\"%s\",\"size\":%zu,\"count\":%zu,\"type\":\"float\",\"redop\":\"%s\","
-                   "\"root\":%d,\"time_us\":%.3f,\"algbw\":%.6f,\"busbw\":%.6f,\"wrong\":%lld,"
-                   "\"nranks\":%d,\"impl\":\"gloo-%s\"}\n",
-                   c.op.c_str(), c.size_bytes, c.count, redop, rooted ? c.root : -1, t * 1e6, algbw,
-                   busbw, (long long)sums[2], c.size, algo.name);
+      const nlohmann::ordered_json row = {
+          {"op", c.op},         {"size", c.size_bytes},
+          {"count", c.count},   {"type", "float"},
+          {"redop", redop},     {"root", rooted ? c.root : -1},
+          {"time_us", t * 1e6}, {"algbw", algbw},
+          {"busbw", busbw},     {"wrong", (long long)sums[2]},
+          {"nranks", c.size},   {"impl", std::string("gloo-") + algo.name}};
+      std::fprintf(json, "%s\n", row.dump().c_str());
       std::fflush(json);
     }
   }

@@ -30,7 +30,7 @@
 #include "runtime/error.h"
 #include "tensor/cuda_api.h"
 #include "tensor/factory.h"
-#if SPMD_WITH_CUDA
+#if SPMD_WITH_NCCL
 #include <nccl.h>
 #endif
 
@@ -51,7 +51,7 @@ int env_int(const char* name, int fallback) {
 
 std::string versions() {
   std::string v = str_cat("compiler ", __VERSION__, "; glibc ", gnu_get_libc_version());
-#if SPMD_WITH_CUDA
+#if SPMD_WITH_NCCL
   int nccl = 0;
   ncclGetVersion(&nccl);
   v += str_cat("; nccl ", nccl);

@@ -105,6 +105,12 @@ void DesyncCheck::publish_final() {
   }
 }
 
+void DesyncCheck::note_waiting(uint64_t seq, std::vector<PeerWait> waiting) {
+  std::lock_guard lock(mu_);
+  waiting_seq_ = seq;
+  waiting_ = std::move(waiting);
+}
+
 // The oldest collective not completed (collectives complete in issue order).
 void DesyncCheck::publish_progress() {
   const LedgerRecord r = ledger_.snapshot(rank_);
@@ -119,6 +125,8 @@ void DesyncCheck::publish_progress() {
       p.op = r.entries[p.seq - first].describe();
       p.since_us = r.entries[p.seq - first].issued_us;
     }
+    std::lock_guard lock(mu_);
+    if (waiting_seq_ == p.seq) p.waiting = waiting_;
   }
   std::string text = encode_progress(p);
   if (text == progress_) return;

@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "parallel/comm/ledger.h"
+#include "runtime/progress.h"
 #include "runtime/store.h"
 
 namespace spmd::dist {
@@ -56,6 +57,9 @@ class DesyncCheck {
   // Counts a collective as completed successfully (in any order); one that
   // failed stays in flight in the progress record: where the rank stood.
   void completed() { completed_.fetch_add(1, std::memory_order_relaxed); }
+  // What collective #seq waits for, as the backend sees it (its progress
+  // record carries it while #seq is the one in flight).
+  void note_waiting(uint64_t seq, std::vector<PeerWait> waiting);
   const Ledger& ledger() const { return ledger_; }
 
   // Publishes this rank's record (final), reads the others', waiting up to
@@ -90,6 +94,8 @@ class DesyncCheck {
   std::condition_variable cv_;
   bool stop_ = false;
   bool final_ = false;      // published final: the publisher stops writing
+  uint64_t waiting_seq_ = UINT64_MAX;  // the collective note_waiting() last described
+  std::vector<PeerWait> waiting_;
   uint64_t published_ = 0;  // the count last published (UINT64_MAX: none)
   std::thread publisher_;
 };

@@ -7,7 +7,7 @@
 #include "runtime/error.h"
 #include "runtime/rendezvous.h"
 #include "runtime/socket.h"
-#if SPMD_WITH_CUDA
+#if SPMD_WITH_NCCL
 #include "parallel/comm/nccl/nccl_process_group.h"
 #endif
 
@@ -56,14 +56,15 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   if (options.backend == CommBackend::kTcp) {
     return TcpProcessGroup::create(store, rank, world_size, std::move(group), hint);
   }
-#if SPMD_WITH_CUDA
+#if SPMD_WITH_NCCL
   const int device = options.device >= 0 ? options.device : local_rank;
   return NcclProcessGroup::create(store, rank, world_size, std::move(group), device);
 #else
   (void)local_rank;
   SPMD_THROW(Error,
-             "init_process_group: the nccl backend needs a CUDA build of spmd "
-             "(this one has SPMD_CUDA=OFF, or no nvcc was found); use the tcp backend");
+             "init_process_group: the nccl backend needs a build of spmd with CUDA and NCCL "
+             "(this one has SPMD_CUDA=OFF, found no nvcc, or found no NCCL: see cmake's "
+             "note); use the tcp backend");
 #endif
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "parallel/comm/arg_checks.h"
+#include "parallel/comm/comm_trace.h"
 #include "parallel/comm/desync_check.h"
 #include "parallel/comm/flight_recorder.h"
 #include "runtime/error.h"
@@ -146,9 +147,11 @@ Work ProcessGroup::issue(CommOp op) {
   const bool p2p = op.type == OpType::kSend || op.type == OpType::kRecv;
   const bool ledger = desync_ && !p2p;
   if (ledger) desync_->record(op, call_site_);
-  if (!recorder_ && !ledger) return launch(std::move(op));
+  const CommSpan span(op, name());  // SPMD_TRACE: the op from issue to completion
+  if (!recorder_ && !ledger) return span.end_with(launch(std::move(op)));
   const uint64_t id = recorder_ ? recorder_->issued(op) : 0;
   Work work = launch(std::move(op));
+  span.end_with(work);
   work.on_complete([recorder = recorder_, desync = ledger ? desync_ : nullptr, id, work] {
     if (recorder) recorder->ended(id, !work.exception());
     if (desync && !work.exception()) desync->completed();  // a failed one stays where it stood
@@ -342,6 +345,10 @@ std::string ProcessGroup::desync_report(uint64_t seq) {
 
 void ProcessGroup::note_failure() {
   if (desync_) desync_->publish_final();
+}
+
+void ProcessGroup::note_waiting(uint64_t seq, std::vector<PeerWait> waiting) {
+  if (desync_) desync_->note_waiting(seq, std::move(waiting));
 }
 
 std::string ProcessGroup::dump_flight_record(int64_t failed_seq, const std::string& reason) {

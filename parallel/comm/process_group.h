@@ -34,6 +34,7 @@
 
 #include "parallel/comm/types.h"
 #include "parallel/comm/work.h"
+#include "runtime/progress.h"
 #include "runtime/store.h"
 #include "tensor/tensor.h"
 
@@ -232,6 +233,9 @@ class ProcessGroup {
   std::string desync_report(uint64_t seq);
   // Any other failure: publishes this rank's ledger as final.
   void note_failure();
+  // What collective #seq is waiting for (peers and bytes), for the progress
+  // record the launcher's hang triage reads (runtime/progress.h).
+  void note_waiting(uint64_t seq, std::vector<PeerWait> waiting);
   // Writes the flight recorder's dump (flight_recorder.h), collective
   // #failed_seq marked failed with `reason`; returns the file ("" if none).
   std::string dump_flight_record(int64_t failed_seq, const std::string& reason);
@@ -241,8 +245,8 @@ class ProcessGroup {
   void count(OpType type, const Tensor& payload);
   void count(OpType type, uint64_t payload_bytes);
   CommOp collective(OpType type, std::string_view op_name);
-  // Records an operation in the ledger (collectives) and the flight
-  // recorder, then launches it.
+  // Records an operation in the ledger (collectives), the flight recorder
+  // and the trace (comm_trace.h), then launches it.
   Work issue(CommOp op);
   std::shared_ptr<ProcessGroup> make_subgroup(const std::vector<int>& members,
                                               const std::string& suffix);

@@ -1,12 +1,36 @@
 // Work: a one-shot completion flag with an error slot, waited on with a
-// condition variable (the waiting thread sleeps; it never spins).
+// condition variable (the waiting thread sleeps; it never spins). Under
+// SPMD_TRACE a wait that finds the Work pending records a "wait <op>" span
+// on the waiting thread: the time the caller was blocked on it.
 #include "parallel/comm/work.h"
 
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 namespace spmd::dist {
+namespace {
+
+class WaitSpan {
+ public:
+  explicit WaitSpan(const Work& work) {
+    if (!trace_enabled() || work.is_completed()) return;
+    name_ = "wait " + work.description();
+    start_us_ = trace_now_us();
+  }
+  ~WaitSpan() {
+    if (start_us_ >= 0) trace_record(name_, "comm_wait", start_us_, trace_now_us() - start_us_);
+  }
+  WaitSpan(const WaitSpan&) = delete;
+  WaitSpan& operator=(const WaitSpan&) = delete;
+
+ private:
+  std::string name_;
+  int64_t start_us_ = -1;
+};
+
+}  // namespace
 
 Work::Work() : state_(std::make_shared<State>()) {
   state_->description = "completed work";
@@ -19,13 +43,14 @@ Work::Work(std::string description, Duration default_timeout) : state_(std::make
 }
 
 void Work::wait() const {
+  WaitSpan span(*this);
   std::function<bool()> runner;
   {
     std::lock_guard lock(state_->mu);
     if (!state_->done) runner = state_->runner;
   }
   if (runner) runner();  // may run the operation right here
-  wait(state_->default_timeout);
+  wait_for(state_->default_timeout);
 }
 
 void Work::set_runner(std::function<bool()> run) const {
@@ -34,6 +59,11 @@ void Work::set_runner(std::function<bool()> run) const {
 }
 
 void Work::wait(Duration timeout) const {
+  WaitSpan span(*this);
+  wait_for(timeout);
+}
+
+void Work::wait_for(Duration timeout) const {
   std::unique_lock lock(state_->mu);
   if (timeout == Duration::max()) {
     state_->cv.wait(lock, [&] { return state_->done; });  // the backend bounds the op itself

@@ -64,6 +64,8 @@ class Work {
   void set_runner(std::function<bool()> run) const;
 
  private:
+  void wait_for(Duration timeout) const;  // wait(timeout), untraced
+
   struct State {
     std::string description;
     Duration default_timeout{};

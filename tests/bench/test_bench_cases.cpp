@@ -5,6 +5,8 @@
 // then corrupted on purpose).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <iostream>
+#include <sstream>
 
 #include "bench/collectives/cases.h"
 #include "bench/collectives/iter_stats.h"
@@ -128,6 +130,39 @@ TEST_CASE("sizes parse with suffixes and sweep by factor or step", "[bench]") {
   o.step_factor = 1;
   o.step_bytes = 20;
   CHECK(sweep_sizes(o) == std::vector<size_t>{8, 28, 48});
+}
+
+// Parses a command line as spmd-bench's main does; returns what it printed
+// to stderr, and whether the options came back.
+static std::string parse_command(std::vector<std::string> args, bool* ok, int* exit_code) {
+  args.insert(args.begin(), "spmd-bench");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  std::ostringstream err;
+  std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
+  *exit_code = 0;
+  *ok = parse_options(int(argv.size()), argv.data(), exit_code).has_value();
+  std::cerr.rdbuf(old);
+  return err.str();
+}
+
+TEST_CASE("nccl-tests' -t, -g and -m are taken at 1 and refused above, naming the flag",
+          "[bench]") {
+  bool ok = false;
+  int code = 0;
+  parse_command({"all_reduce", "-t", "1", "-g", "1", "-m", "1"}, &ok, &code);
+  CHECK(ok);
+  std::string err = parse_command({"all_reduce", "-g", "2"}, &ok, &code);
+  CHECK_FALSE(ok);
+  CHECK(code == 2);
+  CHECK(err.find("-g/--ngpus 2: spmd uses one device per process") != std::string::npos);
+  CHECK(err.find("--nproc-per-node 2") != std::string::npos);
+  err = parse_command({"all_reduce", "--nthreads", "4"}, &ok, &code);
+  CHECK_FALSE(ok);
+  CHECK(err.find("-t/--nthreads 4: spmd runs one rank per process") != std::string::npos);
+  err = parse_command({"all_reduce", "-m", "8"}, &ok, &code);
+  CHECK_FALSE(ok);
+  CHECK(err.find("-m/--agg_iters 8") != std::string::npos);
 }
 
 TEST_CASE("reduced values are exact sums, products, minima and maxima", "[bench]") {

@@ -152,8 +152,13 @@ TEST_CASE("fuzz: ledger records from the store parse whole or not at all", "[com
       (void)find_desync(both, "g");
     }
     // The progress record, the same way.
-    RankProgress p{int(rng() % 8), rng() % 10 + 5, rng() % 5,
-                   rng() % 9,      int64_t(rng()), "op(f32[3])"};
+    RankProgress p{int(rng() % 8),
+                   rng() % 10 + 5,
+                   rng() % 5,
+                   rng() % 9,
+                   int64_t(rng()),
+                   "op(f32[3])",
+                   {{int(rng() % 8), 3, 7 + rng() % 9}}};
     std::string ptext = encode_progress(p);
     REQUIRE(decode_progress(ptext));
     std::vector<uint8_t> pbytes(ptext.begin(), ptext.end());

@@ -81,11 +81,13 @@ TEST_CASE("spmdrun --hang-timeout: a rank asleep in its own code is named, the j
   CHECK(first ==
         "rank 1 never entered collective #2 of group world (all_reduce(f32[1000])), where ranks "
         "0, 2 wait");
-  // The table: a row per rank, the waiting ones naming rank 1.
+  // The table: a row per rank, the waiting ones naming rank 1 and the bytes
+  // they wait for from it: the whole 1000-f32 buffer (4000 B) behind its
+  // 32-byte header, none of it arrived (recursive doubling's exchange).
   CHECK(line_after(r.err, "  0  ").find("all_reduce(f32[1000])  2    in the collective for") !=
         std::string::npos);
   CHECK(line_after(r.err, "  1  ").find("in its own code (#0-#1 done)") != std::string::npos);
-  CHECK(count(r.err, "  rank 1\n") == 2);  // ranks 0 and 2 wait on it
+  CHECK(count(r.err, "  rank 1 (0/4032 B from rank 1)\n") == 2);  // ranks 0 and 2 wait on it
   CHECK(wait_until_gone(tag, 10s));        // no orphan
 }
 

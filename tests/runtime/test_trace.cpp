@@ -94,6 +94,35 @@ TEST_CASE("trace: nested spans, categories and escaping", "[trace]") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("trace: args, and async intervals as a b/e pair with an id unique to the rank",
+          "[trace]") {
+  std::string dir = temp_dir("trace_async");
+  fs::remove_all(dir);
+  trace_start(dir, 2);
+  trace_record("step", "compute", 1000, 50, {{"step", int64_t(7)}});
+  trace_record_async("all_reduce", "comm", 1010, 30,
+                     {{"op", std::string("all_reduce")}, {"bytes", int64_t(4096)}});
+  trace_record_async("all_reduce", "comm", 1020, 30, {});
+  trace_flush();
+  json trace = read_json(trace_path());
+  std::vector<json> begins, ends;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "b") begins.push_back(e);
+    if (e["ph"] == "e") ends.push_back(e);
+  }
+  CHECK(spans(trace)["step"]["args"]["step"] == 7);
+  REQUIRE(begins.size() == 2);
+  REQUIRE(ends.size() == 2);
+  CHECK(begins[0]["args"]["op"] == "all_reduce");
+  CHECK(begins[0]["args"]["bytes"] == 4096);
+  CHECK(begins[0]["ts"] == 1010);
+  CHECK(ends[0]["ts"] == 1040);
+  CHECK(begins[0]["id"] == ends[0]["id"]);
+  CHECK(begins[0]["id"] != begins[1]["id"]);
+  CHECK(begins[0]["id"].get<std::string>().rfind("0x2", 0) == 0);  // rank 2 in the high bits
+  fs::remove_all(dir);
+}
+
 TEST_CASE("logging: levels parse, unknown ones are refused", "[logging]") {
   CHECK(parse_log_level("debug") == LogLevel::kDebug);
   CHECK(parse_log_level("INFO") == LogLevel::kInfo);

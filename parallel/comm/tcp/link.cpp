@@ -183,6 +183,12 @@ void Link::fail_io(const char* what, int err) const {
                           "; it exited, was killed, or aborted after an error of its own)"));
 }
 
+Link::Inflow Link::inflow() const {
+  size_t left = 0;
+  for (const Range& r : in_) left += r.left;
+  return {bytes_in_, bytes_in_ + left};
+}
+
 std::string Link::pending() const {
   size_t in_left = 0, out_left = 0;
   for (const Range& r : in_) in_left += r.left;

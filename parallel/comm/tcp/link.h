@@ -100,6 +100,12 @@ class Link {
   bool pump_send();
   bool pump_recv();
 
+  // This collective's bytes from the peer: arrived so far, and arrived plus
+  // what is posted and not yet arrived (the header counts, as it travels).
+  struct Inflow {
+    size_t received = 0, expected = 0;
+  };
+  Inflow inflow() const;
   // What this link still waits for, for a timeout message ("4096 of 8192
   // bytes from rank 3 not yet received").
   std::string pending() const;

@@ -34,6 +34,7 @@ void Mesh::begin(const Header& header, Clock::time_point deadline) {
   start_ = Clock::now();
   deadline_ = deadline;
   slow_called_ = false;
+  next_report_ = start_ + report_every_;
   used_.clear();
   glanced_.assign(size_, false);
 }
@@ -118,6 +119,13 @@ void Mesh::poll_once() {
   }
   auto wake = deadline_;
   if (slow_hook_ && !slow_called_) wake = std::min(wake, start_ + slow_after_);
+  if (wait_report_) {
+    if (now >= next_report_) {
+      wait_report_(waiting_on());
+      next_report_ = now + report_every_;
+    }
+    wake = std::min(wake, next_report_);
+  }
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
   const int r = ::poll(fds, n, int(std::clamp<int64_t>(ms, 0, 1 << 30)));
   if (r < 0 && errno != EINTR) {
@@ -177,6 +185,21 @@ std::vector<int> Mesh::heard_from() const {
 void Mesh::set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook) {
   slow_after_ = after;
   slow_hook_ = std::move(hook);
+}
+
+void Mesh::set_wait_report(std::chrono::milliseconds every,
+                           std::function<void(std::vector<PeerWait>)> report) {
+  report_every_ = every;
+  wait_report_ = std::move(report);
+}
+
+std::vector<PeerWait> Mesh::waiting_on() const {
+  std::vector<PeerWait> out;
+  for (const Link* l : used_) {
+    const Link::Inflow in = l->inflow();
+    if (in.expected > in.received) out.push_back({l->peer(), in.received, in.expected});
+  }
+  return out;
 }
 
 void Mesh::abort() {

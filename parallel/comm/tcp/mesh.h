@@ -31,6 +31,7 @@
 
 #include "parallel/comm/tcp/link.h"
 #include "parallel/comm/tcp/tuning.h"
+#include "runtime/progress.h"
 
 namespace spmd::dist::tcp {
 
@@ -75,6 +76,14 @@ class Mesh {
   void set_spin(SpinPolicy spin) { spin_ = spin; }
   // Calls `hook` once per collective that has waited longer than `after`.
   void set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook);
+  // Calls `report` with what the current collective waits for (each used
+  // link with receives posted: its peer and bytes) once it has waited
+  // `every`, and again every `every` while it goes on waiting; a collective
+  // that finishes sooner costs nothing.
+  void set_wait_report(std::chrono::milliseconds every,
+                       std::function<void(std::vector<PeerWait>)> report);
+  // The used links with receives posted, as set_wait_report() reports them.
+  std::vector<PeerWait> waiting_on() const;
   // Shuts every connection down: peers see EOF, and this mesh is unusable.
   // Safe from any thread.
   void abort();
@@ -95,6 +104,9 @@ class Mesh {
   std::chrono::milliseconds slow_after_{0};
   std::function<void()> slow_hook_;
   bool slow_called_ = false;
+  std::chrono::milliseconds report_every_{0};
+  std::function<void(std::vector<PeerWait>)> wait_report_;
+  Clock::time_point next_report_;
 };
 
 }  // namespace spmd::dist::tcp

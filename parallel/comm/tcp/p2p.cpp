@@ -170,14 +170,18 @@ void P2PEngine::write_some(Peer& peer) {
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        fail_peer(peer, str_cat("lost rank ", peer.rank, " (", std::strerror(errno), ")"));
+        const std::string lost = str_cat("lost rank ", peer.rank, " (", std::strerror(errno), ")");
+        read_some(peer);  // what it sent before it left: a refusal of this send explains it
+        fail_peer(peer, lost);
       }
       return;
     }
     op.done += size_t(r);
     ++progress_;
     if (op.done < sizeof(Header) + op.bytes) return;  // the socket is full
-    finish(op.work);
+    finish(op.work, op.refused.empty() ? nullptr
+                                       : std::make_exception_ptr(InvalidArgument(
+                                             str_cat(describe_op(op), ": ", op.refused))));
     peer.sends.pop_front();
   }
 }
@@ -244,6 +248,11 @@ P2PEngine::Clock::time_point P2PEngine::next_deadline() const {
 void P2PEngine::fail_peer(Peer& peer, const std::string& why) {
   if (peer.dead.empty()) peer.dead = why;
   auto fail = [&](Op& op) {
+    if (!op.refused.empty()) {  // the peer refused this send before the pair failed
+      finish(op.work,
+             std::make_exception_ptr(InvalidArgument(str_cat(describe_op(op), ": ", op.refused))));
+      return;
+    }
     finish(op.work, std::make_exception_ptr(CommError(str_cat(describe_op(op), ": ", peer.dead))));
   };
   for (auto& op : peer.sends) fail(*op);

@@ -28,7 +28,9 @@
 //
 // Every operation fails instead of hanging: by its deadline (TimeoutError),
 // when its peer's connection is lost (CommError), or when the message and the
-// recv disagree on size or dtype (InvalidArgument; the message is discarded).
+// recv disagree on size or dtype (InvalidArgument on the receiver, the
+// message discarded; the sender is sent a refusal that fails the send, or
+// the pair when the send had completed: p2p_refusal.cpp).
 //
 // Thread-safety: every public method may be called from any thread; one
 // mutex guards the engine's state, and Works are completed outside it.
@@ -110,6 +112,9 @@ class P2PEngine {
   void on_header(Peer& peer);
   void on_payload_done(Peer& peer);
   void spill_parked(Peer& peer);
+  void refuse(Peer& peer, Op& recv, const Header& sent);
+  bool begin_refusal(Peer& peer);
+  void on_refusal(Peer& peer);
   void deliver_unexpected(Peer& peer);
   void expire(Clock::time_point now);
   Clock::time_point next_deadline() const;

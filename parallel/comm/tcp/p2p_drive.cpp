@@ -61,7 +61,9 @@ bool P2PEngine::pump_all(bool shm_only) {
     if (peer->fd < 0 || !peer->dead.empty()) continue;
     if (shm_only && !peer->channel->wakes_both()) continue;
     if (!peer->sends.empty()) write_some(*peer);
-    if (!peer->recvs.empty() || peer->in == Peer::In::kPayload) read_some(*peer);
+    // A send in flight reads too: the peer may refuse it (p2p_refusal.cpp).
+    if (!peer->recvs.empty() || !peer->sends.empty() || peer->in == Peer::In::kPayload)
+      read_some(*peer);
   }
   return progress_ != before;
 }
@@ -71,7 +73,10 @@ bool P2PEngine::pump_all(bool shm_only) {
 short P2PEngine::prepare_wait(Peer& peer, bool& ready) {
   if (peer.fd < 0 || !peer.dead.empty()) return 0;
   short want = peer.sends.empty() ? 0 : POLLOUT;
-  if (!peer.recvs.empty() || peer.in == Peer::In::kPayload) want |= POLLIN;
+  // A send in flight listens for a refusal, unless a message waits parked in
+  // the socket (it would keep POLLIN raised until its recv is posted).
+  const bool listens = !peer.sends.empty() && peer.in == Peer::In::kHeader;
+  if (!peer.recvs.empty() || peer.in == Peer::In::kPayload || listens) want |= POLLIN;
   if (!want) return 0;
   const short ev = peer.channel->prepare_wait(want);
   if (ev == 0) ready = true;

@@ -95,6 +95,7 @@ bool P2PEngine::read_into(Peer& peer, char* dst, size_t n, size_t& done) {
 // park it in the socket until one is posted.
 void P2PEngine::on_header(Peer& peer) {
   const Header& h = peer.header;
+  if (begin_refusal(peer)) return;  // the peer refused a message of this rank's
   if (h.magic != kMagic || h.group != group_hash(group_) || h.op != OpType::kSend ||
       !is_comm_dtype(h.dtype) || h.seq != peer.recv_seq) {
     fail_peer(peer, str_cat("received a malformed point-to-point message from rank ", peer.rank,
@@ -114,10 +115,7 @@ void P2PEngine::on_header(Peer& peer) {
   peer.payload_bytes = h.count * element_size(h.dtype);
   peer.payload_done = 0;
   if (op->count != h.count || op->dtype != h.dtype) {
-    finish(op->work, std::make_exception_ptr(InvalidArgument(str_cat(
-                         describe_op(*op), ": rank ", peer.rank, " sent ", h.count, " ",
-                         dtype_name(h.dtype), " elements with this tag but this recv expects ",
-                         op->count, " ", dtype_name(op->dtype), "; the message was discarded"))));
+    refuse(peer, *op, h);
     peer.target = Peer::Target::kDiscard;
     return;
   }
@@ -147,6 +145,8 @@ void P2PEngine::on_payload_done(Peer& peer) {
     peer.receiving.reset();
   } else if (peer.target == Peer::Target::kUnexpected) {
     peer.unexpected.back().complete = true;
+  } else if (peer.target == Peer::Target::kRefusal) {
+    on_refusal(peer);
   }
   peer.in = Peer::In::kHeader;
   peer.target = Peer::Target::kDiscard;
@@ -163,10 +163,7 @@ void P2PEngine::deliver_unexpected(Peer& peer) {
     Op& op = *it->claimant;
     const Header& h = it->header;
     if (op.count != h.count || op.dtype != h.dtype) {
-      finish(op.work, std::make_exception_ptr(InvalidArgument(str_cat(
-                          describe_op(op), ": rank ", peer.rank, " sent ", h.count, " ",
-                          dtype_name(h.dtype), " elements with this tag but this recv expects ",
-                          op.count, " ", dtype_name(op.dtype), "; the message was discarded"))));
+      refuse(peer, op, h);
     } else {
       std::memcpy(op.data, it->data.data(), it->data.size());
       finish(op.work);

@@ -20,6 +20,8 @@ struct P2PEngine::Op {
   DType dtype = DType::kF32;
   Header header;    // sends: the frame's header
   size_t done = 0;  // sends: bytes of header + payload written
+  std::string refused;  // sends: the receiver's refusal, failing the Work once written
+  std::string text;     // a refusal frame's own payload (p2p_refusal.cpp)
   Work work;
   Clock::time_point deadline;
 };
@@ -35,7 +37,7 @@ struct P2PEngine::Unexpected {
 
 struct P2PEngine::Peer {
   enum class In { kHeader, kParked, kPayload };
-  enum class Target { kRecv, kUnexpected, kDiscard };
+  enum class Target { kRecv, kUnexpected, kDiscard, kRefusal };
 
   int rank = 0;
   std::unique_ptr<Channel> channel;  // null for this rank
@@ -53,6 +55,7 @@ struct P2PEngine::Peer {
   Target target = Target::kDiscard;
   std::unique_ptr<Op> receiving;  // the recv being filled
   std::deque<Unexpected> unexpected;
+  std::string refusal;  // a refusal frame's text, as it arrives
   char* payload = nullptr;
   size_t payload_bytes = 0, payload_done = 0;
 };

@@ -75,6 +75,9 @@ void TcpProcessGroup::connect() {
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
   mesh_->set_spin(tuning_.spin());
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
+  mesh_->set_wait_report(std::chrono::milliseconds(100), [this](std::vector<PeerWait> w) {
+    note_waiting(current_seq_, std::move(w));
+  });
   p2p_ = std::make_shared<P2PEngine>(name(), rank(), std::move(channels.p2p), timeout(),
                                      tuning_.spin(),
                                      std::chrono::microseconds(tuning_.start_after_us));

@@ -4,7 +4,8 @@
 // trusting the data, so two ranks that disagree on the call (a different op,
 // sequence number, root, dtype or size) fail with an error that says how they
 // differ, instead of reducing garbage. Point-to-point messages carry one too,
-// with the tag in `arg` and a per-pair sequence number.
+// with the tag in `arg` and a per-pair sequence number; a receiver refuses a
+// message that does not fit its recv with a header of op kRecv (p2p.h).
 //
 // Layout (32 bytes, the sender's byte order: spmd assumes every rank runs on
 // the same endianness, and a wrong magic catches a stray or foreign stream):
