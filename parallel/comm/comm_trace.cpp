@@ -20,7 +20,8 @@ CommSpan::CommSpan(const CommOp& op, const std::string& group) {
                               op.input.defined() ? op.input.nbytes() : 0);
   const Tensor& t = op.tensor.defined() ? op.tensor : op.input;
   dtype_ = t.defined() ? std::string(dtype_name(t.dtype())) : std::string();
-  peer_ = op.root;
+  peer_ = op.peer;
+  root_ = op.root;
   group_ = group;
   issued_us_ = trace_now_us();
 }
@@ -34,6 +35,7 @@ const Work& CommSpan::end_with(const Work& work) const {
                       {"bytes", int64_t(span.bytes_)}};
     if (!span.dtype_.empty()) args.emplace_back("dtype", span.dtype_);
     if (span.peer_ >= 0) args.emplace_back("peer", int64_t(span.peer_));
+    if (span.root_ >= 0) args.emplace_back("root", int64_t(span.root_));
     args.emplace_back("ok", int64_t(work.exception() ? 0 : 1));
     trace_record_async(op_name(span.type_), "comm", span.issued_us_,
                        trace_now_us() - span.issued_us_, std::move(args));

@@ -32,7 +32,8 @@ class CommSpan {
   OpType type_ = OpType::kBarrier;
   uint64_t seq_ = 0;
   uint64_t bytes_ = 0;
-  int peer_ = -1;
+  int peer_ = -1;  // send / recv: the other rank
+  int root_ = -1;  // broadcast, reduce, gather, scatter
   std::string group_, dtype_;
   int64_t issued_us_ = 0;
 };
