@@ -13,7 +13,7 @@
 #include "parallel/comm/tcp/group_segment.h"
 #include "parallel/comm/tcp/recursive_doubling.h"
 #include "parallel/comm/tcp/ring.h"
-#include "parallel/comm/tcp/segment_all_reduce.h"
+#include "parallel/comm/tcp/segment_collectives.h"
 #include "parallel/comm/tcp/transport.h"
 #include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
@@ -249,6 +249,7 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
   Span whole{data, n, dt, elem};
   Span in{input, n_in, dt, elem};
   const size_t bytes = whole.bytes();
+  if (segment_ && run_in_segment(ctx, *segment_, op.type, whole, in, op.root, op.reduce_op)) return;
   switch (op.type) {
     case OpType::kBroadcast:
       if (bytes <= tuning_.small_rooted_bytes) return TreeBroadcast(ctx, whole, op.root).run();
@@ -257,7 +258,6 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
       if (bytes <= tuning_.small_all_reduce_bytes) {
         return RecursiveDoublingAllReduce(ctx, whole, op.reduce_op).run();
       }
-      if (segment_) return SegmentAllReduce(ctx, *segment_, whole, op.reduce_op).run();
       return Ring::all_reduce(ctx, whole, op.reduce_op).run();
     case OpType::kReduce:
       if (bytes <= tuning_.small_rooted_bytes)
