@@ -22,7 +22,9 @@ void Work::wait() const {
   std::function<bool()> runner;
   {
     std::lock_guard lock(state_->mu);
-    if (!state_->done) runner = state_->runner;
+    // Taken, not copied (a copy allocates): a runner that returns false left
+    // the operation to a thread that completes it anyway.
+    if (!state_->done) runner = std::move(state_->runner);
   }
   if (runner) runner();  // may run the operation right here
   wait(state_->default_timeout);
