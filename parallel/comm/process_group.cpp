@@ -50,6 +50,25 @@ std::vector<size_t> split_counts(const Tensor& t, const std::vector<int64_t>& sp
   return counts;
 }
 
+// Ends an operation's flight-recorder entry and counts a successful
+// collective in the ledger's progress (a failed one stays where it stood).
+// The id is the recorder's, with kCollective set for what the ledger records.
+class Recording final : public Work::Observer {
+ public:
+  static constexpr uint64_t kCollective = uint64_t(1) << 63;
+
+  Recording(std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<DesyncCheck> desync)
+      : recorder_(std::move(recorder)), desync_(std::move(desync)) {}
+  void ended(uint64_t id, bool ok) const noexcept override {
+    if (recorder_) recorder_->ended(id & ~kCollective, ok);
+    if (desync_ && ok && (id & kCollective)) desync_->completed();
+  }
+
+ private:
+  std::shared_ptr<FlightRecorder> recorder_;
+  std::shared_ptr<DesyncCheck> desync_;
+};
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options)
@@ -67,6 +86,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Gro
     recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::capacity_from_env());
     FlightRecorder::arm(global_rank(rank_));
   }
+  if (recorder_ || desync_) recording_ = std::make_shared<Recording>(recorder_, desync_);
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -149,11 +169,7 @@ Work ProcessGroup::issue(CommOp op) {
   if (!recorder_ && !ledger) return launch(std::move(op));
   const uint64_t id = recorder_ ? recorder_->issued(op) : 0;
   Work work = launch(std::move(op));
-  work.on_complete([recorder = recorder_, desync = ledger ? desync_ : nullptr, id, work] {
-    const bool ok = !work.exception();
-    if (recorder) recorder->ended(id, ok);
-    if (desync && ok) desync->completed();  // a failed one stays where it stood
-  });
+  work.set_observer(recording_, ledger ? id | Recording::kCollective : id);
   return work;
 }
 
