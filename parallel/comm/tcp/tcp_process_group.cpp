@@ -109,17 +109,16 @@ Work TcpProcessGroup::launch(CommOp op) {
     launch_p2p(std::move(op), work);
     return work;
   }
-  auto item = std::make_shared<Queued>(Queued{std::move(op), work, nullptr, nullptr});
+  auto item = std::make_shared<Queued>(*this, std::move(op), work);
 #if SPMD_WITH_CUDA
   if (on_gpu) item->mark = std::make_shared<StreamMark>(held_tensor(item->op));
 #else
   SPMD_CHECK(!on_gpu, item->op.description, ": this spmd was built without CUDA");
 #endif
   SPMD_CHECK(queue_ != nullptr, item->op.description, ": the group has been shut down");
-  auto entry = queue_->push([this, item] { run(*item); },
-                            [item] { item->work.complete(item->error); }, item->op.description);
+  queue_->push(item, item->op.description);
   // A caller that waits on it runs it (and any issued before it) itself.
-  work.set_runner([group = weak_from_this(), weak = std::weak_ptr(entry)] {
+  work.set_runner([group = weak_from_this(), weak = std::weak_ptr<CollectiveQueue::Entry>(item)] {
     auto g = group.lock();
     auto e = weak.lock();
     return g && e && g->queue_->run_through(e);
