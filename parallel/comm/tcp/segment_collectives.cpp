@@ -31,7 +31,10 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
       SegmentAllReduce(ctx, segment, whole, op).run();
       return true;
     case OpType::kBroadcast:
-      if (whole.bytes() < t.segment_min_bytes) return false;
+      // On 2 ranks the chain over the rings copies as often and, publishing
+      // every 64 KiB, pipelines more finely than a barrier per slot: it was
+      // as fast or faster there (docs/comm.md, "Measured").
+      if (p < 3 || whole.bytes() < t.segment_min_bytes) return false;
       SegmentBroadcast(ctx, segment, whole, root).run();
       return true;
     case OpType::kAllGather: {
