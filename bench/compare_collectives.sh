@@ -78,17 +78,8 @@ run() {
   esac > "$out/r${round}_${impl}_${p}_${sweep}.txt" 2>&1 || echo "compare: $impl on $p ranks ($sweep) failed; see $out" >&2
 }
 
-n=${#impls[@]}
-for round in $(seq 1 "$rounds"); do
-  for p in $ranks; do
-    # Rotate the order each round, so no implementation always runs first.
-    for k in $(seq 0 $((n - 1))); do
-      impl=${impls[$(( (k + round) % n ))]}
-      echo "compare: round $round/$rounds, $p ranks, $impl" >&2
-      case " $sweeps " in *" small "*) run "$impl" "$p" small all_reduce "$round" "${small_flags[@]}" ;; esac
-      case " $sweeps " in *" large "*) run "$impl" "$p" large "$large_ops" "$round" "${large_flags[@]}" ;; esac
-    done
-  done
-done
+# shellcheck source=bench/interleave.sh
+. "$root/bench/interleave.sh"
+interleave compare "$rounds" "$ranks" "$sweeps" "${impls[@]}"
 
 /usr/bin/python3 "$root/bench/compare_collectives.py" "$out"

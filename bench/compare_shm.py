@@ -76,6 +76,10 @@ def main(directory):
     data = load(directory)
     memcpy, trip_ns, cpu = ceiling(directory)
     print(f"CPU: {cpu}")
+    load_path = os.path.join(directory, "loadavg.txt")
+    if os.path.exists(load_path):
+        loads = [" ".join(line.split()[:3]) for line in open(load_path) if line.strip()]
+        print("load average (1, 5, 15 min) before and after: " + "; ".join(loads))
     print("ceiling: memcpy " + ", ".join(f"{size_label(b)} {g:.1f} GB/s" for b, g in sorted(memcpy.items()))
           + f"; cache-line round trip {fmt(trip_ns, '%.0f')} ns")
     verdicts = []

@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
 done
 out=${out:-$build/compare-shm}
 mkdir -p "$out" "$build/bench-peers"
-rm -f "$out"/*.json "$out"/*.txt
+rm -f "$out"/*.json "$out"/*.txt "$out"/*.jsonl
 
 spmdrun=$build/launcher/spmdrun
 bench=$build/bench/spmd-bench
@@ -57,18 +57,14 @@ run() {
   esac > "$out/r${round}_${impl}_${p}_${sweep}.txt" 2>&1 || echo "compare_shm: $impl on $p ranks ($sweep) failed; see $out" >&2
 }
 
+# The machine's load before and after (it is shared: the figures are only
+# as quiet as it was), and its ceiling at both ends.
+cat /proc/loadavg > "$out/loadavg.txt"
 "$ceiling" > "$out/ceiling.jsonl"
-n=${#impls[@]}
-for round in $(seq 1 "$rounds"); do
-  for p in $ranks; do
-    for k in $(seq 0 $((n - 1))); do
-      impl=${impls[$(( (k + round) % n ))]}
-      echo "compare_shm: round $round/$rounds, $p ranks, $impl" >&2
-      case " $sweeps " in *" small "*) run "$impl" "$p" small all_reduce "$round" "${small_flags[@]}" ;; esac
-      case " $sweeps " in *" large "*) run "$impl" "$p" large "$large_ops" "$round" "${large_flags[@]}" ;; esac
-    done
-  done
-done
+# shellcheck source=bench/interleave.sh
+. "$root/bench/interleave.sh"
+interleave compare_shm "$rounds" "$ranks" "$sweeps" "${impls[@]}"
 "$ceiling" >> "$out/ceiling.jsonl"
+cat /proc/loadavg >> "$out/loadavg.txt"
 
 /usr/bin/python3 "$root/bench/compare_shm.py" "$out"

@@ -264,6 +264,9 @@ class ProcessGroup {
   AtomicCount counts_[16];
   std::shared_ptr<DesyncCheck> desync_;       // null when SPMD_DESYNC_CHECK=0
   std::shared_ptr<FlightRecorder> recorder_;  // null when SPMD_FLIGHT_RECORDER=0
+  // Told of each issued operation's end: ends its recorder_ entry, counts a
+  // collective's completion in desync_ (null when both are off).
+  std::shared_ptr<const Work::Observer> recording_;
   std::string call_site_;
 };
 

@@ -47,7 +47,9 @@ void Work::wait() const {
   std::function<bool()> runner;
   {
     std::lock_guard lock(state_->mu);
-    if (!state_->done) runner = state_->runner;
+    // Taken, not copied (a copy allocates): a runner that returns false left
+    // the operation to a thread that completes it anyway.
+    if (!state_->done) runner = std::move(state_->runner);
   }
   if (runner) runner();  // may run the operation right here
   wait_for(state_->default_timeout);
@@ -93,13 +95,17 @@ const std::string& Work::description() const { return state_->description; }
 
 void Work::complete(std::exception_ptr error) const {
   std::vector<std::function<void()>> callbacks;
+  std::shared_ptr<const Observer> observer;
   {
     std::lock_guard lock(state_->mu);
     if (state_->done || state_->completing) return;
     state_->completing = true;
+    const bool ok = error == nullptr;
     state_->error = std::move(error);  // callbacks may read it through exception()
     callbacks.swap(state_->callbacks);
     state_->runner = nullptr;
+    observer.swap(state_->observer);
+    if (observer) observer->ended(state_->observer_id, ok);
   }
   // Callbacks run before waiters wake, so a waiter sees their effects (a
   // staged result copied back) the moment wait() returns.
@@ -109,6 +115,18 @@ void Work::complete(std::exception_ptr error) const {
     state_->done = true;
   }
   state_->cv.notify_all();
+}
+
+void Work::set_observer(std::shared_ptr<const Observer> observer, uint64_t id) const {
+  {
+    std::lock_guard lock(state_->mu);
+    if (!state_->done && !state_->completing) {
+      state_->observer = std::move(observer);
+      state_->observer_id = id;
+      return;
+    }
+  }
+  observer->ended(id, !exception());
 }
 
 void Work::on_complete(std::function<void()> fn) const {

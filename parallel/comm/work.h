@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -49,6 +50,19 @@ class Work {
   std::exception_ptr exception() const;
   const std::string& description() const;
 
+  // Told when an operation ends, without an allocation per operation (the
+  // group's ledger and flight recorder, process_group.h): a callback
+  // (on_complete) costs a heap block per Work, an observer a pointer.
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    // Runs on the completing thread, before the callbacks; must not throw.
+    virtual void ended(uint64_t id, bool ok) const noexcept = 0;
+  };
+  // Calls observer->ended(id, ok) when the operation completes (at once if
+  // it has). One per Work; a second replaces the first.
+  void set_observer(std::shared_ptr<const Observer> observer, uint64_t id) const;
+
   // --- For backends ---------------------------------------------------------
   // Marks the operation finished: successful when `error` is null. Later
   // calls are ignored (the first outcome wins). Runs the callbacks.
@@ -76,6 +90,8 @@ class Work {
     std::exception_ptr error;
     std::vector<std::function<void()>> callbacks;
     std::function<bool()> runner;
+    std::shared_ptr<const Observer> observer;
+    uint64_t observer_id = 0;
   };
   std::shared_ptr<State> state_;
 };

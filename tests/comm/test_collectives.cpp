@@ -262,3 +262,42 @@ TEST_CASE("a collective moves its output's version counter, as an in-place op do
     throw Error("backward ran through a saved tensor that all_reduce overwrote");
   }));
 }
+
+// Sizes the group's shared segment takes by default (tcp/segment_collectives.h:
+// from 64 KiB, a 1 MiB slot per rank), odd so that no chunk or part comes
+// out even: broadcast in 2 chunks, all_gather in 2, reduce_scatter in 3;
+// with averages and maxima, in place and not. Over TCP (the _tcp variant)
+// the same calls take the trees and rings.
+TEST_CASE("broadcast, all_gather and reduce_scatter of segment sizes on 3 ranks", "[comm]") {
+  REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    const int64_t m = 300007;  // elements per block: 1.2 MB of f32
+    Tensor t = cpu_tensor(m, DType::kF32);
+    fill<float>(t, [&](size_t i) { return r == 1 ? double(i % 1000) : -1.0; });
+    g.broadcast(t, 1).wait();
+    check<float>(
+        t, [&](size_t i) { return double(i % 1000); }, "broadcast from rank 1");
+    Tensor all = cpu_tensor(p * m, DType::kF32), mine = cpu_tensor(m, DType::kF32);
+    fill<float>(mine, [&](size_t i) { return double(r * 10 + i % 7); });
+    g.all_gather(all, mine).wait();
+    check<float>(
+        all, [&](size_t i) { return double(i / m * 10 + (i % m) % 7); }, "all_gather");
+    Tensor block = ops::narrow(all, 0, r * m, m);
+    fill<float>(all, [&](size_t i) { return i / m == size_t(r) ? double(r + (i % m) % 5) : -1.0; });
+    g.all_gather(all, block).wait();
+    check<float>(
+        all, [&](size_t i) { return double(i / m + (i % m) % 5); }, "in-place all_gather");
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      fill<float>(all, [&](size_t i) { return input_value(op, r, i); });
+      g.reduce_scatter(mine, all, op).wait();
+      check<float>(
+          mine, [&](size_t i) { return reduced_value(op, p, r * m + i); },
+          str_cat("reduce_scatter ", reduce_op_name(op)));
+    }
+    fill<float>(all, [&](size_t i) { return input_value(ReduceOp::kSum, r, i); });
+    g.reduce_scatter(block, all).wait();
+    check<float>(
+        block, [&](size_t i) { return reduced_value(ReduceOp::kSum, p, r * m + i); },
+        "in-place reduce_scatter");
+  }));
+}

@@ -165,6 +165,25 @@ TEST_CASE("ranks that set the transport differently fail at set-up, naming both 
   }
 }
 
+// The segment's size switch chooses the algorithm, so ranks that set it
+// differently would run different ones under the same header.
+TEST_CASE("ranks that set SPMD_SHM_SEGMENT_MIN_BYTES differently fail at set-up", "[comm][shm]") {
+  auto outcomes = run_processes(2, [](int rank, const std::string& store) {
+    ScopedEnv min_bytes("SPMD_SHM_SEGMENT_MIN_BYTES", rank == 0 ? "0" : "65536");
+    try {
+      join(rank, 2, store, std::chrono::seconds(5));
+      report("ok");
+    } catch (const Error& e) {
+      report(e.what());
+    }
+  });
+  for (const auto& o : outcomes) {
+    CHECK_THAT(o.report, Catch::Contains("SPMD_SHM_SEGMENT_MIN_BYTES=0") &&
+                             Catch::Contains("SPMD_SHM_SEGMENT_MIN_BYTES=65536") &&
+                             Catch::Contains("every rank must set them alike"));
+  }
+}
+
 TEST_CASE("a segment /dev/shm cannot hold: auto keeps TCP for the pair, shm fails saying why",
           "[comm][shm]") {
   const char* kHuge = "1099511627776";  // 1 TiB rings: more than any /dev/shm

@@ -13,12 +13,25 @@ CollectiveQueue::CollectiveQueue(std::chrono::microseconds start_after)
 
 CollectiveQueue::~CollectiveQueue() { stop(); }
 
+namespace {
+struct FunctionEntry final : CollectiveQueue::Entry {
+  FunctionEntry(std::function<void()> r, std::function<void()> c)
+      : run_fn(std::move(r)), complete_fn(std::move(c)) {}
+  void run() override { run_fn(); }
+  void complete() override { complete_fn(); }
+  std::function<void()> run_fn, complete_fn;
+};
+}  // namespace
+
 CollectiveQueue::EntryPtr CollectiveQueue::push(std::function<void()> run,
                                                 std::function<void()> complete,
                                                 const std::string& description) {
-  auto entry = std::make_shared<Entry>();
-  entry->run = std::move(run);
-  entry->complete = std::move(complete);
+  auto entry = std::make_shared<FunctionEntry>(std::move(run), std::move(complete));
+  push(entry, description);
+  return entry;
+}
+
+void CollectiveQueue::push(const EntryPtr& entry, const std::string& description) {
   entry->due = Clock::now() + start_after_;
   std::lock_guard lock(mu_);
   SPMD_CHECK(!stopping_, description, ": the group has been shut down");
@@ -26,7 +39,6 @@ CollectiveQueue::EntryPtr CollectiveQueue::push(std::function<void()> run,
   // A timer already set fires no later than this one is due (the worker then
   // sets it again for the first in line), so most launches cost no syscall.
   timer_.arm_by(entry->due);
-  return entry;
 }
 
 bool CollectiveQueue::run_through(const EntryPtr& entry) {

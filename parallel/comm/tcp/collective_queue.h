@@ -42,12 +42,14 @@ class CollectiveQueue {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // One collective. `run` executes it; `complete` completes its Work. The
+  // One collective. run() executes it; complete() completes its Work. The
   // queue lets the next collective go between the two, so a caller woken by
-  // the completion can run its next one at once.
+  // the completion can run its next one at once. A backend derives its own
+  // (the op and its Work in the same block: one allocation per collective).
   struct Entry {
-    std::function<void()> run;
-    std::function<void()> complete;
+    virtual ~Entry() = default;
+    virtual void run() = 0;
+    virtual void complete() = 0;
     Clock::time_point due;  // when the worker may start it
     bool done = false;      // guarded by the queue's mutex
   };
@@ -61,9 +63,11 @@ class CollectiveQueue {
   CollectiveQueue(const CollectiveQueue&) = delete;
   CollectiveQueue& operator=(const CollectiveQueue&) = delete;
 
-  // Queues a collective behind the others; returns its entry. The worker may
-  // start it `start_after` from now.
-  // REQUIRES: stop() has not been called (else throws).
+  // Queues a collective behind the others. The worker may start it
+  // `start_after` from now.
+  // REQUIRES: stop() has not been called (else throws, naming `description`).
+  void push(const EntryPtr& entry, const std::string& description);
+  // The same for a collective given as two functions; returns its entry.
   EntryPtr push(std::function<void()> run, std::function<void()> complete,
                 const std::string& description);
   // Called by a thread about to wait on `entry`: when no collective is

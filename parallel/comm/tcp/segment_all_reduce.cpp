@@ -16,7 +16,7 @@ void SegmentAllReduce::run() {
     const size_t n = std::min(per_chunk, data_.count - first);
     const int set = segment_.next_set();
     std::memcpy(segment_.slot(set, r), data_.at(first), n * elem);  // 1. copy in
-    barrier();                                                      // 2.
+    segment_barrier(ctx_);                                          // 2.
     const size_t begin = part_begin(n, size_t(p), size_t(r));       // 3. reduce part r
     const size_t count = part_size(n, size_t(p), size_t(r));
     char* mine = segment_.slot(set, r) + begin * elem;
@@ -25,7 +25,7 @@ void SegmentAllReduce::run() {
       combine(op_, data_.dtype, mine, mine, theirs, count);
     }
     if (op_ == ReduceOp::kAvg) divide(data_.dtype, mine, count, p);
-    barrier();                     // 4.
+    segment_barrier(ctx_);         // 4.
     for (int k = 0; k < p; ++k) {  // 5. copy out
       const size_t b = part_begin(n, size_t(p), size_t(k));
       std::memcpy(data_.at(first + b), segment_.slot(set, k) + b * elem,
@@ -35,16 +35,16 @@ void SegmentAllReduce::run() {
   ctx_.mesh.finish();
 }
 
-// A dissemination barrier (barrier.h) of one-byte messages: the links carry
-// each collective's header only once, so later rounds need a byte to count.
-void SegmentAllReduce::barrier() {
+// The links carry each collective's header only once, so every round needs a
+// byte to count.
+void segment_barrier(const Context& ctx) {
   static const char token = 1;
-  const int p = ctx_.size(), r = ctx_.rank();
+  const int p = ctx.size(), r = ctx.rank();
   for (int dist = 1; dist < p; dist *= 2) {
-    ctx_.mesh.link(mod(r + dist, p)).send(&token, 1);
-    Link& from = ctx_.mesh.link(mod(r - dist, p));
+    ctx.mesh.link(mod(r + dist, p)).send(&token, 1);
+    Link& from = ctx.mesh.link(mod(r - dist, p));
     char got = 0;
-    ctx_.mesh.wait_recv(from, from.recv(&got, 1));
+    ctx.mesh.wait_recv(from, from.recv(&got, 1));
   }
 }
 

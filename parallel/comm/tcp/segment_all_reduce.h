@@ -22,6 +22,8 @@
 // fails the collective as it would any other. Their release and acquire
 // (shm_ring.h) order the slots' writes before the reads that follow.
 //
+// The other collectives that run in the segment: segment_collectives.h.
+//
 // Cost per rank: about 3 n bytes copied and n reduced (copy in, reduce 1/p
 // of n across p slots, copy out), and 2 ⌈log2 p⌉ α per chunk; a ring moves
 // 2 (p-1)/p n bytes each way through rings that copy each byte twice.
@@ -32,6 +34,14 @@
 
 namespace spmd::dist::tcp {
 
+// A dissemination barrier (barrier.h) of one-byte messages over the links,
+// the step between a segment algorithm's writes and the reads of them: the
+// rings' release and acquire order every slot write before it ahead of every
+// read after it on the other ranks. The links carry each collective's header
+// once (with the first byte), so the first barrier also checks that every
+// rank runs the same call, and a dead peer fails it as any other message.
+void segment_barrier(const Context& ctx);
+
 class SegmentAllReduce {
  public:
   SegmentAllReduce(const Context& ctx, GroupSegment& segment, Span data, ReduceOp op)
@@ -39,8 +49,6 @@ class SegmentAllReduce {
   void run();
 
  private:
-  void barrier();
-
   Context ctx_;
   GroupSegment& segment_;
   Span data_;

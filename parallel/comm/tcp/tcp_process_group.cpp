@@ -13,7 +13,7 @@
 #include "parallel/comm/tcp/group_segment.h"
 #include "parallel/comm/tcp/recursive_doubling.h"
 #include "parallel/comm/tcp/ring.h"
-#include "parallel/comm/tcp/segment_all_reduce.h"
+#include "parallel/comm/tcp/segment_collectives.h"
 #include "parallel/comm/tcp/transport.h"
 #include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
@@ -115,17 +115,16 @@ Work TcpProcessGroup::launch(CommOp op) {
     launch_p2p(std::move(op), work);
     return work;
   }
-  auto item = std::make_shared<Queued>(Queued{std::move(op), work, nullptr, nullptr});
+  auto item = std::make_shared<Queued>(*this, std::move(op), work);
 #if SPMD_WITH_CUDA
   if (on_gpu) item->mark = std::make_shared<StreamMark>(held_tensor(item->op));
 #else
   SPMD_CHECK(!on_gpu, item->op.description, ": this spmd was built without CUDA");
 #endif
   SPMD_CHECK(queue_ != nullptr, item->op.description, ": the group has been shut down");
-  auto entry = queue_->push([this, item] { run(*item); },
-                            [item] { item->work.complete(item->error); }, item->op.description);
+  queue_->push(item, item->op.description);
   // A caller that waits on it runs it (and any issued before it) itself.
-  work.set_runner([group = weak_from_this(), weak = std::weak_ptr(entry)] {
+  work.set_runner([group = weak_from_this(), weak = std::weak_ptr<CollectiveQueue::Entry>(item)] {
     auto g = group.lock();
     auto e = weak.lock();
     return g && e && g->queue_->run_through(e);
@@ -273,6 +272,7 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
   Span whole{data, n, dt, elem};
   Span in{input, n_in, dt, elem};
   const size_t bytes = whole.bytes();
+  if (segment_ && run_in_segment(ctx, *segment_, op.type, whole, in, op.root, op.reduce_op)) return;
   switch (op.type) {
     case OpType::kBroadcast:
       if (bytes <= tuning_.small_rooted_bytes) return TreeBroadcast(ctx, whole, op.root).run();
@@ -281,7 +281,6 @@ void TcpProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
       if (bytes <= tuning_.small_all_reduce_bytes) {
         return RecursiveDoublingAllReduce(ctx, whole, op.reduce_op).run();
       }
-      if (segment_) return SegmentAllReduce(ctx, *segment_, whole, op.reduce_op).run();
       return Ring::all_reduce(ctx, whole, op.reduce_op).run();
     case OpType::kReduce:
       if (bytes <= tuning_.small_rooted_bytes)

@@ -61,7 +61,13 @@ class TcpProcessGroup final : public ProcessGroup,
                                            GroupOptions options) override;
 
  private:
-  struct Queued {
+  // A collective in the queue: the op, its Work and how it ended, in one block.
+  struct Queued final : tcp::CollectiveQueue::Entry {
+    Queued(TcpProcessGroup& g, CommOp o, Work w) : group(g), op(std::move(o)), work(std::move(w)) {}
+    void run() override { group.run(*this); }
+    void complete() override { work.complete(error); }
+
+    TcpProcessGroup& group;  // outlives the queue (shutdown() stops it first)
     CommOp op;
     Work work;
     std::shared_ptr<tcp::StreamMark> mark;  // CUDA tensors: the caller's stream at issue

@@ -15,9 +15,9 @@
 //   tcp                 TCP for every pair.
 // SPMD_TRANSPORT_HOST_SPLIT=k makes group ranks below k and ranks from k on
 // count as two hosts (for tests and benchmarks: a mixed world on one
-// machine). Every rank of a group must set both (and SPMD_SHM_SLOT_BYTES)
-// alike; a rank that does not gets an error naming both settings before any
-// collective.
+// machine). Every rank of a group must set both (and SPMD_SHM_SLOT_BYTES and
+// SPMD_SHM_SEGMENT_MIN_BYTES) alike; a rank that does not gets an error
+// naming both settings before any collective.
 #pragma once
 
 #include <chrono>
@@ -35,8 +35,9 @@ enum class Transport { kAuto, kShm, kTcp };
 
 struct TransportChoice {
   Transport transport = Transport::kAuto;
-  int host_split = 0;     // 0: none
-  size_t slot_bytes = 0;  // SPMD_SHM_SLOT_BYTES (tuning.h), which must also agree
+  int host_split = 0;            // 0: none
+  size_t slot_bytes = 0;         // SPMD_SHM_SLOT_BYTES (tuning.h), which must also agree
+  size_t segment_min_bytes = 0;  // SPMD_SHM_SEGMENT_MIN_BYTES (tuning.h), likewise
 };
 
 // SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT; InvalidArgument on a bad value.

@@ -63,11 +63,16 @@ struct Tuning {
   // a slot of this many bytes per rank at a time (a multiple of 64); 0 keeps
   // them on the ring.
   size_t shm_slot_bytes = 1 << 20;
+  // In such a group, broadcast, all_gather (its output) and reduce_scatter
+  // (its input) of at least this many bytes run in the segment too
+  // (segment_collectives.h); smaller ones keep the trees and rings.
+  size_t segment_min_bytes = 64 << 10;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
   // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US, SPMD_TCP_SPIN_YIELD (0 or
-  // 1), SPMD_TCP_START_AFTER_US, SPMD_SHM_RING_BYTES and SPMD_SHM_SLOT_BYTES.
+  // 1), SPMD_TCP_START_AFTER_US, SPMD_SHM_RING_BYTES, SPMD_SHM_SLOT_BYTES and
+  // SPMD_SHM_SEGMENT_MIN_BYTES.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).
