@@ -11,11 +11,14 @@
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1 || (p.cp == 1 && p.dp_shard == 1 && !p.sequence_parallel), "parallel: pp ",
-             p.pp, " with cp ", p.cp, ", dp_shard ", p.dp_shard, ", sequence_parallel ",
-             p.sequence_parallel ? "true" : "false",
-             ": spmd-train combines pipeline stages with dp_replicate and tp only (set cp and "
-             "dp_shard to 1, sequence_parallel to false)");
+  SPMD_CHECK(p.pp == 1 || (p.cp == 1 && !p.sequence_parallel), "parallel: pp ", p.pp,
+             " with cp ", p.cp, ", sequence_parallel ", p.sequence_parallel ? "true" : "false",
+             ": spmd-train combines pipeline stages with dp_replicate, dp_shard and tp only (set "
+             "cp to 1, sequence_parallel to false)");
+  SPMD_CHECK(p.pp == 1 || p.dp_shard == 1 || p.pp_schedule != "zbh1", "parallel: pp ", p.pp,
+             " with dp_shard ", p.dp_shard, " and pp_schedule \"zbh1\": FSDP reduces a unit's "
+             "gradients when its backward ends, and zbh1 computes the weights' share later; use "
+             "\"1f1b\", \"gpipe\" or \"interleaved\" with dp_shard");
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
@@ -23,6 +26,26 @@ void check_supported(const ParallelConfig& p) {
              p.ep, " with dp_shard ", p.dp_shard, ", cp ", p.cp, ", tp ", p.tp, ", pp ", p.pp,
              ": spmd-train borrows the expert ranks from dp_replicate only (set the others to 1)");
 }
+
+namespace {
+
+// FSDP per pipeline stage (TorchTitan's): each block of the stage a unit,
+// the stage (as_module()) the root over them, which holds the embeddings or
+// the norm and head. A middle stage has no parameters but its blocks', so
+// each of its blocks is a root of its own. Every backward the executor runs
+// reduce-scatters the units' gradients, added into the shards' (ParamGroup):
+// the step's gradient accumulates over the microbatches as the shards'.
+void shard_stages(const std::vector<std::shared_ptr<dist::pp::TransformerStage>>& stages,
+                  const dist::DeviceMesh& mesh, const dist::FsdpOptions& o) {
+  for (const auto& st : stages) {
+    const nn::Transformer& m = st->model();
+    for (int64_t i = st->first_layer(); i < st->end_layer(); ++i)
+      dist::fully_shard(m.layers->at(size_t(i)), mesh, o);
+    if (st->is_first() || st->is_last()) dist::fully_shard(st->as_module(), mesh, o);
+  }
+}
+
+}  // namespace
 
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp) {
   return tp.size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, targets, tp)
@@ -83,12 +106,24 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   if (p.dp_shard > 1) {
     dist::FsdpOptions o;
     o.shard_axis = "dp_shard";
-    if (p.cp > 1) o.shard_axis = "dp_shard_cp", mesh.flatten({"dp_shard", "cp"}, o.shard_axis);
+    if (p.cp > 1) o.shard_axis = "dp_shard_cp";
+    if (p.cp > 1 && p.pp == 1) mesh.flatten({"dp_shard", "cp"}, o.shard_axis);
     if (p.dp_replicate > 1) o.replicate_axis = "dp_replicate";
     o.reshard_after_forward = p.fsdp_reshard_after_forward;
-    for (size_t i = 0; i < model->layers->size(); ++i)
-      dist::fully_shard(model->layers->at(i), mesh, o);
-    out.fsdp_root = dist::fully_shard(model, mesh, o);
+    if (p.pp > 1) {
+      // The stage's ranks as the mesh without "pp": the shards' placements
+      // name only the ranks that hold this stage.
+      out.stage_mesh = std::make_shared<dist::DeviceMesh>(
+          out.stage_replicas->group_ptr("stage_replicas"),
+          std::vector<int64_t>{p.dp_replicate, p.dp_shard, p.cp, p.tp},
+          std::vector<std::string>{"dp_replicate", "dp_shard", "cp", "tp"});
+      if (p.cp > 1) out.stage_mesh->flatten({"dp_shard", "cp"}, o.shard_axis);
+      shard_stages(out.stages, *out.stage_mesh, o);
+    } else {
+      for (size_t i = 0; i < model->layers->size(); ++i)
+        dist::fully_shard(model->layers->at(i), mesh, o);
+      out.fsdp_root = dist::fully_shard(model, mesh, o);
+    }
   } else if (p.ep > 1) {
     // ep::sync_gradients after the step's backwards: the experts' gradients
     // are not DDP's average.

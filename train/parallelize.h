@@ -25,7 +25,11 @@
 // once per step (dist::average_gradients; train/pipeline_train.h has the
 // rest of a pipeline's step). It combines with dp_replicate, tp
 // (each stage's blocks split over its tp ranks, the last stage's loss
-// vocabulary-parallel) and activation checkpointing.
+// vocabulary-parallel), activation checkpointing and dp_shard: FSDP per
+// stage, on the mesh of every axis but pp (stage_mesh), its blocks the
+// units and the stage's module the root; each of the executor's backwards
+// reduce-scatters into the shards' gradients, which so accumulate over the
+// microbatches.
 //
 // Expert parallelism (parallel.ep > 1) splits the experts of every MoE
 // block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
@@ -33,8 +37,9 @@
 // (parallel/expert_parallel); the gradients are then synchronized by
 // ep::sync_gradients after the step's backwards, in place of DDP.
 //
-// Not here: pipeline stages with sequence parallel, cp or FSDP, expert parallelism with any
-// axis but dp_replicate, and HSDP together with context parallelism
+// Not here: pipeline stages with sequence parallel or cp, FSDP stages
+// under the zbh1 schedule, expert parallelism with any axis but
+// dp_replicate, and HSDP together with context parallelism
 // (check_supported() refuses them, naming the dims).
 #pragma once
 
@@ -70,6 +75,9 @@ struct Parallelized {
   std::shared_ptr<dist::pp::PipelineExecutor> pipeline;
   std::shared_ptr<dist::ProcessGroup> pp;
   std::shared_ptr<dist::DeviceMesh> stage_replicas;
+  // With dp_shard too: those ranks as the mesh of every axis but pp, which
+  // the stages' FSDP shards are placed on.
+  std::shared_ptr<dist::DeviceMesh> stage_mesh;
 
   // Under expert parallelism (ep > 1): the {dp, ep} mesh and what
   // parallelize_experts set up.
@@ -90,9 +98,9 @@ struct Parallelized {
 // (a step's, a pipeline's last stage's, the held-out one) goes through it.
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
-// Refuses a layout this trainer does not build (pp with sequence parallel,
-// cp or dp_shard;
-// ep with any axis but dp_replicate; HSDP with cp).
+// Refuses a layout this trainer does not build (pp with sequence parallel
+// or cp; pp with dp_shard under zbh1; ep with any axis but dp_replicate;
+// HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

@@ -245,7 +245,9 @@ TrainResult run_training(const TrainConfig& config,
                      y = ops::narrow(batch.y, 0, m * mb, mb);
         loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
       }
-      dist::average_gradients(params, par.dp.get(), 1.0 / double(t.microbatches));
+      // Under FSDP the shards' gradients are averaged over dp already (each backward's).
+      dist::average_gradients(params, config.parallel.dp_shard > 1 ? nullptr : par.dp.get(),
+                              1.0 / double(t.microbatches));
       loss_sum = from_last_stage(loss_sum, par.stages.back()->is_last(), *par.pp);
     } else {
       for (int64_t m = 0; m < t.microbatches; ++m) {

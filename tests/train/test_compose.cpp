@@ -1,0 +1,36 @@
+// spmd-train's compositions of pipeline stages with the other strategies,
+// against one process: the same model, data and seed trained under each
+// layout gives the single process's loss at every step and its parameters
+// after the last, to 1e-5 relative (trainer_test_util.h).
+#include <catch2/catch.hpp>
+
+#include "tests/train/trainer_test_util.h"
+#include "train/parallelize.h"
+
+using namespace spmd;
+using namespace spmd::train::testing;
+
+namespace {
+
+// 4 blocks, untied (a pipeline's head and embedding live on different stages).
+const std::vector<std::string> kUntied = {"model.tie_embeddings=false", "model.n_layers=4"};
+
+}  // namespace
+
+TEST_CASE("pipeline stages FSDP-sharded over dp_shard train as one process",
+          "[train][pp][fsdp][equivalence]") {
+  check_layout_params(4, {"parallel.pp=2", "parallel.dp_shard=2", "training.microbatches=2"},
+                      "pp 2 x fsdp 2, 1f1b, 2 accumulation chunks", kUntied);
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"interleaved\"",
+                       "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
+                      "pp 2 x fsdp 2, interleaved (middle stages: blocks only)", kUntied);
+}
+
+TEST_CASE("pp with dp_shard refuses zbh1, naming the schedule", "[train][pp][fsdp]") {
+  const train::TrainConfig c =
+      base(1, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+               "model.tie_embeddings=false"});
+  CHECK_THROWS_WITH(train::check_supported(c.parallel),
+                    Catch::Contains("pp 2 with dp_shard 2 and pp_schedule \"zbh1\""));
+}
