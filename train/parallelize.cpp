@@ -11,10 +11,9 @@
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1 || (p.cp == 1 && !p.sequence_parallel), "parallel: pp ", p.pp,
-             " with cp ", p.cp, ", sequence_parallel ", p.sequence_parallel ? "true" : "false",
-             ": spmd-train combines pipeline stages with dp_replicate, dp_shard and tp only (set "
-             "cp to 1, sequence_parallel to false)");
+  SPMD_CHECK(p.pp == 1 || !p.sequence_parallel, "parallel: pp ", p.pp,
+             " with sequence_parallel true: spmd-train does not sequence-shard the activations "
+             "between pipeline stages (set sequence_parallel to false)");
   SPMD_CHECK(p.pp == 1 || p.dp_shard == 1 || p.pp_schedule != "zbh1", "parallel: pp ", p.pp,
              " with dp_shard ", p.dp_shard, " and pp_schedule \"zbh1\": FSDP reduces a unit's "
              "gradients when its backward ends, and zbh1 computes the weights' share later; use "
@@ -128,8 +127,11 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     // ep::sync_gradients after the step's backwards: the experts' gradients
     // are not DDP's average.
   } else if (p.pp > 1) {
-    // The stage's gradients are averaged over dp_replicate after each step
-    // (pipeline_train.h): DDP's hooks would wait for the other stages' too.
+    // The stage's gradients are averaged over dp_replicate (x cp) after each
+    // step (pipeline_train.h): DDP's hooks would wait for the other stages' too.
+    const std::string axis = p.cp > 1 ? "dp_replicate_cp" : "dp_replicate";
+    if (p.cp > 1) mesh.flatten({"dp_replicate", "cp"}, axis);
+    out.stage_average = mesh.group_ptr(axis);
   } else if (p.dp_replicate > 1 || p.cp > 1) {
     const std::string axis = p.cp > 1 ? "dp_replicate_cp" : "dp_replicate";
     if (p.cp > 1) mesh.flatten({"dp_replicate", "cp"}, axis);

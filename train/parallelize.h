@@ -29,7 +29,9 @@
 // stage, on the mesh of every axis but pp (stage_mesh), its blocks the
 // units and the stage's module the root; each of the executor's backwards
 // reduce-scatters into the shards' gradients, which so accumulate over the
-// microbatches.
+// microbatches. With cp the stages run on the cp-local sequence (the
+// trainer cuts it before the executor) and their gradients are averaged
+// over dp_replicate x cp (stage_average), or FSDP shards over dp_shard x cp.
 //
 // Expert parallelism (parallel.ep > 1) splits the experts of every MoE
 // block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
@@ -37,7 +39,7 @@
 // (parallel/expert_parallel); the gradients are then synchronized by
 // ep::sync_gradients after the step's backwards, in place of DDP.
 //
-// Not here: pipeline stages with sequence parallel or cp, FSDP stages
+// Not here: pipeline stages with sequence parallel, FSDP stages
 // under the zbh1 schedule, expert parallelism with any axis but
 // dp_replicate, and HSDP together with context parallelism
 // (check_supported() refuses them, naming the dims).
@@ -78,6 +80,10 @@ struct Parallelized {
   // With dp_shard too: those ranks as the mesh of every axis but pp, which
   // the stages' FSDP shards are placed on.
   std::shared_ptr<dist::DeviceMesh> stage_mesh;
+  // Without dp_shard: the group the stages' gradients are averaged over
+  // after each step (dp_replicate, or dp_replicate x cp); under FSDP null,
+  // its reduce-scatters having averaged them.
+  std::shared_ptr<dist::ProcessGroup> stage_average;
 
   // Under expert parallelism (ep > 1): the {dp, ep} mesh and what
   // parallelize_experts set up.
@@ -98,8 +104,8 @@ struct Parallelized {
 // (a step's, a pipeline's last stage's, the held-out one) goes through it.
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
-// Refuses a layout this trainer does not build (pp with sequence parallel
-// or cp; pp with dp_shard under zbh1; ep with any axis but dp_replicate;
+// Refuses a layout this trainer does not build (pp with sequence
+// parallel; pp with dp_shard under zbh1; ep with any axis but dp_replicate;
 // HSDP with cp).
 void check_supported(const ParallelConfig& p);
 

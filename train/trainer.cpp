@@ -241,13 +241,12 @@ TrainResult run_training(const TrainConfig& config,
     double loss_sum = 0;
     if (par.pipeline) {  // each microbatch a pipeline step; the stages' gradients averaged after
       for (int64_t m = 0; m < t.microbatches; ++m) {
-        const Tensor x = ops::narrow(batch.x, 0, m * mb, mb),
-                     y = ops::narrow(batch.y, 0, m * mb, mb);
+        Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
+        if (par.cp->size() > 1)  // the stages run on this rank's chunks of each sequence
+          x = dist::cp::shard_sequence(x, 1, *par.cp), y = dist::cp::shard_sequence(y, 1, *par.cp);
         loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
       }
-      // Under FSDP the shards' gradients are averaged over dp already (each backward's).
-      dist::average_gradients(params, config.parallel.dp_shard > 1 ? nullptr : par.dp.get(),
-                              1.0 / double(t.microbatches));
+      dist::average_gradients(params, par.stage_average.get(), 1.0 / double(t.microbatches));
       loss_sum = from_last_stage(loss_sum, par.stages.back()->is_last(), *par.pp);
     } else {
       for (int64_t m = 0; m < t.microbatches; ++m) {

@@ -27,6 +27,14 @@ TEST_CASE("pipeline stages FSDP-sharded over dp_shard train as one process",
                       "pp 2 x fsdp 2, interleaved (middle stages: blocks only)", kUntied);
 }
 
+TEST_CASE("pipeline stages on cp-local sequences train as one process",
+          "[train][pp][cp][equivalence]") {
+  check_layout_params(4, {"parallel.pp=2", "parallel.cp=2", "training.microbatches=2"},
+                      "pp 2 x cp 2, 1f1b, 2 accumulation chunks", kUntied);
+  check_layout_params(8, {"parallel.pp=2", "parallel.cp=2", "parallel.dp_shard=2"},
+                      "pp 2 x fsdp 2 x cp 2 on 8 ranks (shards over dp_shard x cp)", kUntied);
+}
+
 TEST_CASE("pp with dp_shard refuses zbh1, naming the schedule", "[train][pp][fsdp]") {
   const train::TrainConfig c =
       base(1, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
