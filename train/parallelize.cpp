@@ -11,9 +11,6 @@
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1 || !p.sequence_parallel, "parallel: pp ", p.pp,
-             " with sequence_parallel true: spmd-train does not sequence-shard the activations "
-             "between pipeline stages (set sequence_parallel to false)");
   SPMD_CHECK(p.pp == 1 || p.dp_shard == 1 || p.pp_schedule != "zbh1", "parallel: pp ", p.pp,
              " with dp_shard ", p.dp_shard, " and pp_schedule \"zbh1\": FSDP reduces a unit's "
              "gradients when its backward ends, and zbh1 computes the weights' share later; use "
@@ -143,6 +140,8 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     for (const auto& st : out.stages) mine.push_back(st.get());
     out.pipeline = std::make_shared<dist::pp::PipelineExecutor>(
         mine, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
+    // Under sequence parallelism the stages trade their tp rank's share of the sequence.
+    if (p.sequence_parallel) out.pipeline->activation_sequence_split = p.tp;
     std::shared_ptr<dist::ProcessGroup> tp = out.tp;
     out.pipeline->loss_fn = [tp](const Tensor& logits, const Tensor& y) {
       return lm_loss(logits, y, *tp);

@@ -32,6 +32,8 @@
 // microbatches. With cp the stages run on the cp-local sequence (the
 // trainer cuts it before the executor) and their gradients are averaged
 // over dp_replicate x cp (stage_average), or FSDP shards over dp_shard x cp.
+// With sequence parallelism the stages trade their tp rank's share of the
+// sequence (the executor's activation_sequence_split).
 //
 // Expert parallelism (parallel.ep > 1) splits the experts of every MoE
 // block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
@@ -39,8 +41,7 @@
 // (parallel/expert_parallel); the gradients are then synchronized by
 // ep::sync_gradients after the step's backwards, in place of DDP.
 //
-// Not here: pipeline stages with sequence parallel, FSDP stages
-// under the zbh1 schedule, expert parallelism with any axis but
+// Not here: FSDP stages under the zbh1 schedule, expert parallelism with any axis but
 // dp_replicate, and HSDP together with context parallelism
 // (check_supported() refuses them, naming the dims).
 #pragma once
@@ -104,9 +105,8 @@ struct Parallelized {
 // (a step's, a pipeline's last stage's, the held-out one) goes through it.
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
-// Refuses a layout this trainer does not build (pp with sequence
-// parallel; pp with dp_shard under zbh1; ep with any axis but dp_replicate;
-// HSDP with cp).
+// Refuses a layout this trainer does not build (pp with dp_shard under
+// zbh1; ep with any axis but dp_replicate; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

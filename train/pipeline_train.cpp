@@ -38,7 +38,7 @@ double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T
   for (data::Batch b : batches) {
     if (cp.size() > 1)  // this rank's chunks of each sequence
       b.x = dist::cp::shard_sequence(b.x, 1, cp), b.y = dist::cp::shard_sequence(b.y, 1, cp);
-    const int64_t tokens = b.x.size(1);
+    const int64_t tokens = b.x.size(1) / p.pipeline->activation_sequence_split;
     Tensor x;                                     // the activations between this rank's stages
     for (int s = pp.rank(); s < S; s += ranks) {  // stage s, on rank s % ranks
       dist::pp::TransformerStage& stage = *p.stages[size_t(s / ranks)];

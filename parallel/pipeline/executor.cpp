@@ -56,7 +56,11 @@ double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
   const int64_t B = ids.size(0), T = ids.size(1);
   SPMD_CHECK(B % num_microbatches_ == 0, "PipelineExecutor: a batch of ", B,
              " sequences does not divide into ", num_microbatches_, " microbatches");
-  activation_shape_ = Shape{B / num_microbatches_, T, stages_[0]->model().config.d_model};
+  const int64_t split = activation_sequence_split;
+  SPMD_CHECK(split >= 1 && T % split == 0, "PipelineExecutor: a sequence of ", T,
+             " tokens does not divide into activation_sequence_split ", split);
+  activation_shape_ =
+      Shape{B / num_microbatches_, T / split, stages_[0]->model().config.d_model};
   check_neighbours(ids.device());
   in_flight_.clear();
   in_flight_.resize(stages_.size());

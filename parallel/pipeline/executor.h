@@ -71,6 +71,13 @@ class PipelineExecutor {
 
   const Schedule& schedule() const { return schedule_; }
 
+  // The activations between stages hold T / activation_sequence_split of
+  // a microbatch's T tokens: 1, or the tp size under sequence parallelism,
+  // whose residual stream between blocks is each rank's share of the
+  // sequence. step() throws InvalidArgument, before any communication, when
+  // it does not divide T.
+  int64_t activation_sequence_split = 1;
+
   // The loss of one microbatch's logits against its targets (the mean over
   // its tokens) on the last stage. Unset: cross_entropy. A head whose
   // vocabulary is split over tensor-parallel ranks gives its own
@@ -119,7 +126,7 @@ class PipelineExecutor {
   std::vector<std::vector<InFlight>> in_flight_;  // [local stage][microbatch]
   std::vector<Work> sends_;
   std::unordered_map<int, Tensor> mailbox_;  // by tag
-  Shape activation_shape_;                   // (b, T, C) between stages
+  Shape activation_shape_;                   // (b, T / split, C) between stages
   std::vector<Timed> timeline_;
   int64_t step_start_us_ = 0, step_us_ = 0;
   double loss_sum_ = 0;

@@ -35,6 +35,14 @@ TEST_CASE("pipeline stages on cp-local sequences train as one process",
                       "pp 2 x fsdp 2 x cp 2 on 8 ranks (shards over dp_shard x cp)", kUntied);
 }
 
+TEST_CASE("pipeline stages trading sequence-parallel activations train as one process",
+          "[train][pp][tp][equivalence]") {
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true",
+                       "training.microbatches=2"},
+                      "pp 2 x tp 2 + sp, 1f1b, 2 accumulation chunks", kUntied);
+}
+
 TEST_CASE("pp with dp_shard refuses zbh1, naming the schedule", "[train][pp][fsdp]") {
   const train::TrainConfig c =
       base(1, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
