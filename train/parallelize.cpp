@@ -18,9 +18,14 @@ void check_supported(const ParallelConfig& p) {
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
-  SPMD_CHECK(p.ep == 1 || (p.dp_shard == 1 && p.cp == 1 && p.tp == 1 && p.pp == 1), "parallel: ep ",
-             p.ep, " with dp_shard ", p.dp_shard, ", cp ", p.cp, ", tp ", p.tp, ", pp ", p.pp,
-             ": spmd-train borrows the expert ranks from dp_replicate only (set the others to 1)");
+  SPMD_CHECK(p.ep == 1 || (p.cp == 1 && p.tp == 1 && p.pp == 1), "parallel: ep ", p.ep,
+             " with cp ", p.cp, ", tp ", p.tp, ", pp ", p.pp,
+             ": spmd-train borrows the expert ranks from dp_replicate or dp_shard only (set the "
+             "others to 1)");
+  SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 || (p.dp_replicate == 1 && p.dp_shard % p.ep == 0),
+             "parallel: ep ", p.ep, " with dp_replicate ", p.dp_replicate, " x dp_shard ",
+             p.dp_shard, ": under FSDP the expert ranks come from dp_shard, so ep must divide "
+             "dp_shard and dp_replicate be 1");
 }
 
 namespace {
@@ -84,10 +89,12 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   // 2. Context parallel: ring attention over cp, global positions.
   if (p.cp > 1) dist::cp::parallelize_context(*model, out.cp);
 
-  // 2b. Expert parallel: each MoE's experts split over ep ranks of dp_replicate.
+  // 2b. Expert parallel: each MoE's experts split over ep ranks of dp_shard
+  //     (under FSDP, as TorchTitan), else of dp_replicate.
   if (p.ep > 1) {
+    const char* from = p.dp_shard > 1 ? "dp_shard" : "dp_replicate";
     out.ep_mesh = std::make_shared<dist::DeviceMesh>(
-        mesh.group_ptr("dp_replicate"), std::vector<int64_t>{p.dp_replicate / p.ep, p.ep},
+        mesh.group_ptr(from), std::vector<int64_t>{mesh.size(from) / p.ep, p.ep},
         std::vector<std::string>{"dp", "ep"});
     out.ep = std::make_shared<dist::ep::ExpertParallelism>(
         dist::ep::parallelize_experts(*model, *out.ep_mesh));
@@ -106,6 +113,10 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     if (p.cp > 1 && p.pp == 1) mesh.flatten({"dp_shard", "cp"}, o.shard_axis);
     if (p.dp_replicate > 1) o.replicate_axis = "dp_replicate";
     o.reshard_after_forward = p.fsdp_reshard_after_forward;
+    // The experts differ between the dp_shard ranks: FSDP leaves them to
+    // ep::sync_expert_gradients and shards the dense parameters only.
+    for (const Tensor& t : model->parameters())
+      if (dist::ep::is_expert_shard(t)) o.ignored_params.push_back(t);
     if (p.pp > 1) {
       // The stage's ranks as the mesh without "pp": the shards' placements
       // name only the ranks that hold this stage.

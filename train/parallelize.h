@@ -39,10 +39,14 @@
 // block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
 // ep} over the same ranks, whose "ep" lines trade tokens by all_to_all
 // (parallel/expert_parallel); the gradients are then synchronized by
-// ep::sync_gradients after the step's backwards, in place of DDP.
+// ep::sync_gradients after the step's backwards, in place of DDP. Under
+// FSDP (dp_shard > 1) the ep ranks come from dp_shard instead, as
+// TorchTitan's: FSDP shards the dense parameters over dp_shard and leaves
+// the experts out (ignored_params), whose gradients ep::sync_expert_gradients
+// then averages.
 //
-// Not here: FSDP stages under the zbh1 schedule, expert parallelism with any axis but
-// dp_replicate, and HSDP together with context parallelism
+// Not here: FSDP stages under the zbh1 schedule, expert parallelism with
+// HSDP, cp, tp or pp, and HSDP together with context parallelism
 // (check_supported() refuses them, naming the dims).
 #pragma once
 
@@ -106,7 +110,7 @@ struct Parallelized {
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
 // Refuses a layout this trainer does not build (pp with dp_shard under
-// zbh1; ep with any axis but dp_replicate; HSDP with cp).
+// zbh1; ep with HSDP, cp, tp or pp; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

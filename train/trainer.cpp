@@ -265,7 +265,11 @@ TrainResult run_training(const TrainConfig& config,
         }
         loss_sum += l.loss.item<double>() / double(t.microbatches);
       }
-      if (par.ep) dist::ep::sync_gradients(*model, *par.ep);
+      if (par.ep && par.fsdp_root) {  // FSDP averaged the dense gradients
+        dist::ep::sync_expert_gradients(*model, *par.ep);
+      } else if (par.ep) {
+        dist::ep::sync_gradients(*model, *par.ep);
+      }
     }
     const double grad_norm =
         par.pipeline ? pipeline_grad_norm(params, *par.pp) : dist::grad_norm(params);

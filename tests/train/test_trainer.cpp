@@ -251,6 +251,7 @@ TEST_CASE("a run saved with experts split resumes split or whole", "[train][chec
                 {
                     {2, {"parallel.dp_replicate=2", "parallel.ep=2"}, 0.0, "ep 2 -> ep 2"},
                     {2, {"parallel.dp_replicate=2"}, 1e-5, "ep 2 -> ddp 2"},
+                    {4, {"parallel.dp_shard=4", "parallel.ep=2"}, 1e-5, "ep 2 -> fsdp 4 x ep 2"},
                     {4, {"parallel.dp_replicate=4", "parallel.ep=4"}, 1e-5, "ep 2 -> ep 4"},
                     {1, {}, 1e-5, "ep 2 -> one process"},
                 });
