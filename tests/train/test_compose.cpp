@@ -1,7 +1,8 @@
-// spmd-train's compositions of pipeline stages with the other strategies,
-// and of expert parallelism with FSDP, against one process: the same model, data and seed trained under each
-// layout gives the single process's loss at every step and its parameters
-// after the last, to 1e-5 relative (trainer_test_util.h).
+// spmd-train's compositions of pipeline stages with FSDP, context and
+// sequence parallelism, and of expert parallelism with FSDP and context
+// parallelism, against one process: the same model, data and seed trained
+// under each layout gives the single process's loss at every step and its
+// parameters after the last, to 1e-5 relative (trainer_test_util.h).
 #include <catch2/catch.hpp>
 
 #include "tests/train/trainer_test_util.h"
@@ -21,10 +22,11 @@ TEST_CASE("pipeline stages FSDP-sharded over dp_shard train as one process",
           "[train][pp][fsdp][equivalence]") {
   check_layout_params(4, {"parallel.pp=2", "parallel.dp_shard=2", "training.microbatches=2"},
                       "pp 2 x fsdp 2, 1f1b, 2 accumulation chunks", kUntied);
-  check_layout_params(4,
-                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"interleaved\"",
-                       "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
-                      "pp 2 x fsdp 2, interleaved (middle stages: blocks only)", kUntied);
+  check_layout_params(
+      4,
+      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"interleaved\"",
+       "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
+      "pp 2 x fsdp 2, interleaved (middle stages: blocks only)", kUntied);
 }
 
 TEST_CASE("pipeline stages on cp-local sequences train as one process",
@@ -59,13 +61,24 @@ TEST_CASE("experts split over ep ranks of dp_shard, the rest FSDP-sharded, train
                       "fsdp 4, ep 2, MoE every other block, 2 accumulation chunks", every_other);
 }
 
+TEST_CASE("experts split over the ranks of dp x cp train as one process",
+          "[train][ep][cp][equivalence]") {
+  const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2"};
+  check_layout_params(2, {"parallel.cp=2", "parallel.ep=2"}, "cp 2, ep 2 (the cp ranks' experts)",
+                      moe);
+  check_layout_params(4, {"parallel.dp_replicate=2", "parallel.cp=2", "parallel.ep=4"},
+                      "ddp 2 x cp 2, ep 4", moe);
+  check_layout_params(4, {"parallel.dp_shard=2", "parallel.cp=2", "parallel.ep=2"},
+                      "fsdp 2 x cp 2, ep 2", moe);
+}
+
 TEST_CASE("ep under FSDP with dp_replicate too is refused, naming the dims", "[train][ep][fsdp]") {
-  const train::TrainConfig c =
-      base(1, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=2",
-               "model.n_experts=4"});
+  const train::TrainConfig c = base(
+      1, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=4"});
   CHECK_THROWS_WITH(train::check_supported(c.parallel),
-                    "parallel: ep 2 with dp_replicate 2 x dp_shard 2: under FSDP the expert ranks "
-                    "come from dp_shard, so ep must divide dp_shard and dp_replicate be 1");
+                    "parallel: ep 2 with dp_replicate 2 x dp_shard 2 x cp 1: under FSDP the expert "
+                    "ranks come from dp_shard x cp, so ep must divide dp_shard x cp and "
+                    "dp_replicate be 1");
 }
 
 TEST_CASE("pp with dp_shard refuses zbh1, naming the schedule", "[train][pp][fsdp]") {

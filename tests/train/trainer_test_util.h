@@ -72,8 +72,8 @@ inline std::vector<double> run_single(const train::TrainConfig& c) {
   return losses;
 }
 
-inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                  const std::string& what) {
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                         double tol, const std::string& what) {
   expect(got.size() == want.size(), what, ": ", got.size(), " steps, not ", want.size());
   for (size_t s = 0; s < got.size(); ++s) {
     const double rel = std::abs(got[s] - want[s]) / std::abs(want[s]);
@@ -83,7 +83,7 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
 
 // `model`: overrides both runs share (the model, the training).
 inline void check_layout(int world_size, std::vector<std::string> layout, const std::string& name,
-                  const std::vector<std::string>& model = {}) {
+                         const std::vector<std::string>& model = {}) {
   layout.insert(layout.end(), model.begin(), model.end());
   const train::TrainConfig c = base(4, layout);
   run_world(
@@ -95,7 +95,6 @@ inline void check_layout(int world_size, std::vector<std::string> layout, const 
       },
       std::chrono::seconds(90));
 }
-
 
 // The whole model a checkpoint folder's latest step holds (any layout saved it).
 inline NamedTensors whole_parameters(const TrainConfig& c, const std::string& folder) {
