@@ -27,6 +27,14 @@ TEST_CASE("pipeline stages FSDP-sharded over dp_shard train as one process",
       {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"interleaved\"",
        "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
       "pp 2 x fsdp 2, interleaved (middle stages: blocks only)", kUntied);
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"gpipe\"",
+                       "training.activation_checkpointing=\"full\""},
+                      "pp 2 x fsdp 2, gpipe, activation checkpointing", kUntied);
+  check_layout_params(8, {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=2"},
+                      "pp 2 x hsdp 2 x 2 on 8 ranks", kUntied);
+  check_layout_params(8, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.tp=2"},
+                      "pp 2 x fsdp 2 x tp 2 on 8 ranks", kUntied);
 }
 
 TEST_CASE("pipeline stages on cp-local sequences train as one process",
