@@ -18,10 +18,8 @@ void check_supported(const ParallelConfig& p) {
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
-  SPMD_CHECK(p.ep == 1 || (p.tp == 1 && p.pp == 1), "parallel: ep ", p.ep, " with tp ", p.tp,
-             ", pp ", p.pp,
-             ": spmd-train borrows the expert ranks from the data axes (dp_replicate or "
-             "dp_shard, x cp) only (set tp and pp to 1)");
+  SPMD_CHECK(p.ep == 1 || p.pp == 1, "parallel: ep ", p.ep, " with pp ", p.pp,
+             ": spmd-train does not split experts inside pipeline stages (set pp or ep to 1)");
   SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 ||
                  (p.dp_replicate == 1 && (p.dp_shard * p.cp) % p.ep == 0),
              "parallel: ep ", p.ep, " with dp_replicate ", p.dp_replicate, " x dp_shard ",

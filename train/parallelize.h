@@ -43,10 +43,11 @@
 // FSDP (dp_shard > 1) the ep ranks come from dp_shard instead, as
 // TorchTitan's: FSDP shards the dense parameters over dp_shard and leaves
 // the experts out (ignored_params), whose gradients ep::sync_expert_gradients
-// then averages. With cp the ep mesh is laid over that axis x cp.
+// then averages. With cp the ep mesh is laid over that axis x cp; beside
+// tp each MoE block runs whole on every tp rank (tp splits the dense ones).
 //
 // Not here: FSDP stages under the zbh1 schedule, expert parallelism with
-// HSDP, tp or pp, and HSDP together with context parallelism
+// HSDP or pp, and HSDP together with context parallelism
 // (check_supported() refuses them, naming the dims).
 #pragma once
 
@@ -110,7 +111,7 @@ struct Parallelized {
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
 // Refuses a layout this trainer does not build (pp with dp_shard under
-// zbh1; ep with HSDP, tp or pp; HSDP with cp).
+// zbh1; ep with HSDP or pp; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

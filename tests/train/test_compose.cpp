@@ -80,6 +80,38 @@ TEST_CASE("experts split over the ranks of dp x cp train as one process",
                       "fsdp 2 x cp 2, ep 2", moe);
 }
 
+TEST_CASE("experts split over dp ranks beside tensor-parallel dense blocks train as one process",
+          "[train][ep][tp][equivalence]") {
+  // tp splits the dense blocks; each MoE block is whole on every tp rank.
+  const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2",
+                                        "model.moe_every=2"};
+  check_layout_params(4, {"parallel.dp_replicate=2", "parallel.tp=2", "parallel.ep=2"},
+                      "ddp 2 x tp 2, ep 2", moe);
+  check_layout_params(4, {"parallel.dp_shard=2", "parallel.tp=2", "parallel.ep=2"},
+                      "fsdp 2 x tp 2, ep 2", moe);
+}
+
+TEST_CASE("experts under tp with sequence parallel, or with no dense block, are refused",
+          "[train][ep][tp]") {
+  const auto error = [](const std::vector<std::string>& o) {
+    try {
+      train::check_layout(base(1, o), 2);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error({"model.n_experts=4", "model.moe_every=2", "parallel.tp=2",
+               "parallel.sequence_parallel=true"}) ==
+        "parallel: tp 2 with sequence_parallel true and model.n_experts 4: an MoE block would "
+        "see each tp rank's share of the sequence and its gradients would not be summed over "
+        "tp; set sequence_parallel to false");
+  CHECK(error({"model.n_experts=4", "parallel.tp=2"}) ==
+        "parallel: tp 2 with model.moe_every 1 of model.n_layers 2: every block is an MoE, and "
+        "tensor parallelism splits only the dense MLPs (set model.moe_every to 2 or more, or tp "
+        "to 1)");
+}
+
 TEST_CASE("ep under FSDP with dp_replicate too is refused, naming the dims", "[train][ep][fsdp]") {
   const train::TrainConfig c = base(
       1, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=4"});
