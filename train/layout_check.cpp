@@ -3,8 +3,7 @@
 // and their values: the product against the world, then what each split
 // must divide (the batch, the pipeline's stages and microbatches, heads,
 // vocabulary and hidden dim over tp, the sequence over cp), ep's experts,
-// experts in a pipeline (only without the balancing loss) and under tp
-// (only beside dense blocks, without sequence parallel).
+// and experts under tp (only beside dense blocks, without sequence parallel).
 #include "autograd/nn/transformer.h"
 #include "runtime/error.h"
 #include "train/config.h"
@@ -47,10 +46,6 @@ void check_layout(const TrainConfig& c, int world_size) {
     SPMD_CHECK(p.pp_schedule != "interleaved" || pp_microbatches % p.pp == 0,
                "parallel: the interleaved schedule needs pp_microbatches a multiple of pp ", p.pp,
                ", got ", pp_microbatches);
-    SPMD_CHECK(m.n_experts == 0 || m.moe_aux_coef == 0, "parallel: pp ", p.pp,
-               " with model.n_experts ", m.n_experts, " and model.moe_aux_coef ", m.moe_aux_coef,
-               ": the pipeline's stages train on the last stage's cross-entropy alone, without "
-               "their MoE blocks' load-balancing loss; set model.moe_aux_coef = 0 (or pp = 1)");
     SPMD_CHECK(!m.tie_embeddings, "parallel: pp ", p.pp,
                " with model.tie_embeddings = true: the head would live on the last stage and "
                "its embedding on the first; set model.tie_embeddings = false");

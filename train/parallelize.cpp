@@ -3,7 +3,9 @@
 #include "train/parallelize.h"
 
 #include "autograd/nn/checkpoint_wrapper.h"
+#include "autograd/nn/moe.h"
 #include "autograd/nn_functional.h"
+#include "autograd/tensor_ops.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
@@ -155,6 +157,14 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
         mine, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
     // Under sequence parallelism the stages trade their tp rank's share of the sequence.
     if (p.sequence_parallel) out.pipeline->activation_sequence_split = p.tp;
+    // With experts each stage adds its MoE blocks' balancing loss, per microbatch.
+    if (config.model.n_experts > 0 && config.model.moe_aux_coef > 0) {
+      const double coef = config.model.moe_aux_coef;
+      for (const auto& st : out.stages) st->as_module();  // the stage's blocks as a module
+      out.pipeline->stage_objective = [coef](dist::pp::TransformerStage& st) {
+        return mul(nn::moe_aux_loss(*st.as_module()), coef);
+      };
+    }
     std::shared_ptr<dist::ProcessGroup> tp = out.tp;
     out.pipeline->loss_fn = [tp](const Tensor& logits, const Tensor& y) {
       return lm_loss(logits, y, *tp);

@@ -8,7 +8,9 @@
 //   stage gradients averaged over dp_replicate and divided by the chunks
 //   (dist::average_gradients, parallel/gradient_average.h)
 //   grad norm: each rank's stages' squares (over their tp pieces), summed over pp
-//   loss: the last stage's, given to every stage (a sum over pp of it and zeros)
+//   loss: the last stage's, given to every stage (a sum over pp of it and zeros);
+//   with experts each stage's backward also carries its MoE blocks'
+//   balancing loss (the executor's stage_objective, set by parallelize)
 //
 // The held-out loss runs the stages forward only, one batch after another.
 #pragma once

@@ -84,6 +84,13 @@ class PipelineExecutor {
   // (tp::vocab_parallel_cross_entropy).
   std::function<Tensor(const Tensor& logits, const Tensor& targets)> loss_fn;
 
+  // A term of the objective that a stage adds itself (a scalar, or
+  // undefined for none), taken right after each of its forwards: the MoE
+  // blocks' load-balancing loss, which depends on that microbatch's routing.
+  // Divided by the microbatches as the loss is, and backpropagated with the
+  // stage's output; the step's returned loss leaves it out. Unset: none.
+  std::function<Tensor(TransformerStage& stage)> stage_objective;
+
   // The last step's timeline on this rank: each action's compute (from
   // after its receive to before its send) in microseconds since the step
   // began, and the step's length. The measured bubble is the share of the
@@ -101,6 +108,7 @@ class PipelineExecutor {
   struct InFlight {
     Tensor input;   // what the stage received (a leaf that requires grad), or the ids
     Tensor output;  // the stage's output; on the last stage the microbatch's loss
+    Tensor extra;   // stage_objective's term, / m (undefined without one)
     autograd::WeightBackward weights;  // after a split backward's B, its W
   };
   void forward(const Action& a, const Tensor& ids, const Tensor& targets);

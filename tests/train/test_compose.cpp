@@ -112,17 +112,22 @@ TEST_CASE("experts under tp with sequence parallel, or with no dense block, are 
         "to 1)");
 }
 
-TEST_CASE("experts in pipeline stages with a balancing loss are refused", "[train][pp][ep]") {
-  const train::TrainConfig c =
-      base(1, {"model.n_experts=4", "parallel.pp=2", "model.tie_embeddings=false"});
-  CHECK_THROWS_WITH(
-      train::check_layout(c, 2),
-      "parallel: pp 2 with model.n_experts 4 and model.moe_aux_coef 0.01: the "
-      "pipeline's stages train on the last stage's cross-entropy alone, without "
-      "their MoE blocks' load-balancing loss; set model.moe_aux_coef = 0 (or pp = 1)");
-  check_layout_params(2, {"parallel.pp=2"}, "pp 2 on experts, no balancing loss",
-                      {"model.n_experts=4", "model.moe_aux_coef=0", "model.moe_top_k=2",
-                       "model.tie_embeddings=false", "model.n_layers=4"});
+TEST_CASE("experts in pipeline stages add their balancing loss and train as one process",
+          "[train][pp][moe][equivalence]") {
+  // One pipeline microbatch: the balancing loss is then over the same tokens
+  // as one process's (with several it is each microbatch's, as each rank's
+  // under DDP).
+  const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2",
+                                        "model.tie_embeddings=false", "model.n_layers=4"};
+  check_layout_params(2, {"parallel.pp=2", "parallel.pp_microbatches=1"},
+                      "pp 2 on experts, the stages' balancing losses", moe);
+  check_layout_params(
+      2, {"parallel.pp=2", "parallel.pp_schedule=\"zbh1\"", "parallel.pp_microbatches=1"},
+      "pp 2 on experts, zbh1 (the balancing loss through the split backward)", moe);
+  std::vector<std::string> no_aux = moe;
+  no_aux.push_back("model.moe_aux_coef=0");
+  check_layout_params(2, {"parallel.pp=2"},
+                      "pp 2 on experts over 2 microbatches, no balancing loss", no_aux);
 }
 
 TEST_CASE("ep under FSDP with dp_replicate too is refused, naming the dims", "[train][ep][fsdp]") {
