@@ -20,8 +20,6 @@ void check_supported(const ParallelConfig& p) {
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
-  SPMD_CHECK(p.ep == 1 || p.pp == 1, "parallel: ep ", p.ep, " with pp ", p.pp,
-             ": spmd-train does not split experts inside pipeline stages (set pp or ep to 1)");
   SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 ||
                  (p.dp_replicate == 1 && (p.dp_shard * p.cp) % p.ep == 0),
              "parallel: ep ", p.ep, " with dp_replicate ", p.dp_replicate, " x dp_shard ",
@@ -138,7 +136,7 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   } else if (p.ep > 1) {
     // ep::sync_gradients after the step's backwards: the experts' gradients
     // are not DDP's average.
-  } else if (p.pp > 1) {
+  } else if (p.pp > 1 && p.ep == 1) {
     // The stage's gradients are averaged over dp_replicate (x cp) after each
     // step (pipeline_train.h): DDP's hooks would wait for the other stages' too.
     const std::string axis = p.cp > 1 ? "dp_replicate_cp" : "dp_replicate";
@@ -157,10 +155,12 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
         mine, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
     // Under sequence parallelism the stages trade their tp rank's share of the sequence.
     if (p.sequence_parallel) out.pipeline->activation_sequence_split = p.tp;
-    // With experts each stage adds its MoE blocks' balancing loss, per microbatch.
+    // Each stage's blocks as a module: for its MoE blocks' balancing loss,
+    // which each stage adds per microbatch, and ep::sync_gradients.
+    if (config.model.n_experts > 0)
+      for (const auto& st : out.stages) st->as_module();
     if (config.model.n_experts > 0 && config.model.moe_aux_coef > 0) {
       const double coef = config.model.moe_aux_coef;
-      for (const auto& st : out.stages) st->as_module();  // the stage's blocks as a module
       out.pipeline->stage_objective = [coef](dist::pp::TransformerStage& st) {
         return mul(nn::moe_aux_loss(*st.as_module()), coef);
       };

@@ -247,6 +247,14 @@ TrainResult run_training(const TrainConfig& config,
         loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
       }
       dist::average_gradients(params, par.stage_average.get(), 1.0 / double(t.microbatches));
+      for (const auto& st : par.stages) {  // experts: ep's averages, stage by stage
+        if (!par.ep) break;
+        if (par.stage_mesh) {
+          dist::ep::sync_expert_gradients(*st->as_module(), *par.ep);
+        } else {
+          dist::ep::sync_gradients(*st->as_module(), *par.ep);
+        }
+      }
       loss_sum = from_last_stage(loss_sum, par.stages.back()->is_last(), *par.pp);
     } else {
       for (int64_t m = 0; m < t.microbatches; ++m) {

@@ -130,6 +130,21 @@ TEST_CASE("experts in pipeline stages add their balancing loss and train as one 
                       "pp 2 on experts over 2 microbatches, no balancing loss", no_aux);
 }
 
+TEST_CASE("experts split over ep ranks inside pipeline stages train as one process",
+          "[train][pp][ep][equivalence]") {
+  const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2",
+                                        "model.tie_embeddings=false", "model.n_layers=4"};
+  check_layout_params(
+      4,
+      {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.ep=2", "parallel.pp_microbatches=1"},
+      "pp 2 x ddp 2, ep 2", moe);
+  std::vector<std::string> no_aux = moe;
+  no_aux.push_back("model.moe_aux_coef=0");
+  check_layout_params(
+      4, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.ep=2", "training.microbatches=2"},
+      "pp 2 x fsdp 2, ep 2, 2 pipeline microbatches, 2 accumulation chunks", no_aux);
+}
+
 TEST_CASE("ep under FSDP with dp_replicate too is refused, naming the dims", "[train][ep][fsdp]") {
   const train::TrainConfig c = base(
       1, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=4"});
