@@ -20,11 +20,9 @@ void check_supported(const ParallelConfig& p) {
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
-  SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 ||
-                 (p.dp_replicate == 1 && (p.dp_shard * p.cp) % p.ep == 0),
-             "parallel: ep ", p.ep, " with dp_replicate ", p.dp_replicate, " x dp_shard ",
-             p.dp_shard, " x cp ", p.cp, ": under FSDP the expert ranks come from dp_shard x cp, "
-             "so ep must divide dp_shard x cp and dp_replicate be 1");
+  SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 || (p.dp_shard * p.cp) % p.ep == 0, "parallel: ep ",
+             p.ep, " with dp_shard ", p.dp_shard, " x cp ", p.cp,
+             ": under FSDP the expert ranks come from dp_shard x cp, so ep must divide it");
 }
 
 namespace {
@@ -88,13 +86,12 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   // 2. Context parallel: ring attention over cp, global positions.
   if (p.cp > 1) dist::cp::parallelize_context(*model, out.cp);
 
-  // 2b. Expert parallel: each MoE's experts split over ep ranks of dp_shard
-  //     (under FSDP, as TorchTitan), else of dp_replicate; with cp, of
-  //     that axis x cp (every rank of the batch's tokens).
+  // 2b. Expert parallel: each MoE's experts split over ep ranks of the data
+  //     axes (x cp: every rank of the batch's tokens), laid out {rest, ep}
+  //     so that ep is innermost: within dp_shard (x cp) under FSDP, as
+  //     TorchTitan's, else within dp_replicate.
   if (p.ep > 1) {
-    const std::string axis = p.dp_shard > 1 ? "dp_shard" : "dp_replicate";
-    const std::string from = p.cp > 1 ? axis + "_cp" : axis;
-    if (p.cp > 1) mesh.flatten({axis, "cp"}, from);
+    const std::string from = p.cp > 1 ? "dp_cp" : "dp";
     out.ep_mesh = std::make_shared<dist::DeviceMesh>(
         mesh.group_ptr(from), std::vector<int64_t>{mesh.size(from) / p.ep, p.ep},
         std::vector<std::string>{"dp", "ep"});

@@ -41,15 +41,17 @@
 // (parallel/expert_parallel); the gradients are then synchronized by
 // ep::sync_gradients after the step's backwards, in place of DDP. Under
 // FSDP (dp_shard > 1) the ep ranks come from dp_shard instead, as
-// TorchTitan's: FSDP shards the dense parameters over dp_shard and leaves
+// TorchTitan's (the mesh {dp / ep, ep} over every data rank, ep innermost):
+// FSDP (HSDP) shards the dense parameters over dp_shard and leaves
 // the experts out (ignored_params), whose gradients ep::sync_expert_gradients
 // then averages. With cp the ep mesh is laid over that axis x cp; beside
 // tp each MoE block runs whole on every tp rank (tp splits the dense ones);
 // under pp the ep lines lie within a stage's ranks, and ep's averages run
 // stage by stage.
 //
-// Not here: FSDP stages under the zbh1 schedule, expert parallelism with
-// HSDP, and HSDP together with context parallelism
+// Not here: FSDP stages under the zbh1 schedule, expert parallelism under
+// FSDP whose ep does not divide dp_shard x cp, and HSDP together with
+// context parallelism
 // (check_supported() refuses them, naming the dims).
 #pragma once
 
@@ -113,7 +115,7 @@ struct Parallelized {
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
 // Refuses a layout this trainer does not build (pp with dp_shard under
-// zbh1; ep with HSDP; HSDP with cp).
+// zbh1; ep under FSDP not dividing dp_shard x cp; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

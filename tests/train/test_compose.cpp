@@ -145,13 +145,19 @@ TEST_CASE("experts split over ep ranks inside pipeline stages train as one proce
       "pp 2 x fsdp 2, ep 2, 2 pipeline microbatches, 2 accumulation chunks", no_aux);
 }
 
-TEST_CASE("ep under FSDP with dp_replicate too is refused, naming the dims", "[train][ep][fsdp]") {
+TEST_CASE("experts split within dp_shard under HSDP train as one process",
+          "[train][ep][hsdp][equivalence]") {
+  check_layout_params(4, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=2"},
+                      "hsdp 2 x 2, ep 2", {"model.n_experts=4", "model.moe_top_k=2"});
+}
+
+TEST_CASE("ep under FSDP that does not divide dp_shard x cp is refused, naming the dims",
+          "[train][ep][fsdp]") {
   const train::TrainConfig c = base(
-      1, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=2", "model.n_experts=4"});
+      1, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=4", "model.n_experts=4"});
   CHECK_THROWS_WITH(train::check_supported(c.parallel),
-                    "parallel: ep 2 with dp_replicate 2 x dp_shard 2 x cp 1: under FSDP the expert "
-                    "ranks come from dp_shard x cp, so ep must divide dp_shard x cp and "
-                    "dp_replicate be 1");
+                    "parallel: ep 4 with dp_shard 2 x cp 1: under FSDP the expert ranks come from "
+                    "dp_shard x cp, so ep must divide it");
 }
 
 TEST_CASE("pp with dp_shard refuses zbh1, naming the schedule", "[train][pp][fsdp]") {
