@@ -2,7 +2,8 @@
 // model or process group is built (config.h). Each failure names the dims
 // and their values: the product against the world, then what each split
 // must divide (the batch, the pipeline's stages and microbatches, heads,
-// vocabulary and hidden dim over tp, the sequence over cp), ep's experts.
+// vocabulary and hidden dim over tp, the sequence over cp), ep's experts,
+// and experts under tp (only beside dense blocks, without sequence parallel).
 #include "autograd/nn/transformer.h"
 #include "runtime/error.h"
 #include "train/config.h"
@@ -49,6 +50,17 @@ void check_layout(const TrainConfig& c, int world_size) {
                " with model.tie_embeddings = true: the head would live on the last stage and "
                "its embedding on the first; set model.tie_embeddings = false");
   }
+
+  // Tensor parallelism splits the dense MLPs; an MoE block stays whole on
+  // every tp rank, which then must all see its whole sequence.
+  SPMD_CHECK(m.n_experts == 0 || p.tp == 1 || !p.sequence_parallel, "parallel: tp ", p.tp,
+             " with sequence_parallel true and model.n_experts ", m.n_experts,
+             ": an MoE block would see each tp rank's share of the sequence and its gradients "
+             "would not be summed over tp; set sequence_parallel to false");
+  SPMD_CHECK(m.n_experts == 0 || p.tp == 1 || (m.moe_every > 1 && m.n_layers > 1),
+             "parallel: tp ", p.tp, " with model.moe_every ", m.moe_every, " of model.n_layers ",
+             m.n_layers, ": every block is an MoE, and tensor parallelism splits only the dense "
+             "MLPs (set model.moe_every to 2 or more, or tp to 1)");
 
   const int64_t kv = m.n_kv_heads == 0 ? m.n_heads : m.n_kv_heads;
   const int64_t hidden = transformer_config(m).hidden_dim();

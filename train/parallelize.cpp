@@ -3,7 +3,9 @@
 #include "train/parallelize.h"
 
 #include "autograd/nn/checkpoint_wrapper.h"
+#include "autograd/nn/moe.h"
 #include "autograd/nn_functional.h"
+#include "autograd/tensor_ops.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
@@ -11,18 +13,37 @@
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1 || (p.cp == 1 && p.dp_shard == 1 && !p.sequence_parallel), "parallel: pp ",
-             p.pp, " with cp ", p.cp, ", dp_shard ", p.dp_shard, ", sequence_parallel ",
-             p.sequence_parallel ? "true" : "false",
-             ": spmd-train combines pipeline stages with dp_replicate and tp only (set cp and "
-             "dp_shard to 1, sequence_parallel to false)");
+  SPMD_CHECK(p.pp == 1 || p.dp_shard == 1 || p.pp_schedule != "zbh1", "parallel: pp ", p.pp,
+             " with dp_shard ", p.dp_shard, " and pp_schedule \"zbh1\": FSDP reduces a unit's "
+             "gradients when its backward ends, and zbh1 computes the weights' share later; use "
+             "\"1f1b\", \"gpipe\" or \"interleaved\" with dp_shard");
   SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
              p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": spmd-train does not combine HSDP with context parallelism");
-  SPMD_CHECK(p.ep == 1 || (p.dp_shard == 1 && p.cp == 1 && p.tp == 1 && p.pp == 1), "parallel: ep ",
-             p.ep, " with dp_shard ", p.dp_shard, ", cp ", p.cp, ", tp ", p.tp, ", pp ", p.pp,
-             ": spmd-train borrows the expert ranks from dp_replicate only (set the others to 1)");
+  SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 || (p.dp_shard * p.cp) % p.ep == 0, "parallel: ep ",
+             p.ep, " with dp_shard ", p.dp_shard, " x cp ", p.cp,
+             ": under FSDP the expert ranks come from dp_shard x cp, so ep must divide it");
 }
+
+namespace {
+
+// FSDP per pipeline stage (TorchTitan's): each block of the stage a unit,
+// the stage (as_module()) the root over them, which holds the embeddings or
+// the norm and head. A middle stage has no parameters but its blocks', so
+// each of its blocks is a root of its own. Every backward the executor runs
+// reduce-scatters the units' gradients, added into the shards' (ParamGroup):
+// the step's gradient accumulates over the microbatches as the shards'.
+void shard_stages(const std::vector<std::shared_ptr<dist::pp::TransformerStage>>& stages,
+                  const dist::DeviceMesh& mesh, const dist::FsdpOptions& o) {
+  for (const auto& st : stages) {
+    const nn::Transformer& m = st->model();
+    for (int64_t i = st->first_layer(); i < st->end_layer(); ++i)
+      dist::fully_shard(m.layers->at(size_t(i)), mesh, o);
+    if (st->is_first() || st->is_last()) dist::fully_shard(st->as_module(), mesh, o);
+  }
+}
+
+}  // namespace
 
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp) {
   return tp.size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, targets, tp)
@@ -65,10 +86,14 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   // 2. Context parallel: ring attention over cp, global positions.
   if (p.cp > 1) dist::cp::parallelize_context(*model, out.cp);
 
-  // 2b. Expert parallel: each MoE's experts split over ep ranks of dp_replicate.
+  // 2b. Expert parallel: each MoE's experts split over ep ranks of the data
+  //     axes (x cp: every rank of the batch's tokens), laid out {rest, ep}
+  //     so that ep is innermost: within dp_shard (x cp) under FSDP, as
+  //     TorchTitan's, else within dp_replicate.
   if (p.ep > 1) {
+    const std::string from = p.cp > 1 ? "dp_cp" : "dp";
     out.ep_mesh = std::make_shared<dist::DeviceMesh>(
-        mesh.group_ptr("dp_replicate"), std::vector<int64_t>{p.dp_replicate / p.ep, p.ep},
+        mesh.group_ptr(from), std::vector<int64_t>{mesh.size(from) / p.ep, p.ep},
         std::vector<std::string>{"dp", "ep"});
     out.ep = std::make_shared<dist::ep::ExpertParallelism>(
         dist::ep::parallelize_experts(*model, *out.ep_mesh));
@@ -83,18 +108,37 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   if (p.dp_shard > 1) {
     dist::FsdpOptions o;
     o.shard_axis = "dp_shard";
-    if (p.cp > 1) o.shard_axis = "dp_shard_cp", mesh.flatten({"dp_shard", "cp"}, o.shard_axis);
+    if (p.cp > 1) o.shard_axis = "dp_shard_cp";
+    if (p.cp > 1 && p.pp == 1) mesh.flatten({"dp_shard", "cp"}, o.shard_axis);
     if (p.dp_replicate > 1) o.replicate_axis = "dp_replicate";
     o.reshard_after_forward = p.fsdp_reshard_after_forward;
-    for (size_t i = 0; i < model->layers->size(); ++i)
-      dist::fully_shard(model->layers->at(i), mesh, o);
-    out.fsdp_root = dist::fully_shard(model, mesh, o);
+    // The experts differ between the dp_shard ranks: FSDP leaves them to
+    // ep::sync_expert_gradients and shards the dense parameters only.
+    for (const Tensor& t : model->parameters())
+      if (dist::ep::is_expert_shard(t)) o.ignored_params.push_back(t);
+    if (p.pp > 1) {
+      // The stage's ranks as the mesh without "pp": the shards' placements
+      // name only the ranks that hold this stage.
+      out.stage_mesh = std::make_shared<dist::DeviceMesh>(
+          out.stage_replicas->group_ptr("stage_replicas"),
+          std::vector<int64_t>{p.dp_replicate, p.dp_shard, p.cp, p.tp},
+          std::vector<std::string>{"dp_replicate", "dp_shard", "cp", "tp"});
+      if (p.cp > 1) out.stage_mesh->flatten({"dp_shard", "cp"}, o.shard_axis);
+      shard_stages(out.stages, *out.stage_mesh, o);
+    } else {
+      for (size_t i = 0; i < model->layers->size(); ++i)
+        dist::fully_shard(model->layers->at(i), mesh, o);
+      out.fsdp_root = dist::fully_shard(model, mesh, o);
+    }
   } else if (p.ep > 1) {
     // ep::sync_gradients after the step's backwards: the experts' gradients
     // are not DDP's average.
-  } else if (p.pp > 1) {
-    // The stage's gradients are averaged over dp_replicate after each step
-    // (pipeline_train.h): DDP's hooks would wait for the other stages' too.
+  } else if (p.pp > 1 && p.ep == 1) {
+    // The stage's gradients are averaged over dp_replicate (x cp) after each
+    // step (pipeline_train.h): DDP's hooks would wait for the other stages' too.
+    const std::string axis = p.cp > 1 ? "dp_replicate_cp" : "dp_replicate";
+    if (p.cp > 1) mesh.flatten({"dp_replicate", "cp"}, axis);
+    out.stage_average = mesh.group_ptr(axis);
   } else if (p.dp_replicate > 1 || p.cp > 1) {
     const std::string axis = p.cp > 1 ? "dp_replicate_cp" : "dp_replicate";
     if (p.cp > 1) mesh.flatten({"dp_replicate", "cp"}, axis);
@@ -106,6 +150,18 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
     for (const auto& st : out.stages) mine.push_back(st.get());
     out.pipeline = std::make_shared<dist::pp::PipelineExecutor>(
         mine, *out.pp, dist::pp::parse_schedule(p.pp_schedule), m);
+    // Under sequence parallelism the stages trade their tp rank's share of the sequence.
+    if (p.sequence_parallel) out.pipeline->activation_sequence_split = p.tp;
+    // Each stage's blocks as a module: for its MoE blocks' balancing loss,
+    // which each stage adds per microbatch, and ep::sync_gradients.
+    if (config.model.n_experts > 0)
+      for (const auto& st : out.stages) st->as_module();
+    if (config.model.n_experts > 0 && config.model.moe_aux_coef > 0) {
+      const double coef = config.model.moe_aux_coef;
+      out.pipeline->stage_objective = [coef](dist::pp::TransformerStage& st) {
+        return mul(nn::moe_aux_loss(*st.as_module()), coef);
+      };
+    }
     std::shared_ptr<dist::ProcessGroup> tp = out.tp;
     out.pipeline->loss_fn = [tp](const Tensor& logits, const Tensor& y) {
       return lm_loss(logits, y, *tp);

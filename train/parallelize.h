@@ -25,16 +25,33 @@
 // once per step (dist::average_gradients; train/pipeline_train.h has the
 // rest of a pipeline's step). It combines with dp_replicate, tp
 // (each stage's blocks split over its tp ranks, the last stage's loss
-// vocabulary-parallel) and activation checkpointing.
+// vocabulary-parallel), activation checkpointing and dp_shard: FSDP per
+// stage, on the mesh of every axis but pp (stage_mesh), its blocks the
+// units and the stage's module the root; each of the executor's backwards
+// reduce-scatters into the shards' gradients, which so accumulate over the
+// microbatches. With cp the stages run on the cp-local sequence (the
+// trainer cuts it before the executor) and their gradients are averaged
+// over dp_replicate x cp (stage_average), or FSDP shards over dp_shard x cp.
+// With sequence parallelism the stages trade their tp rank's share of the
+// sequence (the executor's activation_sequence_split).
 //
 // Expert parallelism (parallel.ep > 1) splits the experts of every MoE
 // block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
 // ep} over the same ranks, whose "ep" lines trade tokens by all_to_all
 // (parallel/expert_parallel); the gradients are then synchronized by
-// ep::sync_gradients after the step's backwards, in place of DDP.
+// ep::sync_gradients after the step's backwards, in place of DDP. Under
+// FSDP (dp_shard > 1) the ep ranks come from dp_shard instead, as
+// TorchTitan's (the mesh {dp / ep, ep} over every data rank, ep innermost):
+// FSDP (HSDP) shards the dense parameters over dp_shard and leaves
+// the experts out (ignored_params), whose gradients ep::sync_expert_gradients
+// then averages. With cp the ep mesh is laid over that axis x cp; beside
+// tp each MoE block runs whole on every tp rank (tp splits the dense ones);
+// under pp the ep lines lie within a stage's ranks, and ep's averages run
+// stage by stage.
 //
-// Not here: pipeline stages with sequence parallel, cp or FSDP, expert parallelism with any
-// axis but dp_replicate, and HSDP together with context parallelism
+// Not here: FSDP stages under the zbh1 schedule, expert parallelism under
+// FSDP whose ep does not divide dp_shard x cp, and HSDP together with
+// context parallelism
 // (check_supported() refuses them, naming the dims).
 #pragma once
 
@@ -70,6 +87,13 @@ struct Parallelized {
   std::shared_ptr<dist::pp::PipelineExecutor> pipeline;
   std::shared_ptr<dist::ProcessGroup> pp;
   std::shared_ptr<dist::DeviceMesh> stage_replicas;
+  // With dp_shard too: those ranks as the mesh of every axis but pp, which
+  // the stages' FSDP shards are placed on.
+  std::shared_ptr<dist::DeviceMesh> stage_mesh;
+  // Without dp_shard: the group the stages' gradients are averaged over
+  // after each step (dp_replicate, or dp_replicate x cp); under FSDP null,
+  // its reduce-scatters having averaged them.
+  std::shared_ptr<dist::ProcessGroup> stage_average;
 
   // Under expert parallelism (ep > 1): the {dp, ep} mesh and what
   // parallelize_experts set up.
@@ -90,9 +114,8 @@ struct Parallelized {
 // (a step's, a pipeline's last stage's, the held-out one) goes through it.
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
-// Refuses a layout this trainer does not build (pp with sequence parallel,
-// cp or dp_shard;
-// ep with any axis but dp_replicate; HSDP with cp).
+// Refuses a layout this trainer does not build (pp with dp_shard under
+// zbh1; ep under FSDP not dividing dp_shard x cp; HSDP with cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.

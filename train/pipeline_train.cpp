@@ -5,6 +5,7 @@
 
 #include "autograd/autograd.h"
 #include "autograd/grad_mode.h"
+#include "parallel/context_parallel/context_parallel.h"
 #include "parallel/placement.h"
 #include "tensor/ops.h"
 
@@ -32,15 +33,19 @@ double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T
   const int ranks = pp.size(), S = ranks * int(p.stages.size());
   const int64_t C = p.model->config.d_model;
   const auto batches = ds.eval_batches(data::Split::kVal, 4, T, 4);
+  dist::ProcessGroup& cp = *p.cp;
   double total = 0;
-  for (const data::Batch& b : batches) {
+  for (data::Batch b : batches) {
+    if (cp.size() > 1)  // this rank's chunks of each sequence
+      b.x = dist::cp::shard_sequence(b.x, 1, cp), b.y = dist::cp::shard_sequence(b.y, 1, cp);
+    const int64_t tokens = b.x.size(1) / p.pipeline->activation_sequence_split;
     Tensor x;                                     // the activations between this rank's stages
     for (int s = pp.rank(); s < S; s += ranks) {  // stage s, on rank s % ranks
       dist::pp::TransformerStage& stage = *p.stages[size_t(s / ranks)];
       if (stage.is_first()) {
         x = ops::to(b.x, device);
       } else {
-        x = ops::empty({b.x.size(0), T, C}, {DType::kF32, device});
+        x = ops::empty({b.x.size(0), tokens, C}, {DType::kF32, device});
         pp.wait(pp.recv(x, (s - 1) % ranks, s), dist::OpType::kRecv);
       }
       const Tensor out = stage.forward(x);
@@ -53,7 +58,11 @@ double pipeline_val_loss(Parallelized& p, const data::TextDataset& ds, int64_t T
     }
   }
   const double mean = batches.empty() ? 0.0 : total / double(batches.size());
-  return from_last_stage(mean, p.stages.back()->is_last(), pp);
+  Tensor loss = ops::scalar_tensor(from_last_stage(mean, p.stages.back()->is_last(), pp),
+                                   {DType::kF64});
+  if (cp.size() > 1)  // each cp rank saw its chunks: the sequence's loss is their mean
+    cp.wait(cp.all_reduce(loss, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
+  return loss.item<double>();
 }
 
 }  // namespace spmd::train

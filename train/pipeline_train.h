@@ -6,9 +6,12 @@
 // are the sum of the chunks' means; then, per step:
 //
 //   stage gradients averaged over dp_replicate and divided by the chunks
-//   (dist::average_gradients, parallel/gradient_average.h)
+//   (dist::average_gradients, parallel/gradient_average.h); under FSDP only
+//   divided; with experts split, then ep's averages per stage
 //   grad norm: each rank's stages' squares (over their tp pieces), summed over pp
-//   loss: the last stage's, given to every stage (a sum over pp of it and zeros)
+//   loss: the last stage's, given to every stage (a sum over pp of it and zeros);
+//   with experts each stage's backward also carries its MoE blocks'
+//   balancing loss (the executor's stage_objective, set by parallelize)
 //
 // The held-out loss runs the stages forward only, one batch after another.
 #pragma once

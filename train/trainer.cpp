@@ -242,11 +242,20 @@ TrainResult run_training(const TrainConfig& config,
     double loss_sum = 0;
     if (par.pipeline) {  // each microbatch a pipeline step; the stages' gradients averaged after
       for (int64_t m = 0; m < t.microbatches; ++m) {
-        const Tensor x = ops::narrow(batch.x, 0, m * mb, mb),
-                     y = ops::narrow(batch.y, 0, m * mb, mb);
+        Tensor x = ops::narrow(batch.x, 0, m * mb, mb), y = ops::narrow(batch.y, 0, m * mb, mb);
+        if (par.cp->size() > 1)  // the stages run on this rank's chunks of each sequence
+          x = dist::cp::shard_sequence(x, 1, *par.cp), y = dist::cp::shard_sequence(y, 1, *par.cp);
         loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
       }
-      dist::average_gradients(params, par.dp.get(), 1.0 / double(t.microbatches));
+      dist::average_gradients(params, par.stage_average.get(), 1.0 / double(t.microbatches));
+      for (const auto& st : par.stages) {  // experts: ep's averages, stage by stage
+        if (!par.ep) break;
+        if (par.stage_mesh) {
+          dist::ep::sync_expert_gradients(*st->as_module(), *par.ep);
+        } else {
+          dist::ep::sync_gradients(*st->as_module(), *par.ep);
+        }
+      }
       loss_sum = from_last_stage(loss_sum, par.stages.back()->is_last(), *par.pp);
     } else {
       for (int64_t m = 0; m < t.microbatches; ++m) {
@@ -271,7 +280,11 @@ TrainResult run_training(const TrainConfig& config,
         }
         loss_sum += l.loss.item<double>() / double(t.microbatches);
       }
-      if (par.ep) dist::ep::sync_gradients(*model, *par.ep);
+      if (par.ep && par.fsdp_root) {  // FSDP averaged the dense gradients
+        dist::ep::sync_expert_gradients(*model, *par.ep);
+      } else if (par.ep) {
+        dist::ep::sync_gradients(*model, *par.ep);
+      }
     }
     TraceSpan optimizer_span("optimizer step");  // the gradient norm, clipping, AdamW
     const double grad_norm =

@@ -74,15 +74,24 @@ ExpertParallelism parallelize_experts(nn::Module& model, DeviceMesh& mesh) {
   return g;
 }
 
-void sync_gradients(nn::Module& model, const ExpertParallelism& g) {
+namespace {
+
+void sync(nn::Module& model, const ExpertParallelism& g, bool dense_too) {
   std::vector<Tensor> dense, experts;
   for (const Tensor& p : model.parameters()) {
     if (!p.requires_grad()) continue;
     (is_expert_shard(p) ? experts : dense).push_back(p);
   }
-  average_gradients(dense, g.batch.get());  // the mean over dp x ep
+  if (dense_too) average_gradients(dense, g.batch.get());  // the mean over dp x ep
   // A sum over ep (the all_to_all's backward), then a mean over dp.
   average_gradients(experts, g.dp.get(), 1.0 / double(g.ep->size()));
+}
+
+}  // namespace
+
+void sync_gradients(nn::Module& model, const ExpertParallelism& g) { sync(model, g, true); }
+void sync_expert_gradients(nn::Module& model, const ExpertParallelism& g) {
+  sync(model, g, false);
 }
 
 }  // namespace spmd::dist::ep

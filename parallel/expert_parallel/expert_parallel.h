@@ -35,7 +35,8 @@
 // exactly the gradient of coef * aux.
 //
 // Not here: overlapping the gradient all_reduce with backward (DDP's buckets
-// would apply the same arithmetic), sharding the experts over dp (FSDP), tp
+// would apply the same arithmetic), sharding the experts over dp (FSDP: they
+// are left out of its units, and FSDP then shards only the dense ones), tp
 // inside an expert, dropping tokens per global batch rather than per rank.
 #pragma once
 
@@ -68,6 +69,11 @@ ExpertParallelism parallelize_experts(nn::Module& model, DeviceMesh& mesh);
 // dp x ep, expert gradients divided by ep and averaged over dp. A parameter
 // no gradient reached counts as zeros. Collective over the world.
 void sync_gradients(nn::Module& model, const ExpertParallelism& ep);
+
+// sync_gradients' expert half alone: for when FSDP shards the dense
+// parameters over the same ranks and its reduce-scatters average them (and
+// the experts are its ignored_params). Collective over the dp group.
+void sync_expert_gradients(nn::Module& model, const ExpertParallelism& ep);
 
 // Whether a parameter is an expert shard (Shard on the "ep" axis).
 bool is_expert_shard(const Tensor& param);

@@ -85,9 +85,14 @@ FsdpModule::FsdpModule(nn::Module& module, const DeviceMesh& mesh, FsdpOptions o
   for (auto& [path, m] : module.named_modules()) {
     if (m != &module && lookup(m) != nullptr) below.push_back(path);
   }
+  auto ignored = [this](const Tensor& t) {
+    for (const Tensor& i : options_.ignored_params)
+      if (i.is_same(t)) return true;
+    return false;
+  };
   std::vector<std::pair<std::string, Tensor*>> slots;
   for (auto& [name, t] : module.named_parameters()) {
-    bool theirs = false;
+    bool theirs = ignored(t);
     for (const std::string& path : below) theirs = theirs || starts_with_path(name, path);
     if (theirs) continue;
     for (const auto& other : all_units()) {
@@ -103,7 +108,7 @@ FsdpModule::FsdpModule(nn::Module& module, const DeviceMesh& mesh, FsdpOptions o
                                         options_.replicate_axis, options_.mixed_precision, name_);
   // A tensor registered under two names would still show its whole self.
   for (auto& [name, t] : module.named_parameters()) {
-    bool ours_or_below = false;
+    bool ours_or_below = ignored(t);
     for (const std::string& path : below) ours_or_below = ours_or_below || starts_with_path(name, path);
     for (const ParamGroup::Param& p : group_->params()) ours_or_below = ours_or_below || p.shard.is_same(t);
     SPMD_CHECK(ours_or_below, "fully_shard(", name_, "): parameter ", name,

@@ -74,6 +74,11 @@ struct FsdpOptions {
   std::string shard_axis;
   // HSDP: the mesh axis across which the shards are replicated ("" for none).
   std::string replicate_axis;
+  // Parameters the unit leaves alone (FSDP2's ignored_params): not sharded,
+  // gathered or reduced; their gradients accumulate as without FSDP, for the
+  // caller to synchronize (expert parallelism's experts, which differ
+  // between the ranks of the shard axis).
+  std::vector<Tensor> ignored_params;
 };
 
 // What one unit's collectives did in the last step that ran it.

@@ -56,7 +56,11 @@ double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
   const int64_t B = ids.size(0), T = ids.size(1);
   SPMD_CHECK(B % num_microbatches_ == 0, "PipelineExecutor: a batch of ", B,
              " sequences does not divide into ", num_microbatches_, " microbatches");
-  activation_shape_ = Shape{B / num_microbatches_, T, stages_[0]->model().config.d_model};
+  const int64_t split = activation_sequence_split;
+  SPMD_CHECK(split >= 1 && T % split == 0, "PipelineExecutor: a sequence of ", T,
+             " tokens does not divide into activation_sequence_split ", split);
+  activation_shape_ =
+      Shape{B / num_microbatches_, T / split, stages_[0]->model().config.d_model};
   check_neighbours(ids.device());
   in_flight_.clear();
   in_flight_.resize(stages_.size());
@@ -105,6 +109,10 @@ void PipelineExecutor::forward(const Action& a, const Tensor& ids, const Tensor&
   } else {
     f.output = out;
   }
+  if (stage_objective) {
+    const Tensor extra = stage_objective(st);
+    if (extra.defined() && extra.requires_grad()) f.extra = mul(extra, 1.0 / m);
+  }
   record(a, start);
   if (!st.is_last())
     send_to(a.stage + 1, ops::contiguous(detach(out)), activation_tag(a.stage + 1, mb, m));
@@ -122,11 +130,13 @@ void PipelineExecutor::backward(const Action& a) {
     recv_from(a.stage + 1, grad, gradient_tag(a.stage + 1, mb, num_microbatches_, num_stages_));
   }
   const int64_t start = trace_now_us();
+  autograd::TensorList roots{f.output}, seeds{grad};
+  if (f.extra.defined()) roots.push_back(f.extra), seeds.push_back(Tensor());  // seeded with 1
   if (split_backward_) {  // B: to the input alone; the weights' part waits for W
-    f.weights = backward_input(
-        f.output, grad, st.is_first() ? std::vector<Tensor>{} : std::vector<Tensor>{f.input});
+    f.weights = autograd::run_backward_input(
+        roots, seeds, st.is_first() ? autograd::TensorList{} : autograd::TensorList{f.input});
   } else {
-    spmd::backward(f.output, grad);
+    autograd::run_backward(roots, seeds, /*retain_graph=*/false);
   }
   record(a, start);
   if (!st.is_first())
@@ -134,6 +144,7 @@ void PipelineExecutor::backward(const Action& a) {
             gradient_tag(a.stage, mb, num_microbatches_, num_stages_));
   f.input = Tensor();  // the microbatch's activations are freed here (but what W needs)
   f.output = Tensor();
+  f.extra = Tensor();
 }
 
 void PipelineExecutor::weight(const Action& a) {

@@ -71,11 +71,25 @@ class PipelineExecutor {
 
   const Schedule& schedule() const { return schedule_; }
 
+  // The activations between stages hold T / activation_sequence_split of
+  // a microbatch's T tokens: 1, or the tp size under sequence parallelism,
+  // whose residual stream between blocks is each rank's share of the
+  // sequence. step() throws InvalidArgument, before any communication, when
+  // it does not divide T.
+  int64_t activation_sequence_split = 1;
+
   // The loss of one microbatch's logits against its targets (the mean over
   // its tokens) on the last stage. Unset: cross_entropy. A head whose
   // vocabulary is split over tensor-parallel ranks gives its own
   // (tp::vocab_parallel_cross_entropy).
   std::function<Tensor(const Tensor& logits, const Tensor& targets)> loss_fn;
+
+  // A term of the objective that a stage adds itself (a scalar, or
+  // undefined for none), taken right after each of its forwards: the MoE
+  // blocks' load-balancing loss, which depends on that microbatch's routing.
+  // Divided by the microbatches as the loss is, and backpropagated with the
+  // stage's output; the step's returned loss leaves it out. Unset: none.
+  std::function<Tensor(TransformerStage& stage)> stage_objective;
 
   // The last step's timeline on this rank: each action's compute (from
   // after its receive to before its send) in microseconds since the step
@@ -94,6 +108,7 @@ class PipelineExecutor {
   struct InFlight {
     Tensor input;   // what the stage received (a leaf that requires grad), or the ids
     Tensor output;  // the stage's output; on the last stage the microbatch's loss
+    Tensor extra;   // stage_objective's term, / m (undefined without one)
     autograd::WeightBackward weights;  // after a split backward's B, its W
   };
   void forward(const Action& a, const Tensor& ids, const Tensor& targets);
@@ -119,7 +134,7 @@ class PipelineExecutor {
   std::vector<std::vector<InFlight>> in_flight_;  // [local stage][microbatch]
   std::vector<Work> sends_;
   std::unordered_map<int, Tensor> mailbox_;  // by tag
-  Shape activation_shape_;                   // (b, T, C) between stages
+  Shape activation_shape_;                   // (b, T / split, C) between stages
   std::vector<Timed> timeline_;
   int64_t step_start_us_ = 0, step_us_ = 0;
   double loss_sum_ = 0;

@@ -25,6 +25,7 @@ TransformerStage::TransformerStage(std::shared_ptr<nn::Transformer> model, int i
 }
 
 Tensor TransformerStage::forward(const Tensor& input) {
+  if (module_) return (*module_)(input);
   nn::Transformer& m = *model_;
   Tensor x = input;
   if (is_first()) {
@@ -44,6 +45,54 @@ Tensor TransformerStage::forward(const Tensor& input) {
   x = (*m.norm)(x);
   if (m.output) return (*m.output)(x);  // (b, T, V)
   return linear(x, m.tok_embeddings->weight);
+}
+
+namespace {
+
+// The blocks of a stage, each under its index in the model ("3"), so that
+// the stage module's names are the model's ("layers.3.attn.wq.weight").
+class StageBlocks : public nn::Module {
+ public:
+  StageBlocks(const nn::Transformer& model, int64_t first, int64_t end) {
+    for (int64_t i = first; i < end; ++i)
+      register_module(std::to_string(i), model.layers->at(size_t(i)));
+  }
+  Tensor forward(const Tensor&) override {
+    SPMD_THROW(InvalidArgument, "StageBlocks: run through the stage, not on its own");
+  }
+  std::string type_name() const override { return "StageBlocks"; }
+};
+
+// as_module()'s module: the stage's modules as children, the stage's forward
+// (run by a copy of the stage made before it had a module, which computes).
+class StageModule : public nn::Module {
+ public:
+  explicit StageModule(const TransformerStage& stage) : stage_(stage) {
+    const nn::Transformer& m = stage.model();
+    if (stage.is_first()) {
+      register_module("tok_embeddings", m.tok_embeddings);
+      if (m.pos_embeddings) register_module("pos_embeddings", m.pos_embeddings);
+      register_module("dropout", m.dropout);
+    }
+    register_module("layers",
+                    std::make_shared<StageBlocks>(m, stage.first_layer(), stage.end_layer()));
+    if (stage.is_last()) {
+      register_module("norm", m.norm);
+      if (m.output) register_module("output", m.output);
+    }
+  }
+  Tensor forward(const Tensor& x) override { return stage_.forward(x); }
+  std::string type_name() const override { return "TransformerStage"; }
+
+ private:
+  TransformerStage stage_;
+};
+
+}  // namespace
+
+std::shared_ptr<nn::Module> TransformerStage::as_module() {
+  if (!module_) module_ = std::make_shared<StageModule>(*this);
+  return module_;
 }
 
 namespace {

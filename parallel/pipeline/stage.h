@@ -14,6 +14,11 @@
 // may build the whole model and keep the stage it owns; its parameters keep
 // the model's names ("layers.3.attn.wq.weight").
 //
+// A stage can also be called as an nn::Module (as_module()), whose
+// children are the modules it runs, so that module hooks see it whole: FSDP
+// shards a stage with it as the root and its blocks as units, as
+// TorchTitan's per-stage fully_shard does.
+//
 // Not here: a head tied to the embedding (GPT-2's) across the first and last
 // stage, which would need the two copies' gradients summed every step: such
 // a model is refused, naming tie_embeddings.
@@ -35,8 +40,17 @@ class TransformerStage {
                    int64_t first_layer, int64_t end_layer);
 
   // ids (b, T) on the first stage, activations (b, T, C) on the others ->
-  // activations (b, T, C), or logits (b, T, V) on the last.
+  // activations (b, T, C), or logits (b, T, V) on the last. Once as_module()
+  // has been called, through that module (its hooks run).
   Tensor forward(const Tensor& x);
+
+  // The stage as a module: its children the embeddings and dropout (first
+  // stage), its blocks as the model holds them now (an activation-
+  // checkpointing wrapper included) under "layers.<i>", the norm and head
+  // (last stage); so its named_parameters() are this stage's, with the
+  // model's names. Its forward is the stage's. Made on the first call; the
+  // same module after it (and for the copies of this stage made after it).
+  std::shared_ptr<nn::Module> as_module();
 
   int index() const { return index_; }
   int num_stages() const { return num_stages_; }
@@ -51,6 +65,7 @@ class TransformerStage {
 
  private:
   std::shared_ptr<nn::Transformer> model_;
+  std::shared_ptr<nn::Module> module_;  // as_module()'s, once made
   int index_, num_stages_;
   int64_t first_layer_, end_layer_;
 };

@@ -183,7 +183,9 @@ run_folder = "runs/full"
   CHECK(c.metrics.log_every == 5);
   CHECK(c.metrics.eval_every == 50);
   CHECK(c.metrics.run_folder == "runs/full");
-  CHECK_NOTHROW(check_layout(c, 8));  // 2 x 2 x 1 x 2 x 1
+  TrainConfig whole_moe = c;  // experts under tp see the whole sequence
+  whole_moe.parallel.sequence_parallel = false;
+  CHECK_NOTHROW(check_layout(whole_moe, 8));  // 2 x 2 x 1 x 2 x 1
 
   // The model it describes: Llama's layers with these dims.
   const nn::TransformerConfig t = transformer_config(c.model);

@@ -12,92 +12,19 @@
 
 #include "autograd/data/bpe.h"
 #include "autograd/data/token_file.h"
-#include "harness.h"
 #include "parallel/comm/init.h"
 #include "runtime/hash_store.h"
 #include "tensor/cuda_api.h"
-#include "tests/parallel/ddp_test_util.h"
 #include "tests/skip.h"
+#include "tests/train/trainer_test_util.h"
 #include "train/config.h"
 #include "train/flops.h"
 #include "train/trainer.h"
 
 using namespace spmd;
 using namespace spmd::dist::testing;
+using namespace spmd::train::testing;
 namespace fs = std::filesystem;
-
-namespace {
-
-// A text of pseudo-words, the same every time.
-std::string text_file() {
-  static const std::string path = [] {
-    const std::string p = "/tmp/spmd_test_trainer_text_" + std::to_string(::getpid()) + ".txt";
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ",
-                           "a ",   "lazy ",  "dog, ",  "and ", "then ",  "sleeps.\n"};
-    std::ofstream out(p);
-    uint64_t x = 12345;
-    for (int i = 0; i < 6000; ++i) {
-      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-      out << words[(x >> 33) % 12];
-    }
-    return p;
-  }();
-  return path;
-}
-
-train::TrainConfig base(int64_t steps, const std::vector<std::string>& layout) {
-  std::vector<std::string> o = {"model.preset=\"custom\"",
-                                "model.seq_len=16",
-                                "model.n_layers=2",
-                                "model.n_heads=4",
-                                "model.d_model=32",
-                                "training.global_batch=8",
-                                "training.grad_clip=0.5",
-                                "optimizer.lr=3e-3",
-                                "optimizer.eps=1e-4",
-                                "training.threads=1",
-                                "metrics.run_folder=\"/tmp/spmd_test_trainer_runs\"",
-                                "data.path=\"" + text_file() + "\"",
-                                "training.steps=" + std::to_string(steps)};
-  o.insert(o.end(), layout.begin(), layout.end());
-  return train::load_config("", o);
-}
-
-std::vector<double> run_single(const train::TrainConfig& c) {
-  dist::InitOptions init;
-  init.store = std::make_shared<HashStore>();
-  init.world_size = 1, init.rank = 0;
-  auto world = dist::init_process_group(init);
-  auto losses = train::run_training(c, world).losses;
-  dist::destroy_process_group(world);
-  return losses;
-}
-
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                  const std::string& what) {
-  expect(got.size() == want.size(), what, ": ", got.size(), " steps, not ", want.size());
-  for (size_t s = 0; s < got.size(); ++s) {
-    const double rel = std::abs(got[s] - want[s]) / std::abs(want[s]);
-    expect(rel <= tol, what, ": step ", s, " loss ", got[s], " vs ", want[s]);
-  }
-}
-
-// `model`: overrides both runs share (the model, the training).
-void check_layout(int world_size, std::vector<std::string> layout, const std::string& name,
-                  const std::vector<std::string>& model = {}) {
-  layout.insert(layout.end(), model.begin(), model.end());
-  const train::TrainConfig c = base(4, layout);
-  run_world(
-      world_size,
-      [&](dist::ProcessGroup& world) {
-        const std::vector<double> want = run_single(base(4, model));
-        const auto got = train::run_training(c, dist::testing::borrow(world)).losses;
-        expect_close(got, want, 1e-5, str_cat(name, " (rank ", world.rank(), ")"));
-      },
-      std::chrono::seconds(90));
-}
-
-}  // namespace
 
 TEST_CASE("flops_per_token: 6 x the weights a token meets + 12 L C T, by hand", "[train][mfu]") {
   // tiny: C 128, L 4, V 256, T 128, MLP 512. Per block: wq, wk, wv, wo
@@ -305,6 +232,7 @@ TEST_CASE("a run saved with pipeline stages resumes with or without them",
                     {2, {"parallel.pp=2"}, 0.0, "pp 2 -> pp 2"},
                     {4, {"parallel.pp=2", "parallel.dp_replicate=2"}, 1e-5, "pp 2 -> pp 2 x ddp 2"},
                     {2, {"parallel.dp_shard=2"}, 1e-5, "pp 2 -> fsdp 2"},
+                    {4, {"parallel.pp=2", "parallel.dp_shard=2"}, 1e-5, "pp 2 -> pp 2 x fsdp 2"},
                     {4, {"parallel.pp=2", "parallel.tp=2"}, 1e-5, "pp 2 -> pp 2 x tp 2"},
                     {2,
                      {"parallel.pp=2", "parallel.pp_schedule=\"interleaved\"",
@@ -323,6 +251,7 @@ TEST_CASE("a run saved with experts split resumes split or whole", "[train][chec
                 {
                     {2, {"parallel.dp_replicate=2", "parallel.ep=2"}, 0.0, "ep 2 -> ep 2"},
                     {2, {"parallel.dp_replicate=2"}, 1e-5, "ep 2 -> ddp 2"},
+                    {4, {"parallel.dp_shard=4", "parallel.ep=2"}, 1e-5, "ep 2 -> fsdp 4 x ep 2"},
                     {4, {"parallel.dp_replicate=4", "parallel.ep=4"}, 1e-5, "ep 2 -> ep 4"},
                     {1, {}, 1e-5, "ep 2 -> one process"},
                 });

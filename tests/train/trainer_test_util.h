@@ -1,0 +1,153 @@
+// What tests/train's cases share: a tiny model on a fixed text, one
+// process's run of a config, and a layout's run against it (the losses per
+// step, and with check_layout_params also every parameter after the last
+// step, each read whole from the run's checkpoint).
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "autograd/nn/transformer.h"
+#include "autograd/optim/adamw.h"
+#include "harness.h"
+#include "parallel/comm/init.h"
+#include "runtime/hash_store.h"
+#include "tests/parallel/ddp_test_util.h"
+#include "train/config.h"
+#include "train/train_checkpoint.h"
+#include "train/trainer.h"
+
+namespace spmd::train::testing {
+
+using namespace spmd::dist::testing;
+
+// A text of pseudo-words, the same every time.
+inline std::string text_file() {
+  static const std::string path = [] {
+    const std::string p = "/tmp/spmd_test_trainer_text_" + std::to_string(::getpid()) + ".txt";
+    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ",
+                           "a ",   "lazy ",  "dog, ",  "and ", "then ",  "sleeps.\n"};
+    std::ofstream out(p);
+    uint64_t x = 12345;
+    for (int i = 0; i < 6000; ++i) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      out << words[(x >> 33) % 12];
+    }
+    return p;
+  }();
+  return path;
+}
+
+inline train::TrainConfig base(int64_t steps, const std::vector<std::string>& layout) {
+  std::vector<std::string> o = {"model.preset=\"custom\"",
+                                "model.seq_len=16",
+                                "model.n_layers=2",
+                                "model.n_heads=4",
+                                "model.d_model=32",
+                                "training.global_batch=8",
+                                "training.grad_clip=0.5",
+                                "optimizer.lr=3e-3",
+                                "optimizer.eps=1e-4",
+                                "training.threads=1",
+                                "metrics.run_folder=\"/tmp/spmd_test_trainer_runs\"",
+                                "data.path=\"" + text_file() + "\"",
+                                "training.steps=" + std::to_string(steps)};
+  o.insert(o.end(), layout.begin(), layout.end());
+  return train::load_config("", o);
+}
+
+inline std::vector<double> run_single(const train::TrainConfig& c) {
+  dist::InitOptions init;
+  init.store = std::make_shared<HashStore>();
+  init.world_size = 1, init.rank = 0;
+  auto world = dist::init_process_group(init);
+  auto losses = train::run_training(c, world).losses;
+  dist::destroy_process_group(world);
+  return losses;
+}
+
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                         double tol, const std::string& what) {
+  expect(got.size() == want.size(), what, ": ", got.size(), " steps, not ", want.size());
+  for (size_t s = 0; s < got.size(); ++s) {
+    const double rel = std::abs(got[s] - want[s]) / std::abs(want[s]);
+    expect(rel <= tol, what, ": step ", s, " loss ", got[s], " vs ", want[s]);
+  }
+}
+
+// `model`: overrides both runs share (the model, the training).
+inline void check_layout(int world_size, std::vector<std::string> layout, const std::string& name,
+                         const std::vector<std::string>& model = {}) {
+  layout.insert(layout.end(), model.begin(), model.end());
+  const train::TrainConfig c = base(4, layout);
+  run_world(
+      world_size,
+      [&](dist::ProcessGroup& world) {
+        const std::vector<double> want = run_single(base(4, model));
+        const auto got = train::run_training(c, dist::testing::borrow(world)).losses;
+        expect_close(got, want, 1e-5, str_cat(name, " (rank ", world.rank(), ")"));
+      },
+      std::chrono::seconds(90));
+}
+
+// The whole model a checkpoint folder's latest step holds (any layout saved it).
+inline NamedTensors whole_parameters(const TrainConfig& c, const std::string& folder) {
+  auto model = std::make_shared<nn::Transformer>(transformer_config(c.model), c.training.seed + 1);
+  optim::AdamW opt(model->parameters(), {});
+  const auto state = load_latest_checkpoint(folder, model->named_parameters(), opt);
+  expect(state.has_value(), folder, " holds no checkpoint");
+  return model->named_parameters();
+}
+
+// check_layout, and every parameter after the 4 steps: within 1e-5 of the
+// largest magnitude of its tensor in the single process's, or of the
+// initialization's scale (0.02) for a tensor that starts at zero and is
+// still smaller (a bias, where the gradient's cancellations let AdamW
+// magnify f32 rounding). The sums in another order move the parameters by
+// 1e-7 of that; a wrong shard or a lost microbatch by 1e-3 and more.
+inline void check_layout_params(int world_size, std::vector<std::string> layout,
+                                const std::string& name,
+                                const std::vector<std::string>& model = {}) {
+  namespace fs = std::filesystem;
+  const std::string folder = "/tmp/spmd_test_train_params_" + std::to_string(::getpid());
+  fs::remove_all(folder);
+  layout.insert(layout.end(), model.begin(), model.end());
+  layout.push_back("checkpoint.folder=\"" + folder + "\"");
+  const TrainConfig c = base(4, layout);
+  run_world(
+      world_size,
+      [&](dist::ProcessGroup& world) {
+        const std::string single = folder + "_single" + std::to_string(world.rank());
+        std::vector<std::string> one = model;
+        one.push_back("checkpoint.folder=\"" + single + "\"");
+        fs::remove_all(single);
+        const std::vector<double> want = run_single(base(4, one));
+        const auto got = run_training(c, dist::testing::borrow(world)).losses;
+        const std::string who = str_cat(name, " (rank ", world.rank(), ")");
+        expect_close(got, want, 1e-5, who);
+        const NamedTensors a = whole_parameters(c, folder), b = whole_parameters(c, single);
+        fs::remove_all(single);
+        expect(a.size() == b.size(), who, ": ", a.size(), " parameters, not ", b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          const std::vector<float> x = ops::to_vector<float>(a[i].second),
+                                   y = ops::to_vector<float>(b[i].second);
+          float scale = 0.02f, diff = 0;
+          for (size_t j = 0; j < y.size(); ++j) {
+            scale = std::max(scale, std::abs(y[j]));
+            diff = std::max(diff, std::abs(x[j] - y[j]));
+          }
+          expect(diff <= 1e-5f * scale, who, ": ", a[i].first, " differs by ", diff,
+                 " (largest magnitude ", scale, ")");
+        }
+      },
+      std::chrono::seconds(90));
+  fs::remove_all(folder);
+}
+
+}  // namespace spmd::train::testing
