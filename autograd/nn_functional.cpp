@@ -57,7 +57,8 @@ Tensor bias_gelu(const Tensor& u, const Tensor& bias, bool approximate) {
   return record("bias_gelu", {&u, &bias}, y,
                 [su = SavedTensor(u), sb = SavedTensor(b), approximate,
                  bias_dtype = bias.dtype()](const Tensor& g) {
-                  ops::BiasGeluGrads d = ops::bias_gelu_backward(g, su.get(), sb.get(), approximate);
+                  ops::BiasGeluGrads d =
+                      ops::bias_gelu_backward(g, su.get(), sb.get(), approximate);
                   return TensorList{d.du, ops::to(d.dbias, bias_dtype)};
                 });
 }

@@ -56,7 +56,7 @@ struct Flags {
   int steps = 20;
   int warmup = 3;
   int64_t batch = 8;
-  bool unfused = false;  // TransformerConfig::fused_kernels off: the unfused compositions
+  bool unfused = false;        // TransformerConfig::fused_kernels off: the unfused compositions
   double peak_tflops = 989.0;  // H200 SXM, dense bf16 (the datasheet's 1979 is with sparsity)
 };
 
@@ -179,7 +179,8 @@ void run(const Flags& f) {
       "spmd device=%s config=%s threads=%d autocast=%s batch=%lld params=%lld "
       "tokens_per_s=%.0f step_ms=%.2f min_step_ms=%.2f peak_rss_mb=%.1f fused=%d",
       f.device.c_str(), f.config.c_str(), f.threads, autocast ? "bf16" : "none", (long long)f.batch,
-      (long long)params, tokens_per_s, median * 1e3, times[0] * 1e3, peak_rss_mb(), int(!f.unfused));
+      (long long)params, tokens_per_s, median * 1e3, times[0] * 1e3, peak_rss_mb(),
+      int(!f.unfused));
   if (device.is_cuda()) {
     const double tflops = flops_per_token(config, params) * tokens_per_s / 1e12;
     std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f", tflops, tflops / f.peak_tflops,

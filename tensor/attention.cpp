@@ -112,8 +112,8 @@ void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, c
 // contiguous (B, H, T, D) tensor.
 Tensor heads_tensor(Backend& be, const Tensor& like) {
   if (!like.device().is_cpu()) return new_tensor(be, like.device(), like.shape(), like.dtype());
-  const Tensor t = new_tensor(be, like.device(),
-                              {like.size(0), like.size(2), like.size(1), like.size(3)}, like.dtype());
+  const Tensor t = new_tensor(
+      be, like.device(), {like.size(0), like.size(2), like.size(1), like.size(3)}, like.dtype());
   Shape shape = t.shape(), strides = t.strides();  // dims 1 and 2 swapped back (no copy)
   std::swap(shape[1], shape[2]);
   std::swap(strides[1], strides[2]);

@@ -22,8 +22,9 @@
 // query heads that read it, so its dk and dv sums stay on one thread. In f32
 // the backward's p is exp(s - lse) with the forward's lse (one pass over the
 // scores); in f64 it recomputes each row's max and sum instead, since lse is
-// saved in f32 and f64 must stay exact for gradient checks. f32 and f64 only; the half types take the
-// default implementation (which computes through f32).
+// saved in f32 and f64 must stay exact for gradient checks. f32 and f64
+// only; the half types take the default implementation (which computes
+// through f32).
 //
 // Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <Eigen/Core>
@@ -94,8 +95,8 @@ void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t keys, int64_t i0, cons
 // lse instead of the row's own max and sum: p = exp(s - lse), one pass where
 // softmax_rows makes four. (f32 only: lse is saved in f32, which would cut
 // an f64 backward's precision to f32's.)
-void probs_from_lse(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t i0,
-                    const Geometry& n, const float* lse) {
+void probs_from_lse(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t i0, const Geometry& n,
+                    const float* lse) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t vis = n.visible(i0 + r);
     ArrayMap<float> p(s + r * ld, vis);
@@ -128,8 +129,8 @@ void forward_head(const Geometry& n, const Tensor& q, const Tensor& k, const Ten
 template <class T>
 void backward_kv_head(const Geometry& n, const Tensor& dout, const Tensor& q, const Tensor& k,
                       const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dq,
-                      const Tensor& dk,
-                      const Tensor& dv, int64_t b, int64_t kh, T scale, Scratch<T>& scratch) {
+                      const Tensor& dk, const Tensor& dv, int64_t b, int64_t kh, T scale,
+                      Scratch<T>& scratch) {
   const Rows<T> K = head<T>(k, b, kh), V = head<T>(v, b, kh);
   const Rows<T> dK = head<T>(dk, b, kh), dV = head<T>(dv, b, kh);
   for (int64_t j = 0; j < n.S; ++j) {

@@ -79,9 +79,9 @@ TEST_CASE("bias + GELU in bf16 takes the composed path; bad shapes are named", "
                       ops::to(ops::gelu(ops::add(u, b)), DType::kF32), 0, 0));
   CHECK_THROWS_WITH(ops::bias_gelu(ops::randn({4, 40}), ops::randn({39})),
                     Catch::Contains("bias_gelu") && Catch::Contains("39"));
-  CHECK_THROWS_WITH(ops::bias_gelu_backward(ops::randn({4, 41}), ops::randn({4, 40}),
-                                            ops::randn({40})),
-                    Catch::Contains("bias_gelu_backward"));
+  CHECK_THROWS_WITH(
+      ops::bias_gelu_backward(ops::randn({4, 41}), ops::randn({4, 40}), ops::randn({40})),
+      Catch::Contains("bias_gelu_backward"));
 }
 
 TEST_CASE("a GPT-2 Transformer gives the same loss and gradients fused and unfused",
