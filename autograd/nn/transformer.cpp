@@ -73,7 +73,9 @@ MLP::MLP(const TransformerConfig& c, Generator* gen)
 
 Tensor MLP::forward(const Tensor& x) {
   if (swiglu) return (*w2)(mul(silu((*w1)(x)), (*w3)(x)));
-  if (fused && w1->bias.defined() && !w1->has_hooks()) {
+  // Only the CPU backend has a bias + GELU kernel; elsewhere Backend's
+  // composed default would add a pass to the backward, not remove one.
+  if (fused && x.device().is_cpu() && w1->bias.defined() && !w1->has_hooks()) {
     return (*w2)(bias_gelu(linear(x, w1->weight), w1->bias, /*approximate=*/true));
   }
   return (*w2)(gelu((*w1)(x), /*approximate=*/true));

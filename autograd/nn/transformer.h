@@ -67,8 +67,8 @@ struct TransformerConfig {
 };
 
 // The feed-forward half of a block: w2(gelu(w1 x)) or w2(silu(w1 x) * w3 x).
-// With `fused` (and a bias, and no hook on w1), w1's bias and the GELU run as
-// one bias_gelu over the product x W1^T.
+// With `fused` (on the CPU, with a bias, and no hook on w1), w1's bias and
+// the GELU run as one bias_gelu over the product x W1^T.
 class MLP : public Module {
  public:
   MLP(const TransformerConfig& config, Generator* gen = nullptr);
