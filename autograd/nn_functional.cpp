@@ -50,6 +50,19 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
                 });
 }
 
+Tensor bias_gelu(const Tensor& u, const Tensor& bias, bool approximate) {
+  const Tensor b = autograd::autocast_operand(bias);
+  Tensor y = ops::bias_gelu(u, b, approximate);
+  if (!autograd::needs_grad({&u, &bias})) return y;
+  return record("bias_gelu", {&u, &bias}, y,
+                [su = SavedTensor(u), sb = SavedTensor(b), approximate,
+                 bias_dtype = bias.dtype()](const Tensor& g) {
+                  ops::BiasGeluGrads d =
+                      ops::bias_gelu_backward(g, su.get(), sb.get(), approximate);
+                  return TensorList{d.du, ops::to(d.dbias, bias_dtype)};
+                });
+}
+
 Tensor rms_norm(const Tensor& x_in, const Tensor& weight, double eps) {
   const Tensor x = autograd::autocast_f32(x_in);
   ops::NormResult r = ops::rms_norm(x, weight, eps);

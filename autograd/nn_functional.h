@@ -16,6 +16,12 @@ Tensor log_softmax(const Tensor& x, int dim = -1);
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 
+// gelu(u + bias) along the last dim, bias (C): a Linear's bias and the GELU
+// after it in one pass (ops::bias_gelu), so that
+//   bias_gelu(linear(x, w), b) == gelu(linear(x, w, b), approximate)
+// with the product written once and read once.
+Tensor bias_gelu(const Tensor& u, const Tensor& bias, bool approximate = true);
+
 // Rows of weight (V, C) at integer ids of any shape: (..., C).
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 

@@ -15,8 +15,10 @@
 // attention scores as if not causal, as in PaLM's appendix B), times tokens
 // per second, over --peak-tflops (the H200's dense bf16 rate by default).
 //
-//   spmd-bench-train --config tiny --threads 1 [--steps 20] [--warmup 3]
+//   spmd-bench-train --config tiny --threads 1 [--steps 20] [--warmup 3] [--unfused]
 //   spmd-bench-train --device cuda --config gpt2 [--steps 30] [--warmup 5]
+// (--unfused: TransformerConfig::fused_kernels off, the unfused compositions
+// the fused kernels replace, for a before/after of the fusions, docs/cpu.md)
 // prints one line of key=value fields, such as
 //   spmd device=cpu config=tiny threads=1 ... tokens_per_s=... step_ms=... peak_rss_mb=...
 // with, on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
@@ -54,6 +56,7 @@ struct Flags {
   int steps = 20;
   int warmup = 3;
   int64_t batch = 8;
+  bool unfused = false;        // TransformerConfig::fused_kernels off: the unfused compositions
   double peak_tflops = 989.0;  // H200 SXM, dense bf16 (the datasheet's 1979 is with sparsity)
 };
 
@@ -157,7 +160,8 @@ void run(const Flags& f) {
   SPMD_CHECK(device.is_cpu() || cuda::is_available(),
              "--device cuda, but no GPU is available (or spmd was built without CUDA)");
   const bool autocast = f.autocast == "bf16" || (f.autocast == "auto" && device.is_cuda());
-  const nn::TransformerConfig config = nn::TransformerConfig::preset(f.config);
+  nn::TransformerConfig config = nn::TransformerConfig::preset(f.config);
+  config.fused_kernels = !f.unfused;
   auto model = std::make_unique<nn::Transformer>(config, 0);
   model->to(device);
   const Result r = train(*model, f, device, autocast);
@@ -173,9 +177,10 @@ void run(const Flags& f) {
   const double tokens_per_s = double(f.batch * config.max_seq_len) / median;
   std::printf(
       "spmd device=%s config=%s threads=%d autocast=%s batch=%lld params=%lld "
-      "tokens_per_s=%.0f step_ms=%.2f min_step_ms=%.2f peak_rss_mb=%.1f",
+      "tokens_per_s=%.0f step_ms=%.2f min_step_ms=%.2f peak_rss_mb=%.1f fused=%d",
       f.device.c_str(), f.config.c_str(), f.threads, autocast ? "bf16" : "none", (long long)f.batch,
-      (long long)params, tokens_per_s, median * 1e3, times[0] * 1e3, peak_rss_mb());
+      (long long)params, tokens_per_s, median * 1e3, times[0] * 1e3, peak_rss_mb(),
+      int(!f.unfused));
   if (device.is_cuda()) {
     const double tflops = flops_per_token(config, params) * tokens_per_s / 1e12;
     std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f", tflops, tflops / f.peak_tflops,
@@ -202,6 +207,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", f.steps, "timed steps")->check(spmd::flags::count(1));
   app.add_option("--warmup", f.warmup, "untimed steps first")->check(spmd::flags::count(0));
   app.add_option("--batch", f.batch, "sequences per batch")->check(spmd::flags::count(1));
+  app.add_flag("--unfused", f.unfused, "run the unfused compositions the fused kernels replace");
   app.add_option("--peak-tflops", f.peak_tflops, "the device's peak, for the MFU")
       ->check(spmd::flags::positive());
   CLI11_PARSE(app, argc, argv);

@@ -18,11 +18,15 @@ environment as it is (what a user who sets nothing gets).
 --baseline PATH runs another spmd-bench-train (an older build, or this one)
 as the B side instead of torch: before/after figures of a change, pair by
 pair; --baseline-capability NAME runs it with SPMD_CPU_CAPABILITY=NAME (the
-gain of one capability over another, with the same binary on both sides).
+gain of one capability over another, with the same binary on both sides);
+--baseline-args=ARGS adds flags to the baseline's command line
+(--baseline build/bench/spmd-bench-train --baseline-args=--unfused: the
+gain of the fused kernels, docs/cpu.md).
 
   bench/train_bench.py [--build build] [--configs tiny,small] [--threads 1,2]
                        [--pairs 5] [--steps 20] [--torch-coretype match|keep]
-                       [--baseline path/to/spmd-bench-train [--baseline-capability avx2]]
+                       [--baseline path/to/spmd-bench-train [--baseline-capability avx2]
+                        [--baseline-args=--unfused]]
 """
 import argparse
 import os
@@ -92,7 +96,7 @@ def torch_info(env):
 
 def side_b(args, peer, common):
     if args.baseline:
-        return [args.baseline] + common
+        return [args.baseline] + common + args.baseline_args.split()
     return ["/usr/bin/python3", peer] + common
 
 
@@ -106,6 +110,7 @@ def main():
     ap.add_argument("--torch-coretype", choices=["match", "keep"], default="match")
     ap.add_argument("--baseline", help="another spmd-bench-train to run as the B side")
     ap.add_argument("--baseline-capability", help="SPMD_CPU_CAPABILITY for the baseline")
+    ap.add_argument("--baseline-args", default="", help="extra flags for the baseline")
     args = ap.parse_args()
     if args.pairs < 5:
         sys.exit("train_bench: --pairs must be at least 5 (a median of fewer ratios is noise)")
@@ -126,7 +131,7 @@ def main():
     if args.baseline:
         forced = f" with SPMD_CPU_CAPABILITY={args.baseline_capability}" \
             if args.baseline_capability else ""
-        header.append(f"# B side: {args.baseline}{forced}")
+        header.append(f"# B side: {args.baseline} {args.baseline_args}".rstrip() + forced)
     else:
         how = (f"OPENBLAS_CORETYPE={b_env['OPENBLAS_CORETYPE']} set to match spmd"
                if "OPENBLAS_CORETYPE" in b_env and args.torch_coretype == "match"

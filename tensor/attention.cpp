@@ -104,6 +104,22 @@ void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, c
              v.dtype());
 }
 
+// A (B, H, T, D) tensor for an output or a gradient of attention. On the
+// CPU it is the (B, H, T, D) view of a contiguous (B, T, H, D) tensor, the
+// layout the model splits its heads from and merges them back into: the
+// merge of the heads (transpose(1, 2), then (B, T, H*D)) and the backward's
+// way back into the projections then need no copy. Other backends get a
+// contiguous (B, H, T, D) tensor.
+Tensor heads_tensor(Backend& be, const Tensor& like) {
+  if (!like.device().is_cpu()) return new_tensor(be, like.device(), like.shape(), like.dtype());
+  const Tensor t = new_tensor(
+      be, like.device(), {like.size(0), like.size(2), like.size(1), like.size(3)}, like.dtype());
+  Shape shape = t.shape(), strides = t.strides();  // dims 1 and 2 swapped back (no copy)
+  std::swap(shape[1], shape[2]);
+  std::swap(strides[1], strides[2]);
+  return Tensor(t.storage(), shape, strides, t.offset(), t.dtype());
+}
+
 double default_scale(const Tensor& q, double scale) {
   return scale < 0 ? 1.0 / std::sqrt(double(q.size(3))) : scale;
 }
@@ -171,7 +187,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
   check_attention_inputs(q, k, v, "attention");
   Backend& be = backend_for({&q, &k, &v}, "attention");
   AttentionResult r;
-  r.out = new_tensor(be, q.device(), q.shape(), q.dtype());
+  r.out = heads_tensor(be, q);
   r.lse = new_tensor(be, q.device(), {q.size(0), q.size(1), q.size(2)}, DType::kF32);
   be.attention(q, k, v, causal, default_scale(q, scale), r.out, r.lse);
   return r;
@@ -188,9 +204,9 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
              "attention_backward: expected the forward's out and its contiguous f32 lse");
   Backend& be = backend_for({&dout, &q, &k, &v, &saved.out, &saved.lse}, "attention_backward");
   AttentionGrads g;
-  g.dq = new_tensor(be, q.device(), q.shape(), q.dtype());
-  g.dk = new_tensor(be, k.device(), k.shape(), k.dtype());
-  g.dv = new_tensor(be, v.device(), v.shape(), v.dtype());
+  g.dq = heads_tensor(be, q);
+  g.dk = heads_tensor(be, k);
+  g.dv = heads_tensor(be, v);
   be.attention_backward(dout, q, k, v, saved.out, saved.lse, causal, default_scale(q, scale), g.dq,
                         g.dk, g.dv);
   return g;

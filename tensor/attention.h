@@ -9,6 +9,9 @@
 
 namespace spmd::ops {
 
+// On the CPU, out and the gradients are (B, H, T, D) views of contiguous
+// (B, T, H, D) tensors (heads side by side, as the model's projections hold
+// them), so that merging the heads back needs no copy; elsewhere contiguous.
 struct AttentionResult {
   Tensor out;  // (B, H, T, D), q's dtype
   Tensor lse;  // (B, H, T) f32: log of each row's softmax denominator

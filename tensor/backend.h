@@ -195,6 +195,19 @@ class Backend {
   virtual void adamw_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                           const Tensor& exp_avg_sq, const AdamWStep& hp) = 0;
 
+  // --- Fused epilogues --------------------------------------------------------
+  // y = gelu(u + bias) over the last dim of u (rows, C), bias (C): the first
+  // Linear of a GELU MLP, computed without its bias, and its activation in
+  // one pass over u (the tanh GELU when approximate, else the erf one). u,
+  // bias and y are contiguous, of one floating dtype. The default composes
+  // binary(kAdd) and unary(kGelu*), so it serves every backend and is the
+  // reference the CPU backend's fused kernel is tested against.
+  virtual void bias_gelu(const Tensor& u, const Tensor& bias, bool approximate, const Tensor& y);
+  // du = dy * gelu'(u + bias), and dbias (C) = du summed over the rows
+  // (overwritten), in one pass; dy and du contiguous, of u's shape.
+  virtual void bias_gelu_backward(const Tensor& dy, const Tensor& u, const Tensor& bias,
+                                  bool approximate, const Tensor& du, const Tensor& dbias);
+
   // --- Attention -------------------------------------------------------------
   // Scaled dot-product attention of q (B, H, T, D) over k and v (B, Hkv, S, D),
   // H a multiple of Hkv (grouped-query attention: query head h reads key head

@@ -32,6 +32,17 @@ NormResult rms_norm(const Tensor& x, const Tensor& weight, double eps = 1e-6);
 NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                             const NormResult& saved);
 
+// gelu(u + bias) along the last dim, bias (C) broadcast over the rows: a
+// Linear's bias and the GELU after it fused into one pass over the product
+// u = x W^T (Backend::bias_gelu), equal to gelu(add(u, bias), approximate).
+Tensor bias_gelu(const Tensor& u, const Tensor& bias, bool approximate = true);
+struct BiasGeluGrads {
+  Tensor du, dbias;  // u's shape; bias's shape
+};
+// The gradients of bias_gelu for an upstream dy, in one pass.
+BiasGeluGrads bias_gelu_backward(const Tensor& dy, const Tensor& u, const Tensor& bias,
+                                 bool approximate = true);
+
 // Rows of `weight` (V, C) picked by integer ids of any shape: (..., C).
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 // dweight (V, C) from d(out) (..., C): each id's rows summed.

@@ -96,6 +96,9 @@ class Module : public std::enable_shared_from_this<Module> {
   int register_forward_pre_hook(ForwardPreHook hook);
   int register_forward_hook(ForwardHook hook);
   void remove_hook(int handle);
+  // True when a forward pre- or post-hook is registered (a fused path that
+  // computes this module's forward itself must then call it instead).
+  bool has_hooks() const { return !pre_hooks_.empty() || !post_hooks_.empty(); }
 
  protected:
   // REQUIRES: `slot` is a member of this module (it is remembered by address).

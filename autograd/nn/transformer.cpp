@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
+#include "autograd/nn_functional.h"
 #include "autograd/tensor_ops.h"
 #include "tensor/ops.h"
 
@@ -63,7 +64,7 @@ std::shared_ptr<Module> make_norm(const TransformerConfig& c) {
 // --- MLP and block -------------------------------------------------------------------------
 
 MLP::MLP(const TransformerConfig& c, Generator* gen)
-    : swiglu(c.activation == TransformerConfig::Activation::kSwiGLU) {
+    : swiglu(c.activation == TransformerConfig::Activation::kSwiGLU), fused(c.fused_kernels) {
   const int64_t hidden = c.hidden_dim();
   w1 = register_module("w1", std::make_shared<Linear>(c.d_model, hidden, c.bias, gen));
   w2 = register_module("w2", std::make_shared<Linear>(hidden, c.d_model, c.bias, gen));
@@ -72,6 +73,11 @@ MLP::MLP(const TransformerConfig& c, Generator* gen)
 
 Tensor MLP::forward(const Tensor& x) {
   if (swiglu) return (*w2)(mul(silu((*w1)(x)), (*w3)(x)));
+  // Only the CPU backend has a bias + GELU kernel; elsewhere Backend's
+  // composed default would add a pass to the backward, not remove one.
+  if (fused && x.device().is_cpu() && w1->bias.defined() && !w1->has_hooks()) {
+    return (*w2)(bias_gelu(linear(x, w1->weight), w1->bias, /*approximate=*/true));
+  }
   return (*w2)(gelu((*w1)(x), /*approximate=*/true));
 }
 

@@ -42,6 +42,10 @@ struct TransformerConfig {
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   double dropout = 0.0;
+  // The fused CPU/GPU kernels of a block (docs/cpu.md): bias + GELU in the
+  // MLP. false runs the unfused composition, the reference the tests hold the
+  // fused path to.
+  bool fused_kernels = true;
   // Mixture of experts (nn::MoE) in place of the MLP: 0 experts keeps every
   // block dense. Blocks 0, moe_every, 2 moe_every, ... (Megatron's
   // moe_layer_freq) get n_experts experts of hidden_dim() each, top moe_top_k
@@ -63,6 +67,8 @@ struct TransformerConfig {
 };
 
 // The feed-forward half of a block: w2(gelu(w1 x)) or w2(silu(w1 x) * w3 x).
+// With `fused` (on the CPU, with a bias, and no hook on w1), w1's bias and
+// the GELU run as one bias_gelu over the product x W1^T.
 class MLP : public Module {
  public:
   MLP(const TransformerConfig& config, Generator* gen = nullptr);
@@ -70,6 +76,7 @@ class MLP : public Module {
   std::string type_name() const override { return "MLP"; }
 
   const bool swiglu;
+  bool fused;
   std::shared_ptr<Linear> w1, w2, w3;  // w3 for SwiGLU only
 };
 

@@ -19,10 +19,12 @@
 //                         dq = scale ds k,  dk += scale ds^T q
 //
 // Grouped-query attention: the backward's task is one key head with the g
-// query heads that read it, so its dk and dv sums stay on one thread. The
-// backward recomputes each row's max and sum rather than reading lse, so f64
-// stays exact for gradient checks. f32 and f64 only; the half types take the
-// default implementation (which computes through f32).
+// query heads that read it, so its dk and dv sums stay on one thread. In f32
+// the backward's p is exp(s - lse) with the forward's lse (one pass over the
+// scores); in f64 it recomputes each row's max and sum instead, since lse is
+// saved in f32 and f64 must stay exact for gradient checks. f32 and f64
+// only; the half types take the default implementation (which computes
+// through f32).
 //
 // Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <Eigen/Core>
@@ -89,6 +91,20 @@ void softmax_rows(T* s, int64_t ld, int64_t rows, int64_t keys, int64_t i0, cons
   }
 }
 
+// In place on each of `rows` rows of s, as softmax_rows, from the forward's
+// lse instead of the row's own max and sum: p = exp(s - lse), one pass where
+// softmax_rows makes four. (f32 only: lse is saved in f32, which would cut
+// an f64 backward's precision to f32's.)
+void probs_from_lse(float* s, int64_t ld, int64_t rows, int64_t keys, int64_t i0, const Geometry& n,
+                    const float* lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t vis = n.visible(i0 + r);
+    ArrayMap<float> p(s + r * ld, vis);
+    p = (p - lse[r]).exp();
+    std::fill(s + r * ld + vis, s + r * ld + keys, 0.0f);
+  }
+}
+
 template <class T>
 void forward_head(const Geometry& n, const Tensor& q, const Tensor& k, const Tensor& v,
                   const Tensor& out, const Tensor& lse, int64_t b, int64_t h, T scale,
@@ -112,8 +128,9 @@ void forward_head(const Geometry& n, const Tensor& q, const Tensor& k, const Ten
 // Backward of one key head (b, kh) and the g query heads that read it.
 template <class T>
 void backward_kv_head(const Geometry& n, const Tensor& dout, const Tensor& q, const Tensor& k,
-                      const Tensor& v, const Tensor& out, const Tensor& dq, const Tensor& dk,
-                      const Tensor& dv, int64_t b, int64_t kh, T scale, Scratch<T>& scratch) {
+                      const Tensor& v, const Tensor& out, const Tensor& lse, const Tensor& dq,
+                      const Tensor& dk, const Tensor& dv, int64_t b, int64_t kh, T scale,
+                      Scratch<T>& scratch) {
   const Rows<T> K = head<T>(k, b, kh), V = head<T>(v, b, kh);
   const Rows<T> dK = head<T>(dk, b, kh), dV = head<T>(dv, b, kh);
   for (int64_t j = 0; j < n.S; ++j) {
@@ -125,6 +142,7 @@ void backward_kv_head(const Geometry& n, const Tensor& dout, const Tensor& q, co
   for (int64_t h = kh * n.g; h < (kh + 1) * n.g; ++h) {
     const Rows<T> Q = head<T>(q, b, h), dO = head<T>(dout, b, h), O = head<T>(out, b, h);
     const Rows<T> dQ = head<T>(dq, b, h);
+    const float* L = lse.data<float>() + (b * n.H + h) * n.T;
     for (int64_t i0 = 0; i0 < n.T; i0 += kBlock) {
       const int64_t rows = std::min(kBlock, n.T - i0), keys = n.block_keys(i0 + rows);
       T* p = scratch.data();
@@ -132,7 +150,11 @@ void backward_kv_head(const Geometry& n, const Tensor& dout, const Tensor& q, co
       T* delta = dp + kBlock * ld;  // rowsum(dout * out) = rowsum(dp * p)
       gemm_rows<T>(false, true, rows, keys, n.D, scale, Q.row(i0), Q.stride, K.data, K.stride, T(0),
                    p, ld);
-      softmax_rows<T>(p, ld, rows, keys, i0, n, nullptr);
+      if constexpr (std::is_same_v<T, float>) {
+        probs_from_lse(p, ld, rows, keys, i0, n, L + i0);
+      } else {
+        softmax_rows<T>(p, ld, rows, keys, i0, n, nullptr);
+      }
       for (int64_t r = 0; r < rows; ++r) {
         delta[r] = (ArrayMap<T>(dO.row(i0 + r), n.D) * ArrayMap<T>(O.row(i0 + r), n.D)).sum();
       }
@@ -209,7 +231,7 @@ void KernelBackend::attention_backward(const Tensor& dout, const Tensor& q, cons
   }
   visit_float(q.dtype(), "attention_backward", [&]<class T>() {
     for_each_task<T>(n.B * n.Hkv, [&](int64_t i, Scratch<T>& scratch) {
-      backward_kv_head<T>(n, dout, q, k, v, out, dq, dk, dv, i / n.Hkv, i % n.Hkv, T(scale),
+      backward_kv_head<T>(n, dout, q, k, v, out, lse, dq, dk, dv, i / n.Hkv, i % n.Hkv, T(scale),
                           scratch);
     });
   });

@@ -28,17 +28,13 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "tensor/cpu/eigen_maps.h"
+#include "tensor/cpu/float_blocks.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/scalar_ops.h"
 
 namespace spmd::cpu::SPMD_CPU_CAP {
 namespace {
-
-constexpr int64_t kBlock = 1024;
-constexpr int64_t kVectorBytes = 64;  // one AVX-512 register, two AVX2 ones
-template <class C>
-constexpr int64_t kLanes = kVectorBytes / int64_t(sizeof(C));
 
 // exp through Eigen's generic packet algorithm (pexp_float, pexp_double),
 // whatever the ISA. Only whole packets reach it, so the scalar operator()
@@ -83,7 +79,9 @@ template <class T>
 constexpr bool is_float_v =
     std::is_floating_point_v<T> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>;
 
-// --- Floating-point block kernels (C is float or double) --------------------
+}  // namespace
+
+// --- Floating-point block kernels (C is float or double; float_blocks.h) -----
 
 template <class C>
 void unary_block(UnaryOp op, const C* px, C* py, int64_t n) {
@@ -207,6 +205,8 @@ void binary_block(BinaryOp op, const C* pa, const C* pb, C* po, int64_t n) {
   }
 }
 
+namespace {
+
 bool is_costly(UnaryOp op) {
   return !(op == UnaryOp::kNeg || op == UnaryOp::kAbs || op == UnaryOp::kRelu ||
            op == UnaryOp::kSquare || op == UnaryOp::kSign || op == UnaryOp::kLogicalNot);
@@ -214,12 +214,6 @@ bool is_costly(UnaryOp op) {
 bool is_costly(BinaryOp op) { return op == BinaryOp::kPow || op >= BinaryOp::kReluBackward; }
 
 // --- Moving blocks in and out of the compute type ----------------------------
-
-// The block length a kernel runs on: m rounded up to whole vectors.
-template <class C>
-int64_t whole_vectors(int64_t m) {
-  return (m + kLanes<C> - 1) / kLanes<C> * kLanes<C>;
-}
 
 // m elements of T at p (byte stride s) as the compute type, padded to
 // whole vectors: read in place when they already are dense elements of it
@@ -345,5 +339,10 @@ void KernelBackend::binary_scalar(BinaryOp op, const Tensor& a, double s, const 
     scalar_binary(op, with_constant(loop, &value, scalar_first), a.dtype());
   });
 }
+
+template void unary_block<float>(UnaryOp, const float*, float*, int64_t);
+template void unary_block<double>(UnaryOp, const double*, double*, int64_t);
+template void binary_block<float>(BinaryOp, const float*, const float*, float*, int64_t);
+template void binary_block<double>(BinaryOp, const double*, const double*, double*, int64_t);
 
 }  // namespace spmd::cpu::SPMD_CPU_CAP

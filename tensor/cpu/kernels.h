@@ -1,7 +1,7 @@
 // The CPU backend's hot loops, compiled once per capability (capability.h).
 //
-// elementwise.cpp, reduce.cpp, norm.cpp, nn.cpp, attention.cpp and
-// kernels.cpp are compiled once for each capability, with its -march flags
+// elementwise.cpp, reduce.cpp, norm.cpp, nn.cpp, fused.cpp, attention.cpp
+// and kernels.cpp are compiled once for each capability, with its -march flags
 // and SPMD_CPU_CAP naming its namespace (avx2, avx512, generic): each copy
 // defines spmd::cpu::<cap>::KernelBackend, the CpuBackend with these methods,
 // and one C symbol, spmd_cpu_backend_<cap>, that returns its instance.
@@ -51,6 +51,10 @@ class KernelBackend final : public CpuBackend {
                               const Tensor& dlogits) override;
   void rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
             bool inverse) override;
+
+  void bias_gelu(const Tensor& u, const Tensor& bias, bool approximate, const Tensor& y) override;
+  void bias_gelu_backward(const Tensor& dy, const Tensor& u, const Tensor& bias, bool approximate,
+                          const Tensor& du, const Tensor& dbias) override;
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                  const Tensor& out, const Tensor& lse) override;

@@ -2,7 +2,8 @@
 // differentiable scaled_dot_product_attention runs on) against the composed
 // default of Backend (tensor/attention.cpp) at lengths that span several of
 // its query blocks, causal and not, T != S, grouped-query, strided heads,
-// forward and backward, in f32 and f64; and bitwise repeatable.
+// forward and backward, in f32 and f64; bitwise repeatable; and its outputs
+// laid out heads side by side.
 #include <catch2/catch.hpp>
 
 #include "tensor/attention.h"
@@ -56,6 +57,11 @@ TEST_CASE("fused CPU attention equals the composed default, forward and backward
       CHECK(ops::allclose(g.dq, dq, tol, tol));
       CHECK(ops::allclose(g.dk, dk, tol, tol));
       CHECK(ops::allclose(g.dv, dv, tol, tol));
+
+      // Heads side by side: (B, T, H, D) underneath, so merging them copies nothing.
+      CHECK(ops::transpose(fused.out, 1, 2).is_contiguous());
+      CHECK(ops::transpose(g.dq, 1, 2).is_contiguous());
+      CHECK(ops::transpose(g.dk, 1, 2).is_contiguous());
 
       // Bitwise the same on a second call (scratch of another address).
       std::vector<Tensor> keep(7, ops::ones({7, 3}));  // move the allocator along

@@ -213,6 +213,8 @@ std::vector<OpCase> op_table() {
        [](const Inputs& x) { return layer_norm(x[0], x[1], x[2]); }},
       {"layer_norm(no affine)", {{3, 4}}, [](const Inputs& x) { return layer_norm(x[0], {}, {}); }},
       {"rms_norm", {{2, 3, 5}, {5}}, [](const Inputs& x) { return rms_norm(x[0], x[1]); }},
+      {"bias_gelu", {{2, 3, 5}, {5}}, [](const Inputs& x) { return bias_gelu(x[0], x[1]); }},
+      {"bias_gelu(erf)", {m23, v3}, [](const Inputs& x) { return bias_gelu(x[0], x[1], false); }},
       {"embedding",
        {{5, 3}},
        [](const Inputs& x) {
