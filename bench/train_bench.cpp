@@ -23,6 +23,14 @@
 // then the medians of the phases, forward_ms (with the loss), backward_ms and
 // optimizer_ms (CUDA events on a GPU: no extra wait), and loss_first=...
 // loss_last=... (the first and last step's loss).
+//
+// --profile-top N profiles the timed steps (runtime/profiler.h) and adds a
+// line per op of the N with the largest self time, tab-separated:
+//   #op <name> <phase> <self ms per step> <calls per step>
+// and "#op_total <self ms per step, all ops> <median step ms>". (A profiled
+// run's tokens/s is not the unprofiled one's; bench/train_bench.py runs it
+// apart.) With SPMD_PROFILE=1 the table printed at exit covers the timed
+// steps alone, too. --info prints the "# cpu:" and "# blas:" lines only.
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -38,6 +46,9 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "runtime/flag_checks.h"
+#include "runtime/profiler.h"
+#include "tensor/cpu/blas.h"
+#include "tensor/cpu/capability.h"
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -54,6 +65,7 @@ struct Flags {
   int steps = 20;
   int warmup = 3;
   int64_t batch = 8;
+  int profile_top = 0;
   double peak_tflops = 989.0;  // H200 SXM, dense bf16 (the datasheet's 1979 is with sparsity)
 };
 
@@ -124,6 +136,10 @@ Result train(nn::Transformer& model, const Flags& f, Device device, bool autocas
   PhaseMarks marks(device);
   wait_for(device);
   for (int i = 0; i < f.warmup + f.steps; ++i) {
+    if (i == f.warmup && (f.profile_top > 0 || profiler::enabled())) {
+      profiler::reset();  // the timed steps alone
+      profiler::start();
+    }
     const auto start = std::chrono::steady_clock::now();
     marks.mark(0);
     Tensor loss;
@@ -148,7 +164,20 @@ Result train(nn::Transformer& model, const Flags& f, Device device, bool autocas
     if (i == 0) r.loss_first = loss.item<double>();  // after the clock: waits for nothing new
     if (i + 1 == f.warmup + f.steps) r.loss_last = loss.item<double>();
   }
+  if (f.profile_top > 0) profiler::stop();
   return r;
+}
+
+// The profiled steps' ops with the largest self time, per step.
+void print_top_ops(const Flags& f, double median_step_s) {
+  const std::vector<profiler::OpStats> rows = profiler::key_averages();
+  int64_t self_ns = 0;
+  for (const profiler::OpStats& r : rows) self_ns += r.self_ns;
+  for (size_t i = 0; i < rows.size() && i < size_t(f.profile_top); ++i) {
+    std::printf("#op\t%s\t%s\t%.3f\t%.1f\n", rows[i].name.c_str(), phase_name(rows[i].phase),
+                double(rows[i].self_ns) / 1e6 / f.steps, double(rows[i].calls) / f.steps);
+  }
+  std::printf("#op_total\t%.3f\t%.3f\n", double(self_ns) / 1e6 / f.steps, median_step_s * 1e3);
 }
 
 void run(const Flags& f) {
@@ -185,6 +214,7 @@ void run(const Flags& f) {
       " forward_ms=%.2f backward_ms=%.2f optimizer_ms=%.2f loss_first=%.4f loss_last=%.4f\n",
       median_of(r.phase_ms[0]), median_of(r.phase_ms[1]), median_of(r.phase_ms[2]), r.loss_first,
       r.loss_last);
+  if (f.profile_top > 0) print_top_ops(f, median);
 }
 
 }  // namespace
@@ -204,7 +234,17 @@ int main(int argc, char** argv) {
   app.add_option("--batch", f.batch, "sequences per batch")->check(spmd::flags::count(1));
   app.add_option("--peak-tflops", f.peak_tflops, "the device's peak, for the MFU")
       ->check(spmd::flags::positive());
+  app.add_option("--profile-top", f.profile_top,
+                 "profile the timed steps; print the N ops of largest self time")
+      ->check(spmd::flags::count(0));
+  bool info_only = false;
+  app.add_flag("--info", info_only, "print the CPU, capability and BLAS lines only");
   CLI11_PARSE(app, argc, argv);
+  if (info_only) {
+    std::printf("# cpu: %s\n# blas: %s\n", cpu::describe_cpu().c_str(),
+                cpu::describe_blas().c_str());
+    return 0;
+  }
   try {
     run(f);
   } catch (const std::exception& e) {
