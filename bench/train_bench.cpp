@@ -19,7 +19,9 @@
 //   spmd-bench-train --device cuda --config gpt2 [--steps 30] [--warmup 5]
 // prints one line of key=value fields, such as
 //   spmd device=cpu config=tiny threads=1 ... tokens_per_s=... step_ms=... peak_rss_mb=...
-// with, on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
+// with, on the CPU, peak_alloc_mb=... cached_mb=... (the most the tensors
+// held at once, and what the caching allocator keeps free at the end:
+// tensor/cpu/allocator.h), on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
 // then the medians of the phases, forward_ms (with the loss), backward_ms and
 // optimizer_ms (CUDA events on a GPU: no extra wait), and loss_first=...
 // loss_last=... (the first and last step's loss).
@@ -47,6 +49,7 @@
 #include "autograd/optim/adamw.h"
 #include "runtime/flag_checks.h"
 #include "runtime/profiler.h"
+#include "tensor/cpu/allocator.h"
 #include "tensor/cpu/blas.h"
 #include "tensor/cpu/capability.h"
 #include "tensor/cuda_api.h"
@@ -205,6 +208,11 @@ void run(const Flags& f) {
       "tokens_per_s=%.0f step_ms=%.2f min_step_ms=%.2f peak_rss_mb=%.1f",
       f.device.c_str(), f.config.c_str(), f.threads, autocast ? "bf16" : "none", (long long)f.batch,
       (long long)params, tokens_per_s, median * 1e3, times[0] * 1e3, peak_rss_mb());
+  if (device.is_cpu()) {
+    const cpu::HostMemoryStats host = cpu::host_memory_stats();
+    std::printf(" peak_alloc_mb=%.1f cached_mb=%.1f", double(host.peak_allocated) / (1 << 20),
+                double(host.cached) / (1 << 20));
+  }
   if (device.is_cuda()) {
     const double tflops = flops_per_token(config, params) * tokens_per_s / 1e12;
     std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f", tflops, tflops / f.peak_tflops,

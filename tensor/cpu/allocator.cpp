@@ -15,9 +15,9 @@
 namespace spmd::cpu {
 namespace {
 
-constexpr size_t kAlignment = 64;               // a cache line, the widest vector register
-constexpr size_t kMinCached = size_t(1) << 20;  // 1 MiB: below this, malloc reuses well
-constexpr size_t kHugePage = size_t(2) << 20;   // 2 MiB transparent huge pages
+constexpr size_t kAlignment = 64;                 // a cache line, the widest vector register
+constexpr size_t kMinCached = size_t(128) << 10;  // 128 KiB: glibc's mmap threshold (allocator.h)
+constexpr size_t kHugePage = size_t(2) << 20;     // 2 MiB transparent huge pages
 
 // The size a request is served at: below kMinCached a multiple of the
 // alignment; above, rounded up to 1/16 of its power of two (at most 6.25%
