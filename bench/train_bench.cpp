@@ -29,7 +29,8 @@
 // --profile-top N profiles the timed steps (runtime/profiler.h) and adds a
 // line per op of the N with the largest self time, tab-separated:
 //   #op <name> <phase> <self ms per step> <calls per step>
-// and "#op_total <self ms per step, all ops> <median step ms>". (A profiled
+// and "#op_total <self ms per step, all ops> <mean step ms>" (means, so that
+// the two compare: the first is the profiled time over the steps). (A profiled
 // run's tokens/s is not the unprofiled one's; bench/train_bench.py runs it
 // apart.) With SPMD_PROFILE=1 the table printed at exit covers the timed
 // steps alone, too. --info prints the "# cpu:" and "# blas:" lines only.
@@ -172,7 +173,7 @@ Result train(nn::Transformer& model, const Flags& f, Device device, bool autocas
 }
 
 // The profiled steps' ops with the largest self time, per step.
-void print_top_ops(const Flags& f, double median_step_s) {
+void print_top_ops(const Flags& f, double mean_step_s) {
   const std::vector<profiler::OpStats> rows = profiler::key_averages();
   int64_t self_ns = 0;
   for (const profiler::OpStats& r : rows) self_ns += r.self_ns;
@@ -180,7 +181,7 @@ void print_top_ops(const Flags& f, double median_step_s) {
     std::printf("#op\t%s\t%s\t%.3f\t%.1f\n", rows[i].name.c_str(), phase_name(rows[i].phase),
                 double(rows[i].self_ns) / 1e6 / f.steps, double(rows[i].calls) / f.steps);
   }
-  std::printf("#op_total\t%.3f\t%.3f\n", double(self_ns) / 1e6 / f.steps, median_step_s * 1e3);
+  std::printf("#op_total\t%.3f\t%.3f\n", double(self_ns) / 1e6 / f.steps, mean_step_s * 1e3);
 }
 
 void run(const Flags& f) {
@@ -222,7 +223,11 @@ void run(const Flags& f) {
       " forward_ms=%.2f backward_ms=%.2f optimizer_ms=%.2f loss_first=%.4f loss_last=%.4f\n",
       median_of(r.phase_ms[0]), median_of(r.phase_ms[1]), median_of(r.phase_ms[2]), r.loss_first,
       r.loss_last);
-  if (f.profile_top > 0) print_top_ops(f, median);
+  if (f.profile_top > 0) {
+    double sum = 0;
+    for (double s : r.step_seconds) sum += s;
+    print_top_ops(f, sum / double(r.step_seconds.size()));
+  }
 }
 
 }  // namespace

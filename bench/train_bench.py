@@ -89,7 +89,7 @@ def print_profiles(profiles, top, b_name):
         for side, total in (("spmd", a_total), (b_name, b_total)):
             if total:
                 print(f"  {side}: the ops' self times sum to {total[0]:.2f} ms of a "
-                      f"{total[1]:.2f} ms step ({100 * total[0] / total[1]:.0f}%)")
+                      f"{total[1]:.2f} ms mean step ({100 * total[0] / total[1]:.0f}%)")
         print(f"| # | spmd op | phase | ms | calls | {b_name} op | ms | calls |")
         print("|---|---|---|---|---|---|---|---|")
         for i in range(max(len(a_rows), len(b_rows))):

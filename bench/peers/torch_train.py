@@ -28,7 +28,7 @@ One line in spmd-bench-train's format:
 --profile-top N runs the timed steps under torch.profiler (CPU activity) and
 adds, as spmd-bench-train does, a tab-separated line per op of the N with the
 largest self CPU time in key_averages() ("#op <name> - <self ms per step>
-<calls per step>"), then "#op_total <self ms per step, all ops> <median step ms>".
+<calls per step>"), then "#op_total <self ms per step, all ops> <mean step ms>".
 """
 import argparse
 import contextlib
@@ -197,16 +197,16 @@ def main():
     print(f"{line} forward_ms={fwd:.2f} backward_ms={bwd:.2f} optimizer_ms={step:.2f} "
           f"loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f}")
     if profiler is not None:
-        print_top_ops(profiler, args.profile_top, args.steps, median)
+        print_top_ops(profiler, args.profile_top, args.steps, sum(times) / len(times))
 
 
-def print_top_ops(profiler, top, steps, median_s):
+def print_top_ops(profiler, top, steps, mean_s):
     """The profiled steps' ops of largest self CPU time, per step (us in torch, ms here)."""
     events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     for e in events[:top]:
         print(f"#op\t{e.key}\t-\t{e.self_cpu_time_total / 1e3 / steps:.3f}\t{e.count / steps:.1f}")
     total = sum(e.self_cpu_time_total for e in events)
-    print(f"#op_total\t{total / 1e3 / steps:.3f}\t{median_s * 1e3:.3f}")
+    print(f"#op_total\t{total / 1e3 / steps:.3f}\t{mean_s * 1e3:.3f}")
 
 
 if __name__ == "__main__":
