@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "autograd/grad_mode.h"
+#include "runtime/profiler.h"
 #include "tensor/ops.h"
 
 namespace spmd::autograd {
@@ -108,6 +109,9 @@ class GraphTask {
 
   void run_node(Task& task) {
     Node& node = *task.node;
+    // The node's own time (its bookkeeping and the ops it runs beneath it).
+    const std::string scope_name = profiler::enabled() ? "autograd::" + node.name() : "";
+    ProfileScope scope(scope_name);
     TensorList grads = std::move(task.grads);
     grads.resize(node.num_outputs());
     const std::vector<bool>* mask = mask_of(&node);
@@ -259,6 +263,7 @@ std::shared_ptr<Node> make_root(const TensorList& roots, const TensorList& grads
 
 // Runs the task with the callbacks of the outermost pass (see queue_callback).
 void run_with_callbacks(GraphTask& task) {
+  ProfilePhaseGuard phase(ProfilePhase::kBackward);
   if (final_callbacks != nullptr) {  // nested inside another backward: its callbacks
     task.run();
     return;

@@ -6,6 +6,10 @@
 //   (the library tensor/cpu/matmul.cpp calls), and of OpenBLAS's cblas_sgemm
 //   (the BLAS Eigen hands the product to), with the ratios, at square sizes
 //   and at the GEMM shapes of bench/train_bench.py's small config;
+//   GFLOP/s of OpenBLAS, BLIS and oneDNN (bench/gemm_libraries.h) at every
+//   GEMM of a tiny- and a small-config training step (each Linear's forward
+//   x W^T, its input gradient dy W and its weight gradient dy^T x), and the
+//   milliseconds of a whole step's GEMMs on each library;
 //   the bandwidth of an elementwise add over 64 MiB (bytes read + written per
 //   second) beside memcpy of the same bytes;
 //   the milliseconds of the non-GEMM ops of a small-config training step
@@ -21,6 +25,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -30,6 +35,7 @@
 #include <cblas.h>
 #endif
 
+#include "bench/gemm_libraries.h"
 #include "runtime/flag_checks.h"
 #include "tensor/attention.h"
 #include "tensor/cpu/blas.h"
@@ -90,6 +96,95 @@ void bench_gemm(const Gemm& g, double min_time) {
   if (t.size() > 2) std::printf("  %8.1f", flop / t[2] * 1e-9);
   std::printf("   %6.3f", t[1] / t[0]);
   if (t.size() > 2) std::printf("  %6.3f", t[2] / t[0]);
+  std::printf("\n");
+}
+
+// One GEMM of a training step: C (M, N) = op(A) op(B), `count` times a step.
+struct StepGemm {
+  const char* what;
+  int64_t M, N, K;
+  bool trans_a, trans_b;
+  int count;
+};
+
+// Every GEMM of a GPT-2 step with n_layers blocks of width C (4C hidden),
+// BT tokens and vocabulary V (a tied head): per Linear (out N, in K) the
+// forward x W^T (nt), the input gradient dy W (nn) and the weight gradient
+// dy^T x (tn).
+std::vector<StepGemm> step_gemms(int64_t BT, int64_t C, int64_t V, int n_layers) {
+  struct Linear {
+    const char* name;
+    int64_t out, in;
+    int count;
+  };
+  const Linear linears[] = {{"qkv", 3 * C, C, n_layers},
+                            {"attn.wo", C, C, n_layers},
+                            {"mlp.w1", 4 * C, C, n_layers},
+                            {"mlp.w2", C, 4 * C, n_layers},
+                            {"head", V, C, 1}};
+  std::vector<StepGemm> gemms;
+  for (const Linear& l : linears) {
+    gemms.push_back({l.name, BT, l.out, l.in, false, true, l.count});   // y = x W^T
+    gemms.push_back({l.name, BT, l.in, l.out, false, false, l.count});  // dx = dy W
+    gemms.push_back({l.name, l.out, l.in, BT, true, false, l.count});   // dW = dy^T x
+  }
+  return gemms;
+}
+
+// Whether every library's C equals the first's to f32 rounding (K-term sums
+// in different orders: 1e-4 of the largest magnitude).
+bool same_products(const std::vector<std::vector<float>>& c) {
+  float scale = 0;
+  for (float v : c[0]) scale = std::max(scale, std::abs(v));
+  for (size_t i = 1; i < c.size(); ++i)
+    for (size_t j = 0; j < c[i].size(); ++j)
+      if (!(std::abs(c[i][j] - c[0][j]) <= 1e-4f * scale)) return false;
+  return true;
+}
+
+// Each library at each GEMM of the step (interleaved, best of the
+// repetitions), then the step's GEMM time on each: sum of count x time.
+void bench_gemm_libraries(const char* config, int64_t BT, int64_t C, int64_t V, int n_layers,
+                          int threads, double min_time) {
+  std::vector<const bench::GemmLibrary*> libs;
+  for (const bench::GemmLibrary& l : bench::gemm_libraries())
+    if (l.available) libs.push_back(&l);
+  std::printf("  %-8s %-8s %-22s %2s", config, "linear", "C(MxN) = op(A) op(B), K", "op");
+  for (const auto* l : libs) std::printf("  %8s", l->name.c_str());
+  for (size_t i = 1; i < libs.size(); ++i) std::printf("  %s/%s", libs[i]->name.c_str(), "blas");
+  std::printf("   (GFLOP/s)\n");
+  std::vector<double> step_s(libs.size(), 0.0);
+  for (const StepGemm& g : step_gemms(BT, C, V, n_layers)) {
+    const int64_t a_rows = g.trans_a ? g.K : g.M, a_cols = g.trans_a ? g.M : g.K;
+    const int64_t b_rows = g.trans_b ? g.N : g.K, b_cols = g.trans_b ? g.K : g.N;
+    const Tensor a = ops::randn({a_rows, a_cols}), b = ops::randn({b_rows, b_cols});
+    std::vector<std::vector<float>> c(libs.size(), std::vector<float>(size_t(g.M * g.N)));
+    std::vector<std::function<void()>> contenders;
+    for (size_t i = 0; i < libs.size(); ++i)
+      contenders.push_back([&, i] {
+        libs[i]->sgemm(g.trans_a, g.trans_b, g.M, g.N, g.K, a.data<float>(), a_cols,
+                       b.data<float>(), b_cols, c[i].data(), g.N);
+      });
+    const std::vector<double> t = race(contenders, min_time);
+    const bool agree = same_products(c);
+    const double flop = 2.0 * double(g.M) * double(g.N) * double(g.K);
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "%ldx%ld, %ld", long(g.M), long(g.N), long(g.K));
+    std::printf("  %-8s %-8s %-22s %c%c", "", g.what, shape, g.trans_a ? 't' : 'n',
+                g.trans_b ? 't' : 'n');
+    for (size_t i = 0; i < t.size(); ++i) {
+      std::printf("  %8.1f", flop / t[i] * 1e-9);
+      step_s[i] += g.count * t[i];
+    }
+    for (size_t i = 1; i < t.size(); ++i) std::printf("  %10.2fx", t[0] / t[i]);
+    std::printf("%s\n", agree ? "" : "  #wrong: the libraries' products differ");
+  }
+  std::printf("  %-8s a step's GEMMs (threads=%d):", config, threads);
+  for (size_t i = 0; i < libs.size(); ++i)
+    std::printf("  %s %.2f ms", libs[i]->name.c_str(), step_s[i] * 1e3);
+  for (size_t i = 1; i < libs.size(); ++i)
+    std::printf("  %s/%s %.2fx", libs[0]->name.c_str(), libs[i]->name.c_str(),
+                step_s[i] > 0 ? step_s[0] / step_s[i] : 0.0);
   std::printf("\n");
 }
 
@@ -193,6 +288,8 @@ int main(int argc, char** argv) {
   try {
     std::printf("# cpu: %s\n# blas: %s\n", cpu::describe_cpu().c_str(),
                 cpu::describe_blas().c_str());
+    for (const bench::GemmLibrary& l : bench::gemm_libraries())
+      std::printf("# gemm %s: %s\n", l.name.c_str(), l.version.c_str());
     if (info_only) return 0;
     const std::vector<Gemm> shapes = {{512, 512, 512},   {1024, 1024, 1024}, {2048, 2048, 2048},
                                       {2048, 384, 1152}, {2048, 384, 1536},  {2048, 1536, 384}};
@@ -202,6 +299,11 @@ int main(int argc, char** argv) {
       std::printf("  %-21s  %8s  %8s  %8s   %6s  %6s\n", "shape (MxK . KxN)", "ours", "eigen",
                   "openblas", "/eigen", "/blas");
       for (const Gemm& g : shapes) bench_gemm(g, min_time);
+      std::printf("threads=%d  f32 GEMM libraries at a training step's shapes\n", threads);
+      for (const bench::GemmLibrary& l : bench::gemm_libraries())
+        if (l.available && l.set_threads) l.set_threads(threads);
+      bench_gemm_libraries("tiny", 8 * 128, 128, 256, 4, threads, min_time);
+      bench_gemm_libraries("small", 8 * 256, 384, 256, 6, threads, min_time);
       std::printf("threads=%d  elementwise, 64 MiB f32 (bytes read + written per second)\n",
                   threads);
       bench_elementwise(min_time);

@@ -21,10 +21,21 @@
 // the fused kernels replace, for a before/after of the fusions, docs/cpu.md)
 // prints one line of key=value fields, such as
 //   spmd device=cpu config=tiny threads=1 ... tokens_per_s=... step_ms=... peak_rss_mb=...
-// with, on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
+// with, on the CPU, peak_alloc_mb=... cached_mb=... (the most the tensors
+// held at once, and what the caching allocator keeps free at the end:
+// tensor/cpu/allocator.h), on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
 // then the medians of the phases, forward_ms (with the loss), backward_ms and
 // optimizer_ms (CUDA events on a GPU: no extra wait), and loss_first=...
 // loss_last=... (the first and last step's loss).
+//
+// --profile-top N profiles the timed steps (runtime/profiler.h) and adds a
+// line per op of the N with the largest self time, tab-separated:
+//   #op <name> <phase> <self ms per step> <calls per step>
+// and "#op_total <self ms per step, all ops> <mean step ms>" (means, so that
+// the two compare: the first is the profiled time over the steps). (A profiled
+// run's tokens/s is not the unprofiled one's; bench/train_bench.py runs it
+// apart.) With SPMD_PROFILE=1 the table printed at exit covers the timed
+// steps alone, too. --info prints the "# cpu:" and "# blas:" lines only.
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -40,6 +51,10 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "runtime/flag_checks.h"
+#include "runtime/profiler.h"
+#include "tensor/cpu/allocator.h"
+#include "tensor/cpu/blas.h"
+#include "tensor/cpu/capability.h"
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -57,6 +72,7 @@ struct Flags {
   int warmup = 3;
   int64_t batch = 8;
   bool unfused = false;        // TransformerConfig::fused_kernels off: the unfused compositions
+  int profile_top = 0;
   double peak_tflops = 989.0;  // H200 SXM, dense bf16 (the datasheet's 1979 is with sparsity)
 };
 
@@ -127,6 +143,10 @@ Result train(nn::Transformer& model, const Flags& f, Device device, bool autocas
   PhaseMarks marks(device);
   wait_for(device);
   for (int i = 0; i < f.warmup + f.steps; ++i) {
+    if (i == f.warmup && (f.profile_top > 0 || profiler::enabled())) {
+      profiler::reset();  // the timed steps alone
+      profiler::start();
+    }
     const auto start = std::chrono::steady_clock::now();
     marks.mark(0);
     Tensor loss;
@@ -151,7 +171,20 @@ Result train(nn::Transformer& model, const Flags& f, Device device, bool autocas
     if (i == 0) r.loss_first = loss.item<double>();  // after the clock: waits for nothing new
     if (i + 1 == f.warmup + f.steps) r.loss_last = loss.item<double>();
   }
+  if (f.profile_top > 0) profiler::stop();
   return r;
+}
+
+// The profiled steps' ops with the largest self time, per step.
+void print_top_ops(const Flags& f, double mean_step_s) {
+  const std::vector<profiler::OpStats> rows = profiler::key_averages();
+  int64_t self_ns = 0;
+  for (const profiler::OpStats& r : rows) self_ns += r.self_ns;
+  for (size_t i = 0; i < rows.size() && i < size_t(f.profile_top); ++i) {
+    std::printf("#op\t%s\t%s\t%.3f\t%.1f\n", rows[i].name.c_str(), phase_name(rows[i].phase),
+                double(rows[i].self_ns) / 1e6 / f.steps, double(rows[i].calls) / f.steps);
+  }
+  std::printf("#op_total\t%.3f\t%.3f\n", double(self_ns) / 1e6 / f.steps, mean_step_s * 1e3);
 }
 
 void run(const Flags& f) {
@@ -181,6 +214,11 @@ void run(const Flags& f) {
       f.device.c_str(), f.config.c_str(), f.threads, autocast ? "bf16" : "none", (long long)f.batch,
       (long long)params, tokens_per_s, median * 1e3, times[0] * 1e3, peak_rss_mb(),
       int(!f.unfused));
+  if (device.is_cpu()) {
+    const cpu::HostMemoryStats host = cpu::host_memory_stats();
+    std::printf(" peak_alloc_mb=%.1f cached_mb=%.1f", double(host.peak_allocated) / (1 << 20),
+                double(host.cached) / (1 << 20));
+  }
   if (device.is_cuda()) {
     const double tflops = flops_per_token(config, params) * tokens_per_s / 1e12;
     std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f", tflops, tflops / f.peak_tflops,
@@ -190,6 +228,11 @@ void run(const Flags& f) {
       " forward_ms=%.2f backward_ms=%.2f optimizer_ms=%.2f loss_first=%.4f loss_last=%.4f\n",
       median_of(r.phase_ms[0]), median_of(r.phase_ms[1]), median_of(r.phase_ms[2]), r.loss_first,
       r.loss_last);
+  if (f.profile_top > 0) {
+    double sum = 0;
+    for (double s : r.step_seconds) sum += s;
+    print_top_ops(f, sum / double(r.step_seconds.size()));
+  }
 }
 
 }  // namespace
@@ -210,7 +253,17 @@ int main(int argc, char** argv) {
   app.add_flag("--unfused", f.unfused, "run the unfused compositions the fused kernels replace");
   app.add_option("--peak-tflops", f.peak_tflops, "the device's peak, for the MFU")
       ->check(spmd::flags::positive());
+  app.add_option("--profile-top", f.profile_top,
+                 "profile the timed steps; print the N ops of largest self time")
+      ->check(spmd::flags::count(0));
+  bool info_only = false;
+  app.add_flag("--info", info_only, "print the CPU, capability and BLAS lines only");
   CLI11_PARSE(app, argc, argv);
+  if (info_only) {
+    std::printf("# cpu: %s\n# blas: %s\n", cpu::describe_cpu().c_str(),
+                cpu::describe_blas().c_str());
+    return 0;
+  }
   try {
     run(f);
   } catch (const std::exception& e) {

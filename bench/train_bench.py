@@ -15,6 +15,12 @@ the code and not the GEMM kernels, --torch-coretype match (the default) sets
 OPENBLAS_CORETYPE for torch to the core spmd runs; keep leaves torch's
 environment as it is (what a user who sets nothing gets).
 
+After the pairs of each row, --profile-top N (8 by default, 0 for none)
+runs each side once more with its profiler on (spmd's runtime/profiler.h,
+torch.profiler's key_averages) and prints the N ops of largest self time
+per step side by side, with the share of the step the profiled ops account
+for: the gap, by name. (Those runs are not in the ratios.)
+
 --baseline PATH runs another spmd-bench-train (an older build, or this one)
 as the B side instead of torch: before/after figures of a change, pair by
 pair; --baseline-capability NAME runs it with SPMD_CPU_CAPABILITY=NAME (the
@@ -24,7 +30,7 @@ gain of one capability over another, with the same binary on both sides);
 gain of the fused kernels, docs/cpu.md).
 
   bench/train_bench.py [--build build] [--configs tiny,small] [--threads 1,2]
-                       [--pairs 5] [--steps 20] [--torch-coretype match|keep]
+                       [--pairs 5] [--steps 20] [--torch-coretype match|keep] [--profile-top 8]
                        [--baseline path/to/spmd-bench-train [--baseline-capability avx2]
                         [--baseline-args=--unfused]]
 """
@@ -56,25 +62,59 @@ def parse(line):
     return float(fields["tokens_per_s"]), float(fields["peak_rss_mb"]), int(fields["params"])
 
 
-def run(cmd, env):
+def run_lines(cmd, env):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"train_bench: {' '.join(cmd)} failed:\n{out.stdout}{out.stderr}")
-    lines = out.stdout.strip().splitlines()
+    return out.stdout.strip().splitlines()
+
+
+def run(cmd, env):
+    lines = [l for l in run_lines(cmd, env) if not l.startswith("#op")]
     return [l for l in lines if l.startswith("#")], parse(lines[-1])
 
 
+def profile(cmd, env, top):
+    """The '#op' rows (name, phase, self ms, calls per step) and '#op_total' of one run."""
+    rows, total = [], None
+    for line in run_lines(cmd + ["--profile-top", str(top)], env):
+        f = line.split("\t")
+        if f[0] == "#op":
+            rows.append((f[1], f[2], float(f[3]), float(f[4])))
+        elif f[0] == "#op_total":
+            total = (float(f[1]), float(f[2]))
+    return rows, total
+
+
+def print_profiles(profiles, top, b_name):
+    for config, threads, (a_rows, a_total), (b_rows, b_total) in profiles:
+        print(f"\ntop {top} ops by self time, {config}, {threads} thread(s), ms per step "
+              f"(one profiled run of each side):")
+        for side, total in (("spmd", a_total), (b_name, b_total)):
+            if total:
+                print(f"  {side}: the ops' self times sum to {total[0]:.2f} ms of a "
+                      f"{total[1]:.2f} ms mean step ({100 * total[0] / total[1]:.0f}%)")
+        print(f"| # | spmd op | phase | ms | calls | {b_name} op | ms | calls |")
+        print("|---|---|---|---|---|---|---|---|")
+        for i in range(max(len(a_rows), len(b_rows))):
+            a = a_rows[i] if i < len(a_rows) else ("", "", None, None)
+            b = b_rows[i] if i < len(b_rows) else ("", "", None, None)
+            cell = lambda v, fmt: format(v, fmt) if v is not None else ""
+            print(f"| {i + 1} | {a[0]} | {a[1]} | {cell(a[2], '.2f')} | {cell(a[3], '.0f')} | "
+                  f"{b[0]} | {cell(b[2], '.2f')} | {cell(b[3], '.0f')} |")
+
+
 def spmd_info(build):
-    """spmd's '# cpu:' and '# blas:' lines, from spmd-bench-ops of the same build."""
-    ops = os.path.join(build, "bench", "spmd-bench-ops")
-    if os.path.exists(ops):
-        out = subprocess.run([ops, "--info"], capture_output=True, text=True)
+    """spmd's '# cpu:' (model, capability) and '# blas:' lines, from the spmd-bench-train run."""
+    train = os.path.join(build, "bench", "spmd-bench-train")
+    if os.path.exists(train):
+        out = subprocess.run([train, "--info"], capture_output=True, text=True)
         if out.returncode == 0:
             return out.stdout.strip().splitlines()
     model = "?"
     with open("/proc/cpuinfo") as f:
         model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
-    return [f"# cpu: {model} (no {ops}: capability and BLAS core unknown)"]
+    return [f"# cpu: {model} (no {train}: capability and BLAS core unknown)"]
 
 
 def spmd_core(info):
@@ -108,6 +148,8 @@ def main():
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--torch-coretype", choices=["match", "keep"], default="match")
+    ap.add_argument("--profile-top", type=int, default=8,
+                    help="after each row's pairs, the N ops of largest self time of each side")
     ap.add_argument("--baseline", help="another spmd-bench-train to run as the B side")
     ap.add_argument("--baseline-capability", help="SPMD_CPU_CAPABILITY for the baseline")
     ap.add_argument("--baseline-args", default="", help="extra flags for the baseline")
@@ -137,10 +179,11 @@ def main():
                if "OPENBLAS_CORETYPE" in b_env and args.torch_coretype == "match"
                else "its environment as given")
         header.append(f"# {torch_info(b_env)} ({how})")
+    load_before = os.getloadavg()
     header.append(f"# {args.pairs} interleaved pairs (spmd, {b_name}) per row; ratio: the median "
                   f"of the pairwise spmd/{b_name} tokens/s ratios (min-max)")
 
-    rows, notes = [], set()
+    rows, notes, profiles = [], set(), []
     for config in args.configs.split(","):
         steps = args.steps if config == "tiny" else max(3, args.steps // 4)
         for threads in (int(t) for t in args.threads.split(",")):
@@ -156,7 +199,18 @@ def main():
             rows.append((config, threads, a_runs, b_runs, ratios))
             print(f"{config} {threads}: ratios " + " ".join(f"{r:.2f}" for r in ratios),
                   file=sys.stderr)
+            if args.profile_top > 0:
+                profiles.append((config, threads,
+                                 profile([spmd_bin] + common,
+                                         dict(os.environ, OMP_NUM_THREADS=str(threads)),
+                                         args.profile_top),
+                                 profile(side_b(args, peer, common),
+                                         dict(b_env, OMP_NUM_THREADS=str(threads)),
+                                         args.profile_top)))
 
+    load_after = os.getloadavg()
+    header.append("# load average (1, 5, 15 min): " + " ".join(f"{x:.2f}" for x in load_before) +
+                  " before, " + " ".join(f"{x:.2f}" for x in load_after) + " after")
     for line in header + sorted(notes):
         print(line)
     print(f"| config | params | threads | spmd tok/s | {b_name} tok/s | spmd/{b_name} (min-max) | "
@@ -167,6 +221,7 @@ def main():
         print(f"| {config} | {a_runs[0][2]:,} | {threads} | {med(a_runs, 0):,.0f} | "
               f"{med(b_runs, 0):,.0f} | {statistics.median(ratios):.2f}x "
               f"({min(ratios):.2f}-{max(ratios):.2f}) | {med(a_runs, 1):.0f} | {med(b_runs, 1):.0f} |")
+    print_profiles(profiles, args.profile_top, b_name)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ test_packages=(
   procps psmisc iproute2   # process-table and network-namespace checks of the launcher
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of spmd-bench
   libgloo-dev              # the Gloo peer of spmd-bench (bench/peers/gloo_bench.cpp): every Gloo algorithm
+  libblis4-openmp libdnnl2 # the GEMM peers of spmd-bench-ops (bench/gemm_libraries.h), opened at run time
 )
 
 missing=()

@@ -5,7 +5,9 @@
 
 #include <iterator>
 
+#include "runtime/profiler.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/profiled_backend.h"
 #if SPMD_WITH_CUDA
 #include "tensor/cuda/cuda_backend.h"
 #endif
@@ -34,7 +36,9 @@ const char* op_name(BinaryOp op) {
 }
 // clang-format on
 
-Backend& backend_for(Device device) {
+namespace {
+
+Backend& device_backend(Device device) {
   if (device.is_cpu()) return cpu_backend();
 #if SPMD_WITH_CUDA
   return cuda_backend();
@@ -42,6 +46,14 @@ Backend& backend_for(Device device) {
   SPMD_THROW(Error, "cannot use ", device,
              ": this spmd was built without CUDA (SPMD_CUDA=OFF, or no nvcc was found)");
 #endif
+}
+
+}  // namespace
+
+// While the profiler is on, every op runs through its wrapper (one branch when off).
+Backend& backend_for(Device device) {
+  Backend& backend = device_backend(device);
+  return profiler::enabled() ? profiled_backend(backend) : backend;
 }
 
 Backend& backend_for(std::initializer_list<const Tensor*> tensors, const char* op) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
+#include "runtime/profiler.h"
 #include "tensor/ops.h"
 
 namespace spmd::optim {
@@ -23,6 +24,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
 }
 
 void AdamW::step() {
+  ProfilePhaseGuard phase(ProfilePhase::kOptimizer);
   NoGradGuard no_grad;
   for_each_param([&](Tensor& p, const ParamGroup& group, size_t i) {
     if (p.grad().defined()) update(p, group, state_[i]);

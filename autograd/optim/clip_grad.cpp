@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autograd/grad_mode.h"
+#include "runtime/profiler.h"
 #include "tensor/ops.h"
 
 namespace spmd::optim {
@@ -33,6 +34,7 @@ void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, d
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm,
                        const std::function<double(double)>& reduce) {
+  ProfilePhaseGuard phase(ProfilePhase::kOptimizer);
   double sq = local_grad_sq_sum(params);
   if (reduce) sq = reduce(sq);
   const double norm = std::sqrt(sq);

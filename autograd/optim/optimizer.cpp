@@ -1,6 +1,7 @@
 // The Optimizer base: groups, zero_grad, the learning rate.
 #include "autograd/optim/optimizer.h"
 
+#include "runtime/profiler.h"
 #include "tensor/ops.h"
 
 namespace spmd::optim {
@@ -18,6 +19,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
+  ProfilePhaseGuard phase(ProfilePhase::kOptimizer);
   for (ParamGroup& g : groups_) {
     for (Tensor& p : g.params) {
       Tensor grad = p.grad();

@@ -2,6 +2,7 @@
 #include "autograd/optim/sgd.h"
 
 #include "autograd/grad_mode.h"
+#include "runtime/profiler.h"
 #include "tensor/ops.h"
 
 namespace spmd::optim {
@@ -15,6 +16,7 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options)
 }
 
 void SGD::step() {
+  ProfilePhaseGuard phase(ProfilePhase::kOptimizer);
   NoGradGuard no_grad;
   for_each_param([&](Tensor& p, const ParamGroup& group, size_t i) {
     if (!p.grad().defined()) return;

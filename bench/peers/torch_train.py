@@ -24,6 +24,11 @@ computes it and torch.cuda.max_memory_allocated.
 
 One line in spmd-bench-train's format:
   torch device=cpu config=tiny threads=1 params=842496 tokens_per_s=... step_ms=... peak_rss_mb=...
+
+--profile-top N runs the timed steps under torch.profiler (CPU activity) and
+adds, as spmd-bench-train does, a tab-separated line per op of the N with the
+largest self CPU time in key_averages() ("#op <name> - <self ms per step>
+<calls per step>"), then "#op_total <self ms per step, all ops> <mean step ms>".
 """
 import argparse
 import contextlib
@@ -119,6 +124,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--profile-top", type=int, default=0,
+                    help="profile the timed steps; print the N ops of largest self CPU time")
     args = ap.parse_args()
 
     cuda = args.device == "cuda"
@@ -147,8 +154,12 @@ def main():
 
     times, losses, phases = [], [], [[], [], []]  # forward (with the loss), backward, step
     marks = PhaseMarks(cuda)
+    profiler = None
     wait()
     for i in range(n):
+        if i == args.warmup and args.profile_top > 0:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            profiler.__enter__()
         start = time.perf_counter()
         marks.mark(0)
         with region():
@@ -167,6 +178,8 @@ def main():
                 phases[k].append(marks.ms(k))
         if i in (0, n - 1):
             losses.append(loss.item())
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
     times.sort()
     median = times[len(times) // 2]
     params = sum(p.numel() for p in model.parameters())
@@ -183,6 +196,17 @@ def main():
     fwd, bwd, step = (sorted(p)[len(p) // 2] for p in phases)
     print(f"{line} forward_ms={fwd:.2f} backward_ms={bwd:.2f} optimizer_ms={step:.2f} "
           f"loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f}")
+    if profiler is not None:
+        print_top_ops(profiler, args.profile_top, args.steps, sum(times) / len(times))
+
+
+def print_top_ops(profiler, top, steps, mean_s):
+    """The profiled steps' ops of largest self CPU time, per step (us in torch, ms here)."""
+    events = sorted(profiler.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    for e in events[:top]:
+        print(f"#op\t{e.key}\t-\t{e.self_cpu_time_total / 1e3 / steps:.3f}\t{e.count / steps:.1f}")
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"#op_total\t{total / 1e3 / steps:.3f}\t{mean_s * 1e3:.3f}")
 
 
 if __name__ == "__main__":

@@ -15,16 +15,18 @@
 namespace spmd::cpu {
 namespace {
 
-constexpr size_t kAlignment = 64;               // a cache line, the widest vector register
-constexpr size_t kMinCached = size_t(1) << 20;  // 1 MiB: below this, malloc reuses well
-constexpr size_t kHugePage = size_t(2) << 20;   // 2 MiB transparent huge pages
+constexpr size_t kAlignment = 64;                 // a cache line, the widest vector register
+constexpr size_t kMinCached = size_t(128) << 10;  // 128 KiB: glibc's mmap threshold (allocator.h)
+constexpr size_t kMinRounded = size_t(1) << 20;   // 1 MiB: classes coarser than the alignment
+constexpr size_t kHugePage = size_t(2) << 20;     // 2 MiB transparent huge pages
 
-// The size a request is served at: below kMinCached a multiple of the
-// alignment; above, rounded up to 1/16 of its power of two (at most 6.25%
-// waste) so that nearby sizes share a class.
+// The size a request is served at: below kMinRounded a multiple of the
+// alignment (a step's mid-sized activations repeat their exact sizes);
+// above, rounded up to 1/16 of its power of two (at most 6.25% waste) so
+// that nearby sizes share a class.
 size_t size_class(size_t nbytes) {
   nbytes = std::max<size_t>(nbytes, 1);
-  if (nbytes < kMinCached) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (nbytes < kMinRounded) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   const size_t step = std::bit_floor(nbytes) / 16;
   return (nbytes + step - 1) / step * step;
 }

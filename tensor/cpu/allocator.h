@@ -9,8 +9,17 @@
 // size class, up to a cap, and handed out again for the same size class: the
 // host version of the CUDA caching allocator. Blocks of 4 MiB or more are also
 // 2 MiB aligned and advised to use transparent huge pages (fewer faults, fewer
-// TLB misses). Smaller blocks go straight to malloc, which already reuses
-// them well.
+// TLB misses). Smaller blocks go straight to malloc.
+//
+// The threshold is 128 KiB, glibc's own mmap threshold, rather than larger,
+// because of what glibc does with the blocks in between: the first free of
+// an mmapped block raises glibc's threshold to that block's size, so from
+// then on blocks up to it are carved from the heap, where a training step's
+// order of frees leaves holes that count in the resident set. With a 1 MiB
+// threshold the tiny GPT-2 step's 512 KiB activations took that path, and
+// its peak RSS held ~10 MB (75 MB, 49 MB of it tensors) that no tensor used;
+// cached from 128 KiB it is 65 MB (bench/train_bench.cpp's peak_alloc_mb
+// and peak_rss_mb, docs/cpu.md).
 //
 // Thread-safe. The cap is SPMD_CPU_CACHE_MB (default 2048); 0 disables caching.
 #pragma once

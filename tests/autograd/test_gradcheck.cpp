@@ -3,6 +3,8 @@
 // against central finite differences by autograd::gradcheck. The table is
 // the list: a last test reads autograd/tensor_ops.h and nn_functional.h and
 // fails if any op declared there has no row.
+#include <strings.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <functional>
@@ -15,6 +17,7 @@
 #include "autograd/autograd.h"
 #include "autograd/checkpoint.h"
 #include "autograd/gradcheck.h"
+#include "tensor/cpu/capability.h"
 #include "tensor/ops.h"
 
 using namespace spmd;
@@ -325,4 +328,12 @@ TEST_CASE("the table lists every op declared in tensor_ops.h and nn_functional.h
     }
   }
   CHECK(declared > 60);
+}
+
+TEST_CASE("the table runs under the CPU capability SPMD_CPU_CAPABILITY names", "[gradcheck]") {
+  // ctest runs this binary once per capability (tests/autograd/CMakeLists.txt).
+  const char* forced = std::getenv("SPMD_CPU_CAPABILITY");
+  const char* running = cpu::capability_name(cpu::cpu_capability());
+  INFO("the kernels run as " << running);
+  if (forced != nullptr && *forced != '\0') CHECK(strcasecmp(forced, running) == 0);
 }

@@ -138,3 +138,14 @@ TEST_CASE("large host blocks are cached and reused by size class", "[allocator]"
   cpu::empty_host_cache();
   CHECK(cpu::host_memory_stats().cached == 0);
 }
+
+TEST_CASE("host blocks from 128 KiB up are cached, smaller ones go back to malloc", "[allocator]") {
+  // From 128 KiB (glibc's mmap threshold) the cache keeps them, so glibc's
+  // heap never holds a training step's mid-sized activations (allocator.h).
+  cpu::empty_host_cache();
+  { const Tensor t = ops::empty({128 << 8}); }  // 128 KiB of f32
+  CHECK(cpu::host_memory_stats().cached == size_t(128) << 10);
+  { const Tensor t = ops::empty({(128 << 8) - 16}); }  // 64 bytes short: malloc's
+  CHECK(cpu::host_memory_stats().cached == size_t(128) << 10);
+  cpu::empty_host_cache();
+}
