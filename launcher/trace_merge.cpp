@@ -104,9 +104,10 @@ std::string describe_trace_merge(const TraceMerge& m, int node, int nodes) {
     out = "spmdrun: SPMD_TRACE is set but no rank wrote a trace file\n";
   }
   if (!m.missing.empty() && !m.merged.empty())
-    out += str_cat("spmdrun: no trace file from rank", m.missing.size() > 1 ? "s " : " ",
-                   rank_list(m.missing),
-                   " (a rank writes its file as it exits; one killed by a signal writes none)\n");
+    out += str_cat(
+        "spmdrun: no trace file from rank", m.missing.size() > 1 ? "s " : " ", rank_list(m.missing),
+        " (a rank writes its file as it exits or is stopped by SIGTERM; one killed by another "
+        "signal writes none)\n");
   for (const std::string& b : m.bad) out += "spmdrun: trace not merged: " + b + "\n";
   return out;
 }

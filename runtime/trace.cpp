@@ -6,15 +6,20 @@
 // rank's row.
 #include "runtime/trace.h"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <vector>
 
 #include "runtime/error.h"
@@ -55,12 +60,52 @@ std::string file_name(const Recorder& r) {
   return (std::filesystem::path(r.dir) / leaf).string();
 }
 
+// A rank stopped with SIGTERM (spmdrun stopping the others when one fails)
+// still writes its file: the handler only writes a byte to a pipe, which is
+// all a signal handler may safely do; a thread waiting on the pipe writes
+// the file in ordinary thread context, then lets the signal take its
+// default course, so the process still ends as killed by SIGTERM. Installed
+// only where SIGTERM has its default action (a program's own handler is left
+// alone). One killed by SIGKILL writes nothing.
+int g_term_pipe[2] = {-1, -1};
+
+void on_sigterm(int) {
+  const char byte = 1;
+  [[maybe_unused]] ssize_t n = ::write(g_term_pipe[1], &byte, 1);
+}
+
+void flush_on_sigterm() {
+  struct sigaction old {};
+  if (::sigaction(SIGTERM, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  for (int& fd : g_term_pipe)  // a forked child's copy of its parent's pipe
+    if (fd >= 0) ::close(fd), fd = -1;
+  if (::pipe2(g_term_pipe, O_CLOEXEC) != 0) return;
+  std::thread([] {
+    char byte;
+    while (::read(g_term_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    trace_flush();
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+  }).detach();
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
 void start_locked(Recorder& r, const std::string& dir, int rank) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) SPMD_LOG_WARN("trace: cannot create directory ", dir, ": ", ec.message());
   static bool registered = false;
-  if (!registered) std::atexit(trace_flush);
+  if (!registered) {
+    std::atexit(trace_flush);
+    flush_on_sigterm();
+    // A forked child has the handler but not the thread: default again
+    // there, until trace_start_child() installs its own.
+    ::pthread_atfork(nullptr, nullptr, [] { ::signal(SIGTERM, SIG_DFL); });
+  }
   registered = true;
   r.dir = dir;
   r.rank = rank;
@@ -151,6 +196,7 @@ void trace_start_child(int rank) {
   std::lock_guard<std::mutex> lock(r.mu);
   r.events.clear();
   r.rank = rank;
+  flush_on_sigterm();
 }
 
 std::string trace_path() {

@@ -1,7 +1,8 @@
 // A Chrome-trace recorder: named spans of compute and communication per
 // rank, written as the JSON that chrome://tracing and Perfetto open. With
 // SPMD_TRACE=dir every process writes dir/trace_rank<R>.json (R from RANK, or
-// trace_pid<P>.json without one) at exit or at trace_flush(); each rank is a
+// trace_pid<P>.json without one) at exit, when stopped by SIGTERM (where the
+// program has no SIGTERM handler of its own), or at trace_flush(); each rank is a
 // "process" of its own, so several files laid together (spmdrun merges a
 // job's into dir/trace.json) show the ranks stacked on one timeline
 // (wall-clock microseconds since the epoch, the same clock on every rank of

@@ -103,8 +103,7 @@ class ProfiledBackend final : public Backend {
     OpScope s(log ? "log_softmax_backward" : "softmax_backward", {&dy, &y, &dx});
     inner_.softmax_backward(dy, y, dx, log);
   }
-  void bias_gelu(const Tensor& u, const Tensor& bias, bool approximate,
-                 const Tensor& y) override {
+  void bias_gelu(const Tensor& u, const Tensor& bias, bool approximate, const Tensor& y) override {
     OpScope s("bias_gelu", {&u, &bias, &y}, double(y.numel()));
     inner_.bias_gelu(u, bias, approximate, y);
   }

@@ -90,7 +90,8 @@ with tempfile.TemporaryDirectory() as tmp:
     p = run(["--standalone", "--nproc-per-node", "2", worker, "--kill-rank", "1",
              "--timeout-ms", "20000"], d2)
     check(p.returncode != 0, "killed: spmdrun succeeded")
-    check("no trace file from rank 1" in p.stderr, "killed: spmdrun does not name rank 1 missing")
+    check("no trace file from rank 1" in p.stderr,
+          "killed: spmdrun does not name rank 1 missing:\n" + p.stderr[-3000:])
     trace = load(os.path.join(d2, "trace.json"))
     check(trace["otherData"]["missing_ranks"] == [1], "killed: otherData names rank 1 missing")
     ops = collectives(trace, 0)

@@ -351,7 +351,7 @@ def group_ranks():
     Case("ranks with different --seed",
          [SPMDRUN, "--standalone", "--nproc-per-node", "2", "/bin/sh", "-c", script],
          limit_s=40).run().expect(
-        code=1, says=r"DistributedSampler: the ranks disagree on seed: rank 0 has 1, rank 1 has 2",
+        code=1, says=r"DataLoader: the ranks disagree on seed: rank 0 has 1, rank 1 has 2",
         within_s=40)
     # spmd-train: one rank's override changes the config the strategies rely on.
     train = os.path.join(BUILD, "train", "spmd-train")

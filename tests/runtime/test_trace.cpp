@@ -1,6 +1,7 @@
 // The trace recorder's files, read back with an independent JSON parser
 // (nlohmann::json), and the log level's parsing. The SPMD_TRACE case comes
 // first: it needs a process whose recorder has not been started yet.
+#include <signal.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -48,7 +49,6 @@ TEST_CASE("trace: SPMD_TRACE=dir gives one file per rank", "[trace]") {
     TraceSpan span(rank == 0 ? "step_rank0" : "step_rank1", "compute");
     std::this_thread::sleep_for(5ms);
   });
-  ::unsetenv("SPMD_TRACE");
   for (int rank : {0, 1}) {
     json trace = read_json(dir + "/trace_rank" + std::to_string(rank) + ".json");
     auto s = spans(trace);
@@ -58,6 +58,18 @@ TEST_CASE("trace: SPMD_TRACE=dir gives one file per rank", "[trace]") {
     CHECK(s[name]["pid"] == rank);
     CHECK(s[name]["dur"].get<int64_t>() >= 5000);
   }
+  // A rank stopped by SIGTERM (spmdrun stopping the others) still writes its
+  // file, and still dies of the signal.
+  fs::remove_all(dir);
+  CHECK_THROWS_WITH(spawn(1,
+                          [](int) {
+                            TraceSpan("before_sigterm", "compute").end();
+                            ::raise(SIGTERM);
+                            std::this_thread::sleep_for(30s);  // the flush thread ends it
+                          }),
+                    Catch::Contains("SIGTERM"));
+  CHECK(spans(read_json(dir + "/trace_rank0.json")).count("before_sigterm") == 1);
+  ::unsetenv("SPMD_TRACE");
   fs::remove_all(dir);
 }
 
