@@ -1,213 +1,24 @@
 // Loading a config in four steps: collect every value given (the file's, then
-// the overrides', each remembered with where it was set), start the model from
-// its preset, assign each value to its field by type, then check ranges and
-// the dims that must agree. One list of keys, for_each_field(), serves loading,
-// the unknown-key errors and printing. Not here: the world size (check_layout,
-// layout_check.cpp) and what the trainer does with the values.
+// the overrides', each remembered with where it was set; config_toml.cpp),
+// start the model from its preset, assign each value to its field by type,
+// then check ranges and the dims that must agree. One list of keys,
+// for_each_field() in config_toml.h, serves loading, the unknown-key errors
+// and printing (to_toml, config_print.cpp). Not here: the world size
+// (check_layout, layout_check.cpp) and what the trainer does with the values.
 #include "train/config.h"
 
-#include <toml++/toml.h>
-
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdio>
-#include <deque>
 #include <initializer_list>
-#include <limits>
-#include <map>
-#include <sstream>
 #include <utility>
 
 #include "autograd/nn/transformer.h"
 #include "runtime/error.h"
-#include "runtime/resource_limits.h"
+#include "train/config_toml.h"
 
 namespace spmd::train {
-namespace {
+namespace config_detail {
 
-// Every key, in the order to_toml writes them. `f` gets the section, the key
-// and the field of each config in `c` (one to load, two to compare).
-template <class F, class... C>
-void for_each_field(F&& f, C&... c) {
-  f("model", "preset", c.model.preset...);
-  f("model", "shape", c.model.shape...);
-  f("model", "vocab_size", c.model.vocab_size...);
-  f("model", "seq_len", c.model.seq_len...);
-  f("model", "n_layers", c.model.n_layers...);
-  f("model", "n_heads", c.model.n_heads...);
-  f("model", "n_kv_heads", c.model.n_kv_heads...);
-  f("model", "d_model", c.model.d_model...);
-  f("model", "dropout", c.model.dropout...);
-  f("model", "tie_embeddings", c.model.tie_embeddings...);
-  f("model", "n_experts", c.model.n_experts...);
-  f("model", "moe_top_k", c.model.moe_top_k...);
-  f("model", "moe_every", c.model.moe_every...);
-  f("model", "moe_capacity_factor", c.model.moe_capacity_factor...);
-  f("model", "moe_aux_coef", c.model.moe_aux_coef...);
-  f("data", "path", c.data.path...);
-  f("data", "tokenizer", c.data.tokenizer...);
-  f("data", "eval_fraction", c.data.eval_fraction...);
-  f("optimizer", "name", c.optimizer.name...);
-  f("optimizer", "lr", c.optimizer.lr...);
-  f("optimizer", "beta1", c.optimizer.beta1...);
-  f("optimizer", "beta2", c.optimizer.beta2...);
-  f("optimizer", "eps", c.optimizer.eps...);
-  f("optimizer", "weight_decay", c.optimizer.weight_decay...);
-  f("schedule", "warmup_steps", c.schedule.warmup_steps...);
-  f("schedule", "decay", c.schedule.decay...);
-  f("schedule", "min_lr_ratio", c.schedule.min_lr_ratio...);
-  f("training", "steps", c.training.steps...);
-  f("training", "global_batch", c.training.global_batch...);
-  f("training", "microbatches", c.training.microbatches...);
-  f("training", "grad_clip", c.training.grad_clip...);
-  f("training", "seed", c.training.seed...);
-  f("training", "threads", c.training.threads...);
-  f("training", "activation_checkpointing", c.training.activation_checkpointing...);
-  f("training", "device", c.training.device...);
-  f("parallel", "dp_replicate", c.parallel.dp_replicate...);
-  f("parallel", "dp_shard", c.parallel.dp_shard...);
-  f("parallel", "tp", c.parallel.tp...);
-  f("parallel", "pp", c.parallel.pp...);
-  f("parallel", "cp", c.parallel.cp...);
-  f("parallel", "ep", c.parallel.ep...);
-  f("parallel", "sequence_parallel", c.parallel.sequence_parallel...);
-  f("parallel", "pp_schedule", c.parallel.pp_schedule...);
-  f("parallel", "pp_microbatches", c.parallel.pp_microbatches...);
-  f("parallel", "pp_stages_per_rank", c.parallel.pp_stages_per_rank...);
-  f("parallel", "backend", c.parallel.backend...);
-  f("parallel", "fsdp_reshard_after_forward", c.parallel.fsdp_reshard_after_forward...);
-  f("checkpoint", "folder", c.checkpoint.folder...);
-  f("checkpoint", "interval", c.checkpoint.interval...);
-  f("checkpoint", "keep", c.checkpoint.keep...);
-  f("checkpoint", "resume", c.checkpoint.resume...);
-  f("metrics", "log_every", c.metrics.log_every...);
-  f("metrics", "eval_every", c.metrics.eval_every...);
-  f("metrics", "run_folder", c.metrics.run_folder...);
-  f("metrics", "peak_tflops", c.metrics.peak_tflops...);
-}
-
-// Each section's keys in order, and whether a key holds a string.
-struct Schema {
-  std::vector<std::string> sections;
-  std::map<std::string, std::vector<std::string>> keys;  // section -> its keys
-  std::map<std::string, bool> is_string;                 // "parallel.tp" -> false
-};
-
-const Schema& schema() {
-  static const Schema s = [] {
-    Schema s;
-    TrainConfig c;
-    for_each_field(
-        [&](const std::string& section, const std::string& key, auto& field) {
-          if (s.keys.find(section) == s.keys.end()) s.sections.push_back(section);
-          s.keys[section].push_back(key);
-          s.is_string[section + "." + key] =
-              std::is_same_v<std::decay_t<decltype(field)>, std::string>;
-        },
-        c);
-    return s;
-  }();
-  return s;
-}
-
-std::string toml_string(const std::string& s);
-std::string toml_double(double d);
-std::string describe(const toml::node& value);
-std::string join(const std::vector<std::string>& items, const char* quote);
-
-// --- Collecting what was set ------------------------------------------------------------
-
-// A value given for a key, and where: "configs/ddp.toml:7" or "override --a.b=1".
-struct Setting {
-  const toml::node* value;
-  std::string where;
-};
-
-class Settings {
- public:
-  void read_file(const std::string& path);
-  void read_override(const std::string& text);
-  const Setting* find(const std::string& key) const {
-    auto it = by_key_.find(key);
-    return it == by_key_.end() ? nullptr : &it->second;
-  }
-  // "where: " for the first of `keys` that was set, "" when all are defaults.
-  std::string where(std::initializer_list<const char*> keys) const {
-    for (const char* key : keys)
-      if (const Setting* s = find(key)) return s->where + ": ";
-    return "";
-  }
-
- private:
-  std::deque<toml::table> docs_;  // owns every node below
-  std::map<std::string, Setting> by_key_;
-};
-
-void Settings::read_file(const std::string& path) {
-  constexpr uint64_t kMaxConfigBytes = 16 << 20;  // a TOML config is a few KiB
-  try {
-    const std::string doc = read_file_bounded(path, "the config", 1, kMaxConfigBytes);
-    docs_.push_back(toml::parse(std::string_view(doc), std::string_view(path)));
-  } catch (const toml::parse_error& e) {
-    SPMD_THROW(InvalidArgument, path, ":", e.source().begin.line, ":", e.source().begin.column,
-               ": ", e.description());
-  }
-  const Schema& s = schema();
-  for (auto&& [section, table] : docs_.back()) {
-    const std::string name(section.str());
-    const std::string at = str_cat(path, ":", section.source().begin.line, ": ");
-    const std::string sections = " (sections: " + join(s.sections, "") + ")";
-    if (!s.keys.count(name)) {
-      SPMD_CHECK(!table.is_table(), at, "unknown section [", name, "]", sections);
-      SPMD_THROW(InvalidArgument, at, "unknown key '", name, "' (keys go in a [section])",
-                 sections);
-    }
-    SPMD_CHECK(table.is_table(), at, "'", name, "' must be a table ([", name, "])");
-    for (auto&& [key, value] : *table.as_table()) {
-      const std::string full = name + "." + std::string(key.str());
-      SPMD_CHECK(s.is_string.count(full), path, ":", key.source().begin.line, ": unknown key '",
-                 full, "' (", name, " has ", join(s.keys.at(name), ""), ")");
-      by_key_[full] = {&value, str_cat(path, ":", value.source().begin.line)};
-    }
-  }
-}
-
-// "section.key=value" or "--section.key=value". The value is TOML (2, 3e-4,
-// true, "text"); for a string key, bare text is the string itself.
-void Settings::read_override(const std::string& text) {
-  const std::string arg = text.rfind("--", 0) == 0 ? text.substr(2) : text;
-  const std::string where = "override --" + arg;
-  const size_t eq = arg.find('=');
-  SPMD_CHECK(eq != std::string::npos && arg.find('.') < eq, where,
-             ": expected --section.key=value");
-  const std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
-  const Schema& s = schema();
-  if (!s.is_string.count(key)) {
-    const std::string section = key.substr(0, key.find('.'));
-    SPMD_CHECK(s.keys.count(section), where, ": unknown section [", section,
-               "] (sections: ", join(s.sections, ""), ")");
-    SPMD_THROW(InvalidArgument, where, ": unknown key '", key, "' (", section, " has ",
-               join(s.keys.at(section), ""), ")");
-  }
-  toml::table doc;
-  try {
-    const std::string line = "v = " + value;
-    doc = toml::parse(std::string_view(line), std::string_view("override"));
-  } catch (const toml::parse_error&) {
-  }
-  const bool parsed = doc.size() == 1 && doc.contains("v");
-  if (!parsed || (s.is_string.at(key) && !doc["v"].is_string())) {
-    doc = toml::table{{"v", value}};
-  }
-  docs_.push_back(std::move(doc));
-  by_key_[key] = {docs_.back().get("v"), where};
-}
-
-// --- Assigning --------------------------------------------------------------------------
-
-// The model before its keys are assigned: the preset's, or for "custom" the
-// defaults of the shape (Llama's head is untied).
 ModelConfig model_defaults(const std::string& preset, const std::string& shape) {
   ModelConfig m;
   m.preset = preset;
@@ -229,31 +40,10 @@ ModelConfig model_defaults(const std::string& preset, const std::string& shape) 
   return m;
 }
 
-template <class T>
-void assign(const std::string& key, const Setting& s, T& field) {
-  const toml::node& v = *s.value;
-  const auto wrong = [&](const char* want) {
-    SPMD_THROW(InvalidArgument, s.where, ": ", key, " must be ", want, ", got ", describe(v));
-  };
-  if constexpr (std::is_same_v<T, std::string>) {
-    if (!v.is_string()) wrong("a string");
-    field = *v.value<std::string>();
-  } else if constexpr (std::is_same_v<T, bool>) {
-    if (!v.is_boolean()) wrong("a boolean");
-    field = *v.value<bool>();
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!v.is_integer()) wrong("an integer");
-    const int64_t i = *v.value<int64_t>();
-    SPMD_CHECK(std::cmp_greater_equal(i, std::numeric_limits<T>::min()), s.where, ": ", key,
-               " must be at least ", std::numeric_limits<T>::min(), ", got ", i);
-    SPMD_CHECK(std::cmp_less_equal(i, std::numeric_limits<T>::max()), s.where, ": ", key,
-               " must be at most ", std::numeric_limits<T>::max(), ", got ", i);
-    field = T(i);
-  } else {
-    if (!v.is_number()) wrong("a number");
-    field = *v.value<double>();
-  }
-}
+}  // namespace config_detail
+namespace {
+
+using namespace config_detail;
 
 // --- Checking ---------------------------------------------------------------------------
 
@@ -366,13 +156,14 @@ void check(const TrainConfig& t, const Checker& c) {
   c.at_least("parallel.pp_microbatches", p.pp_microbatches, 0);
   c.at_least("parallel.pp_stages_per_rank", p.pp_stages_per_rank, 1);
   c.require((p.pp_schedule == "interleaved") == (p.pp_stages_per_rank > 1),
-            {"parallel.pp_stages_per_rank", "parallel.pp_schedule"},
-            "parallel.pp_stages_per_rank ", p.pp_stages_per_rank, " with pp_schedule \"",
-            p.pp_schedule, "\": the interleaved schedule, and only it, runs 2 or more stages "
+            {"parallel.pp_stages_per_rank", "parallel.pp_schedule"}, "parallel.pp_stages_per_rank ",
+            p.pp_stages_per_rank, " with pp_schedule \"", p.pp_schedule,
+            "\": the interleaved schedule, and only it, runs 2 or more stages "
             "per rank");
   c.one_of("parallel.backend", p.backend, {"auto", "tcp", "gloo", "nccl"});
   c.require(p.backend != "nccl" || t.training.device == "cuda",
-            {"parallel.backend", "training.device"}, "parallel.backend = \"nccl\" runs collectives on GPUs: it needs training.device = "
+            {"parallel.backend", "training.device"},
+            "parallel.backend = \"nccl\" runs collectives on GPUs: it needs training.device = "
             "\"cuda\"");
 
   c.at_least("checkpoint.interval", t.checkpoint.interval, 0);
@@ -428,107 +219,4 @@ nn::TransformerConfig transformer_config(const ModelConfig& m) {
   t.moe_capacity_factor = m.moe_capacity_factor;
   return t;
 }
-
-// --- Printing ---------------------------------------------------------------------------
-
-std::string to_toml(const TrainConfig& c) {
-  SPMD_CHECK(c.training.seed <= uint64_t(std::numeric_limits<int64_t>::max()),
-             "to_toml: training.seed ", c.training.seed, " does not fit a TOML integer");
-  TrainConfig from_preset = c;  // what load_config fills in before the model's keys
-  from_preset.model = model_defaults(c.model.preset, c.model.shape);
-  const bool preset = c.model.preset != "custom";
-  std::ostringstream os;
-  os << "# spmd-train config: every key, resolved. load_config() reads it back.\n";
-  std::string current;
-  for_each_field(
-      [&](const std::string& section, const std::string& key, const auto& field,
-          const auto& preset_field) {
-        if (section != current) os << (current.empty() ? "" : "\n") << "[" << section << "]\n";
-        current = section;
-        using T = std::decay_t<decltype(field)>;
-        std::string value;
-        if constexpr (std::is_same_v<T, std::string>)
-          value = toml_string(field);
-        else if constexpr (std::is_same_v<T, bool>)
-          value = field ? "true" : "false";
-        else if constexpr (std::is_integral_v<T>)
-          value = std::to_string(field);
-        else
-          value = toml_double(field);
-        if (preset && section == "model" && key != "preset" && field == preset_field)
-          os << "# " << key << " = " << value << "  (preset \"" << c.model.preset << "\")\n";
-        else
-          os << key << " = " << value << "\n";
-      },
-      c, from_preset);
-  return os.str();
-}
-
-namespace {
-
-// A basic TOML string, "...": quotes, backslashes and control characters
-// escaped, other UTF-8 as it is.
-std::string toml_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (ch == '\n') {
-      out += "\\n";
-    } else if (ch == '\t') {
-      out += "\\t";
-    } else if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04X", u);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
-// The shortest text that reads back as the same double, always a TOML float.
-std::string toml_double(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buf[64];
-  const auto end = std::to_chars(buf, buf + sizeof buf, d).ptr;
-  std::string s(buf, end);
-  const size_t e = s.find('e');
-  if (e == std::string::npos) return s.find('.') == std::string::npos ? s + ".0" : s;
-  const size_t digits = s[e + 1] == '-' || s[e + 1] == '+' ? e + 2 : e + 1;
-  while (s.size() > digits + 1 && s[digits] == '0') s.erase(digits, 1);  // 1e-08 -> 1e-8
-  return s;
-}
-
-// "string \"ten\"", "float 2.5", "a table": a value as an error message names it.
-std::string describe(const toml::node& v) {
-  switch (v.type()) {
-    case toml::node_type::string:
-      return "string " + toml_string(*v.value<std::string>());
-    case toml::node_type::integer:
-      return "integer " + std::to_string(*v.value<int64_t>());
-    case toml::node_type::floating_point:
-      return "float " + toml_double(*v.value<double>());
-    case toml::node_type::boolean:
-      return *v.value<bool>() ? "boolean true" : "boolean false";
-    case toml::node_type::table:
-      return "a table";
-    case toml::node_type::array:
-      return "an array";
-    default:
-      return "a date or time";
-  }
-}
-
-std::string join(const std::vector<std::string>& items, const char* quote) {
-  std::string out;
-  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + (quote + item + quote);
-  return out;
-}
-
-}  // namespace
 }  // namespace spmd::train

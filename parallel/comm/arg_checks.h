@@ -1,7 +1,8 @@
-// The argument checks every collective of ProcessGroup makes at the call, for
-// every backend (process_group.cpp, block_collectives.cpp): a tensor is
-// defined, contiguous and of a communication dtype; an input and an output
-// agree on dtype and device; and how two tensors overlap. Each throws
+// The argument checks every operation of ProcessGroup makes at the call, for
+// every backend (process_group.cpp, block_collectives.cpp,
+// point_to_point.cpp): a tensor is defined, contiguous and of a communication
+// dtype; an input and an output agree on dtype and device; and how two
+// tensors overlap. Each throws
 // InvalidArgument naming the op and the values.
 #pragma once
 

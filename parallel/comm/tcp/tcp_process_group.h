@@ -26,6 +26,7 @@
 // its arrival in the store, cheaply, once).
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "parallel/comm/process_group.h"
@@ -83,6 +84,8 @@ class TcpProcessGroup final : public ProcessGroup,
   void run_algorithm(CommOp& op, char* data, char* input);
   void run_alone(CommOp& op, char* data, char* input);
   void launch_p2p(CommOp op, const Work& work);
+  // Failure (tcp_failure.cpp).
+  static std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout);
   std::exception_ptr fail(const CommOp& op, std::exception_ptr error);
   std::string never_arrived(const CommOp& op);
   std::string peer_report(int peer);
