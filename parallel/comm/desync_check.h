@@ -83,7 +83,9 @@ class DesyncCheck {
   int rank_, size_;
   Ledger ledger_;
   std::chrono::milliseconds interval_;
-  std::atomic<uint64_t> completed_{0};
+  // Written by the thread that completes collectives, not the one that
+  // records them: on a cache line apart from the ledger's.
+  alignas(64) std::atomic<uint64_t> completed_{0};
   std::string progress_;   // the progress record last published (publisher thread only)
   uint64_t compared_ = 0;  // the count at rank 0's last comparison (publisher thread only)
   int wakes_ = 0;
@@ -93,7 +95,7 @@ class DesyncCheck {
   std::mutex mu_;          // guards the fields below
   std::condition_variable cv_;
   bool stop_ = false;
-  bool final_ = false;      // published final: the publisher stops writing
+  bool final_ = false;                 // published final: the publisher stops writing
   uint64_t waiting_seq_ = UINT64_MAX;  // the collective note_waiting() last described
   std::vector<PeerWait> waiting_;
   uint64_t published_ = 0;  // the count last published (UINT64_MAX: none)

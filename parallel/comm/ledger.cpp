@@ -133,12 +133,14 @@ void LedgerEntry::set_tag(std::string_view text) {
 
 // --- The ledger ----------------------------------------------------------------------
 
-void Ledger::record(LedgerEntry entry) {
+void Ledger::record(const LedgerEntry& entry) {
+  const uint64_t fingerprint = entry.fingerprint();  // outside the lock
   std::lock_guard lock(mu_);
-  hash_ = mix(hash_ ^ entry.fingerprint());
-  entry.hash = hash_;
+  hash_ = mix(hash_ ^ fingerprint);
+  LedgerEntry& kept = ring_[entry.seq % kKept];
+  kept = entry;
+  kept.hash = hash_;
   count_ = entry.seq + 1;
-  ring_[entry.seq % kKept] = entry;
 }
 
 LedgerRecord Ledger::snapshot(int rank) const {

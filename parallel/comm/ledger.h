@@ -64,7 +64,7 @@ class Ledger {
   static constexpr size_t kKept = 16;
 
   // REQUIRES: entries come in sequence order (the group's issue order).
-  void record(LedgerEntry entry);
+  void record(const LedgerEntry& entry);
   LedgerRecord snapshot(int rank) const;
   uint64_t count() const;
 
