@@ -1,8 +1,12 @@
 """What the training benchmarks' drivers (ddp, tp, pp, fsdp, train_layouts,
 cp, moe) share: running one side's command and reading its
-`name key=value ...` result lines, or spmd-train's JSON lines."""
+`name key=value ...` result lines, or spmd-train's JSON lines; and what the
+collective comparisons (compare_collectives, compare_shm) share: reading
+the per-round files bench/interleave.sh leaves."""
+import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -41,3 +45,17 @@ def spmd_train_rows(build, world, flags, run_folder, env, tool, timeout=1800):
                                    "--metrics.log_every=1000"], env, tool, timeout=timeout)
     with open(os.path.join(run_folder, "metrics_rank0.jsonl")) as f:
         return [json.loads(line) for line in f]
+
+
+def interleaved_rows(directory):
+    """(round, impl, ranks, sweep, row) for every JSON line of the files
+    r<round>_<impl>_<ranks>_<sweep>.json in `directory` (bench/interleave.sh)."""
+    for path in sorted(glob.glob(os.path.join(directory, "r*_*_*_*.json"))):
+        m = re.match(r"r(\d+)_(\w+?)_(\d+)_(\w+)\.json", os.path.basename(path))
+        if not m:
+            continue
+        rnd, impl, p, sweep = m.groups()
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    yield int(rnd), impl, int(p), sweep, json.loads(line)

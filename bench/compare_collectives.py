@@ -18,13 +18,13 @@ Targets (spmd's TCP backend against the peers, same machine, same run):
   all_to_all and sendrecv at 1 MiB..256 MiB: busbw >= 1.0x OpenMPI's.
 """
 import collections
-import glob
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
+
+from bench_lines import interleaved_rows
 
 BANDWIDTH_VS_GLOO = {"all_reduce", "all_gather", "reduce_scatter", "broadcast"}
 GLOO_RING = "gloo-allreduce(RING)"
@@ -34,17 +34,9 @@ def load(directory):
     """{(p, sweep): {impl: {(op, size): [row, ...]}}} from r<round>_<impl>_<p>_<sweep>.json.
     Gloo's rows are kept per algorithm, under their own impl ("gloo-<Algorithm>")."""
     data = collections.defaultdict(lambda: collections.defaultdict(lambda: collections.defaultdict(list)))
-    for path in sorted(glob.glob(os.path.join(directory, "r*_*_*_*.json"))):
-        m = re.match(r"r(\d+)_(\w+?)_(\d+)_(\w+)\.json", os.path.basename(path))
-        if not m:
-            continue
-        _, impl, p, sweep = m.groups()
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    key = row["impl"] if impl == "gloo" else impl
-                    data[(int(p), sweep)][key][(row["op"], int(row["size"]))].append(row)
+    for _, impl, p, sweep, row in interleaved_rows(directory):
+        key = row["impl"] if impl == "gloo" else impl
+        data[(p, sweep)][key][(row["op"], int(row["size"]))].append(row)
     return data
 
 

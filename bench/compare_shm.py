@@ -11,12 +11,12 @@ in the same round), the fraction of memcpy bandwidth shm's busbw reaches
     /usr/bin/python3 bench/compare_shm.py DIR
 """
 import collections
-import glob
 import json
 import os
-import re
 import statistics
 import sys
+
+from bench_lines import interleaved_rows
 
 BANDWIDTH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
@@ -24,16 +24,8 @@ BANDWIDTH_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 def load(directory):
     """{(p, sweep, op, size): {impl: {round: row}}}."""
     data = collections.defaultdict(lambda: collections.defaultdict(dict))
-    for path in sorted(glob.glob(os.path.join(directory, "r*_*_*_*.json"))):
-        m = re.match(r"r(\d+)_(\w+?)_(\d+)_(\w+)\.json", os.path.basename(path))
-        if not m:
-            continue
-        rnd, impl, p, sweep = m.groups()
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    data[(int(p), sweep, row["op"], int(row["size"]))][impl][int(rnd)] = row
+    for rnd, impl, p, sweep, row in interleaved_rows(directory):
+        data[(p, sweep, row["op"], int(row["size"]))][impl][rnd] = row
     return data
 
 

@@ -210,8 +210,8 @@ def self_test():
     py = '"""docs/fsdp.md"""\nx = "docs/train.md"  # docs/ddp.md\ndef f():\n    """docs/comm.md"""\n'
     got = [p for _, t in python_comments(py) for p in named_paths(t)]
     assert got == ["docs/fsdp.md", "docs/ddp.md", "docs/comm.md"], got
-    md = "See docs/a.md, `configs/*.toml`, build/x.json, runs/y/z.log, train/eval, ../tests/b.h."
-    assert list(named_paths(md)) == ["docs/a.md"], list(named_paths(md))
+    md = "See docs/ddp.md, `configs/*.toml`, build/x.json, runs/y/z.log, autograd/nn, ../tests/b.h."
+    assert list(named_paths(md)) == ["docs/ddp.md"], list(named_paths(md))
 
 
 def main():
