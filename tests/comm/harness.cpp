@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -110,5 +111,21 @@ std::vector<RankOutcome> run_processes(int world_size,
 }
 
 Tensor cpu_tensor(int64_t numel, DType dtype) { return ops::empty(Shape{numel}, {dtype}); }
+
+Tensor floats(int64_t n, float value) {
+  Tensor t = cpu_tensor(n, DType::kF32);
+  std::fill_n(static_cast<float*>(t.raw_data()), n, value);
+  return t;
+}
+
+std::shared_ptr<ProcessGroup> join(int rank, int world, const std::string& store,
+                                   std::chrono::milliseconds timeout) {
+  InitOptions init;
+  init.init_method = "file://" + store;
+  init.rank = rank;
+  init.world_size = world;
+  init.timeout = timeout;
+  return init_process_group(init);
+}
 
 }  // namespace spmd::dist::testing

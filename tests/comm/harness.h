@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ std::vector<RankOutcome> run_processes(int world_size,
                                        std::chrono::milliseconds limit = std::chrono::seconds(20));
 // Records text for the parent of run_processes() (the last call wins).
 void report(const std::string& text);
+// Joins rank `rank` of `world` through run_processes()'s FileStore at
+// `store` (file:// init) with the group timeout `timeout`.
+std::shared_ptr<ProcessGroup> join(int rank, int world, const std::string& store,
+                                   std::chrono::milliseconds timeout);
 
 // Whether a CUDA GPU is present, asked in a child process: the test process
 // itself must not initialize CUDA, or the ranks it forks could not use it.
@@ -47,6 +52,8 @@ bool have_gpu();
 
 // A contiguous CPU tensor of the given size and dtype (uninitialized).
 Tensor cpu_tensor(int64_t numel, DType dtype);
+// n f32 values, each `value`.
+Tensor floats(int64_t n, float value = 1.f);
 
 // Throws spmd::Error with the message unless cond holds: the way a rank
 // fails a check (spawn() reports the rank and the message).

@@ -36,22 +36,6 @@ LedgerRecord record_of(int rank, const std::vector<LedgerEntry>& calls) {
   return ledger.snapshot(rank);
 }
 
-std::shared_ptr<ProcessGroup> join(int rank, int world, const std::string& store,
-                                   std::chrono::milliseconds timeout) {
-  InitOptions init;
-  init.init_method = "file://" + store;
-  init.rank = rank;
-  init.world_size = world;
-  init.timeout = timeout;
-  return init_process_group(init);
-}
-
-Tensor floats(int64_t n) {
-  Tensor t = cpu_tensor(n, DType::kF32);
-  std::fill_n(static_cast<float*>(t.raw_data()), n, 1.f);
-  return t;
-}
-
 // Waits on `w`; reports the error's text (or "ok").
 void report_error(const Work& w) {
   try {

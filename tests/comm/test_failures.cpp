@@ -20,16 +20,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::shared_ptr<ProcessGroup> join(int rank, int world, const std::string& store,
-                                   std::chrono::milliseconds timeout) {
-  InitOptions init;
-  init.init_method = "file://" + store;
-  init.rank = rank;
-  init.world_size = world;
-  init.timeout = timeout;
-  return init_process_group(init);
-}
-
 // Runs `op` and reports "<error type>|<ms it took>|<message>" (or "ok").
 void report_outcome(const std::function<void()>& op) {
   const auto start = Clock::now();
@@ -51,12 +41,6 @@ void report_outcome(const std::function<void()>& op) {
 long reported_ms(const std::string& report) {
   const size_t a = report.find('|');
   return std::stol(report.substr(a + 1, report.find('|', a + 1) - a - 1));
-}
-
-Tensor floats(int64_t n, float value) {
-  Tensor t = cpu_tensor(n, DType::kF32);
-  std::fill_n(static_cast<float*>(t.raw_data()), n, value);
-  return t;
 }
 
 }  // namespace

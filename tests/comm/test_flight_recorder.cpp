@@ -31,12 +31,6 @@ CommOp op_of(OpType type, uint64_t seq) {
   return op;
 }
 
-Tensor floats(int64_t n) {
-  Tensor t = cpu_tensor(n, DType::kF32);
-  std::fill_n(static_cast<float*>(t.raw_data()), n, 1.f);
-  return t;
-}
-
 }  // namespace
 
 TEST_CASE("flight recorder: the last N operations, oldest first, with their ends",

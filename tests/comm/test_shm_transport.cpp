@@ -62,22 +62,6 @@ std::set<std::string> orphaned_segments() {
   return names;
 }
 
-std::shared_ptr<ProcessGroup> join(int rank, int world, const std::string& store,
-                                   std::chrono::milliseconds timeout) {
-  InitOptions init;
-  init.init_method = "file://" + store;
-  init.rank = rank;
-  init.world_size = world;
-  init.timeout = timeout;
-  return init_process_group(init);
-}
-
-Tensor floats(int64_t n, float value) {
-  Tensor t = cpu_tensor(n, DType::kF32);
-  std::fill_n(static_cast<float*>(t.raw_data()), n, value);
-  return t;
-}
-
 }  // namespace
 
 TEST_CASE("same-host pairs map shared memory; tcp forces sockets; a host split mixes them",
