@@ -62,6 +62,20 @@ std::set<std::string> orphaned_segments() {
   return names;
 }
 
+// Two ranks join with `var` set to value0 on rank 0 and value1 on rank 1;
+// each reports "ok" or its set-up error.
+std::vector<RankOutcome> join_set_apart(const char* var, const char* value0, const char* value1) {
+  return run_processes(2, [&](int rank, const std::string& store) {
+    ScopedEnv setting(var, rank == 0 ? value0 : value1);
+    try {
+      join(rank, 2, store, std::chrono::seconds(5));
+      report("ok");
+    } catch (const Error& e) {
+      report(e.what());
+    }
+  });
+}
+
 }  // namespace
 
 TEST_CASE("same-host pairs map shared memory; tcp forces sockets; a host split mixes them",
@@ -133,16 +147,7 @@ TEST_CASE("bad transport settings fail at set-up, naming what is wrong", "[comm]
 
 TEST_CASE("ranks that set the transport differently fail at set-up, naming both settings",
           "[comm][shm]") {
-  auto outcomes = run_processes(2, [](int rank, const std::string& store) {
-    ScopedEnv transport("SPMD_TRANSPORT", rank == 0 ? "tcp" : "auto");
-    try {
-      join(rank, 2, store, std::chrono::seconds(5));
-      report("ok");
-    } catch (const Error& e) {
-      report(e.what());
-    }
-  });
-  for (const auto& o : outcomes) {
+  for (const auto& o : join_set_apart("SPMD_TRANSPORT", "tcp", "auto")) {
     CHECK_THAT(o.report, Catch::Contains("SPMD_TRANSPORT=tcp") &&
                              Catch::Contains("SPMD_TRANSPORT=auto") &&
                              Catch::Contains("every rank must set them alike"));
@@ -152,16 +157,7 @@ TEST_CASE("ranks that set the transport differently fail at set-up, naming both 
 // The segment's size switch chooses the algorithm, so ranks that set it
 // differently would run different ones under the same header.
 TEST_CASE("ranks that set SPMD_SHM_SEGMENT_MIN_BYTES differently fail at set-up", "[comm][shm]") {
-  auto outcomes = run_processes(2, [](int rank, const std::string& store) {
-    ScopedEnv min_bytes("SPMD_SHM_SEGMENT_MIN_BYTES", rank == 0 ? "0" : "65536");
-    try {
-      join(rank, 2, store, std::chrono::seconds(5));
-      report("ok");
-    } catch (const Error& e) {
-      report(e.what());
-    }
-  });
-  for (const auto& o : outcomes) {
+  for (const auto& o : join_set_apart("SPMD_SHM_SEGMENT_MIN_BYTES", "0", "65536")) {
     CHECK_THAT(o.report, Catch::Contains("SPMD_SHM_SEGMENT_MIN_BYTES=0") &&
                              Catch::Contains("SPMD_SHM_SEGMENT_MIN_BYTES=65536") &&
                              Catch::Contains("every rank must set them alike"));
