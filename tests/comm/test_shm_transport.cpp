@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -62,11 +63,11 @@ std::set<std::string> orphaned_segments() {
   return names;
 }
 
-// Two ranks join with `var` set to value0 on rank 0 and value1 on rank 1;
-// each reports "ok" or its set-up error.
-std::vector<RankOutcome> join_set_apart(const char* var, const char* value0, const char* value1) {
+// Two ranks join (rank r first running per_rank(r), which may set its
+// environment); each reports "ok" or its set-up error.
+std::vector<RankOutcome> join_outcomes(const std::function<void(int rank)>& per_rank = {}) {
   return run_processes(2, [&](int rank, const std::string& store) {
-    ScopedEnv setting(var, rank == 0 ? value0 : value1);
+    if (per_rank) per_rank(rank);
     try {
       join(rank, 2, store, std::chrono::seconds(5));
       report("ok");
@@ -74,6 +75,11 @@ std::vector<RankOutcome> join_set_apart(const char* var, const char* value0, con
       report(e.what());
     }
   });
+}
+
+// join_outcomes() with `var` set to value0 on rank 0 and value1 on rank 1.
+std::vector<RankOutcome> join_set_apart(const char* var, const char* value0, const char* value1) {
+  return join_outcomes([&](int rank) { ::setenv(var, rank == 0 ? value0 : value1, 1); });
 }
 
 }  // namespace
@@ -116,28 +122,14 @@ TEST_CASE("same-host pairs map shared memory; tcp forces sockets; a host split m
 TEST_CASE("bad transport settings fail at set-up, naming what is wrong", "[comm][shm]") {
   SECTION("an unknown SPMD_TRANSPORT") {
     ScopedEnv transport("SPMD_TRANSPORT", "infiniband");
-    auto outcomes = run_processes(2, [](int rank, const std::string& store) {
-      try {
-        join(rank, 2, store, std::chrono::seconds(5));
-        report("ok");
-      } catch (const InvalidArgument& e) {
-        report(e.what());
-      }
-    });
+    auto outcomes = join_outcomes();
     for (const auto& o : outcomes)
       CHECK_THAT(o.report, Catch::Contains("SPMD_TRANSPORT='infiniband'"));
   }
   SECTION("shm forced across a host split") {
     ScopedEnv transport("SPMD_TRANSPORT", "shm");
     ScopedEnv split("SPMD_TRANSPORT_HOST_SPLIT", "1");
-    auto outcomes = run_processes(2, [](int rank, const std::string& store) {
-      try {
-        join(rank, 2, store, std::chrono::seconds(5));
-        report("ok");
-      } catch (const Error& e) {
-        report(e.what());
-      }
-    });
+    auto outcomes = join_outcomes();
     for (const auto& o : outcomes) {
       CHECK_THAT(o.report, Catch::Contains("SPMD_TRANSPORT=shm: ranks") &&
                                Catch::Contains("not on one host"));
@@ -194,14 +186,7 @@ TEST_CASE("a segment /dev/shm cannot hold: auto keeps TCP for the pair, shm fail
   SECTION("pair segments, shm forced: an error naming the call") {
     ScopedEnv ring("SPMD_SHM_RING_BYTES", kHuge);
     ScopedEnv transport("SPMD_TRANSPORT", "shm");
-    auto outcomes = run_processes(2, [](int rank, const std::string& store) {
-      try {
-        join(rank, 2, store, std::chrono::seconds(5));
-        report("ok");
-      } catch (const Error& e) {
-        report(e.what());
-      }
-    });
+    auto outcomes = join_outcomes();
     CHECK_THAT(outcomes[0].report, Catch::Contains("posix_fallocate"));
     CHECK_THAT(outcomes[1].report, Catch::Contains("could not make the shared-memory segment"));
   }
