@@ -77,8 +77,10 @@ void on_sigterm(int) {
 void flush_on_sigterm() {
   struct sigaction old {};
   if (::sigaction(SIGTERM, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
-  for (int& fd : g_term_pipe)  // a forked child's copy of its parent's pipe
-    if (fd >= 0) ::close(fd), fd = -1;
+  for (int& fd : g_term_pipe) {  // a forked child's copy of its parent's pipe
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
   if (::pipe2(g_term_pipe, O_CLOEXEC) != 0) return;
   std::thread([] {
     char byte;
