@@ -27,18 +27,25 @@ namespace spmd::train::testing {
 
 using namespace spmd::dist::testing;
 
-// A text of pseudo-words, the same every time.
+// A text of pseudo-words, the same every time. Its path is the same in every
+// process (a parent and the ranks it starts each name it in their configs),
+// so each writer writes a file of its own and renames it over the shared
+// name: the content is identical, and a reader never sees half a file.
 inline std::string text_file() {
   static const std::string path = [] {
-    const std::string p = "/tmp/spmd_test_trainer_text_" + std::to_string(::getpid()) + ".txt";
+    const std::string p = "/tmp/spmd_test_trainer_text.txt";
+    const std::string mine = p + "." + std::to_string(::getpid());
     const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ",
                            "a ",   "lazy ",  "dog, ",  "and ", "then ",  "sleeps.\n"};
-    std::ofstream out(p);
-    uint64_t x = 12345;
-    for (int i = 0; i < 6000; ++i) {
-      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-      out << words[(x >> 33) % 12];
+    {
+      std::ofstream out(mine);
+      uint64_t x = 12345;
+      for (int i = 0; i < 6000; ++i) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        out << words[(x >> 33) % 12];
+      }
     }
+    std::filesystem::rename(mine, p);
     return p;
   }();
   return path;
