@@ -59,12 +59,10 @@ TEST_CASE("experts split over ep ranks of dp_shard, the rest FSDP-sharded, train
   check_layout_params(2, {"parallel.dp_shard=2", "parallel.ep=2"}, "fsdp 2, ep 2", moe);
   check_layout_params(4, {"parallel.dp_shard=4", "parallel.ep=2"},
                       "fsdp 4, ep 2 (experts replicated over 2)", moe);
-  // With accumulation the balancing loss's gradient moves the parameters
-  // by up to 4e-5 of their scale from one process's, under DDP x ep as
-  // here (the losses agree to 1e-5): the composition is checked without it.
+  // Each chunk's balancing loss is over that chunk's tokens of all 4 ranks,
+  // as one process's over the same 2 chunks (reference_chunks).
   std::vector<std::string> every_other = moe;
   every_other.push_back("model.moe_every=2");
-  every_other.push_back("model.moe_aux_coef=0");
   check_layout_params(4, {"parallel.dp_shard=4", "parallel.ep=2", "training.microbatches=2"},
                       "fsdp 4, ep 2, MoE every other block, 2 accumulation chunks", every_other);
 }
@@ -114,9 +112,8 @@ TEST_CASE("experts under tp with sequence parallel, or with no dense block, are 
 
 TEST_CASE("experts in pipeline stages add their balancing loss and train as one process",
           "[train][pp][moe][equivalence]") {
-  // One pipeline microbatch: the balancing loss is then over the same tokens
-  // as one process's (with several it is each microbatch's, as each rank's
-  // under DDP).
+  // Each pipeline microbatch's balancing loss is over its own tokens, as one
+  // process's accumulating over the same chunks (reference_chunks).
   const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2",
                                         "model.tie_embeddings=false", "model.n_layers=4"};
   check_layout_params(2, {"parallel.pp=2", "parallel.pp_microbatches=1"},
@@ -124,10 +121,8 @@ TEST_CASE("experts in pipeline stages add their balancing loss and train as one 
   check_layout_params(
       2, {"parallel.pp=2", "parallel.pp_schedule=\"zbh1\"", "parallel.pp_microbatches=1"},
       "pp 2 on experts, zbh1 (the balancing loss through the split backward)", moe);
-  std::vector<std::string> no_aux = moe;
-  no_aux.push_back("model.moe_aux_coef=0");
   check_layout_params(2, {"parallel.pp=2"},
-                      "pp 2 on experts over 2 microbatches, no balancing loss", no_aux);
+                      "pp 2 on experts over 2 microbatches (one process: 2 chunks)", moe);
 }
 
 TEST_CASE("experts split over ep ranks inside pipeline stages train as one process",
@@ -138,11 +133,11 @@ TEST_CASE("experts split over ep ranks inside pipeline stages train as one proce
       4,
       {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.ep=2", "parallel.pp_microbatches=1"},
       "pp 2 x ddp 2, ep 2", moe);
-  std::vector<std::string> no_aux = moe;
-  no_aux.push_back("model.moe_aux_coef=0");
   check_layout_params(
       4, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.ep=2", "training.microbatches=2"},
-      "pp 2 x fsdp 2, ep 2, 2 pipeline microbatches, 2 accumulation chunks", no_aux);
+      "pp 2 x fsdp 2, ep 2, 2 pipeline microbatches x 2 accumulation chunks "
+      "(one process: 4 chunks)",
+      moe);
 }
 
 TEST_CASE("experts split within dp_shard under HSDP train as one process",
