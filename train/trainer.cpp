@@ -250,7 +250,7 @@ TrainResult run_training(const TrainConfig& config,
       dist::average_gradients(params, par.stage_average.get(), 1.0 / double(t.microbatches));
       for (const auto& st : par.stages) {  // experts: ep's averages, stage by stage
         if (!par.ep) break;
-        if (par.stage_mesh) {
+        if (par.fsdp_mesh) {  // FSDP averaged the dense gradients
           dist::ep::sync_expert_gradients(*st->as_module(), *par.ep);
         } else {
           dist::ep::sync_gradients(*st->as_module(), *par.ep);

@@ -56,8 +56,8 @@ std::vector<Tensor> single_grads(double coef, int64_t chunks) {
   const Batch b = batch(c);
   const int64_t rows = kRows / chunks;
   for (int64_t k = 0; k < chunks; ++k)
-    chunk_backward(m, ops::narrow(b.x, 0, k * rows, rows), ops::narrow(b.y, 0, k * rows, rows), coef,
-                   chunks);
+    chunk_backward(m, ops::narrow(b.x, 0, k * rows, rows), ops::narrow(b.y, 0, k * rows, rows),
+                   coef, chunks);
   std::vector<Tensor> grads;
   for (const Tensor& p : m.parameters()) grads.push_back(ops::clone(p.grad()));
   return grads;
@@ -97,8 +97,10 @@ void check(double coef) {
           expect(router_whole > 1e-2, "rank ", r, ": the router's gradient is within ",
                  router_whole, " of one process's over one chunk");
         } else {
-          expect(router_whole <= 1e-6, "rank ", r, ": without the balancing loss the router's "
-                 "gradient differs from one chunk's by ", router_whole);
+          expect(router_whole <= 1e-6, "rank ", r,
+                 ": without the balancing loss the router's "
+                 "gradient differs from one chunk's by ",
+                 router_whole);
         }
       },
       std::chrono::seconds(60));

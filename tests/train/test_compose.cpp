@@ -1,8 +1,9 @@
 // spmd-train's compositions of pipeline stages with FSDP, context and
-// sequence parallelism, and of expert parallelism with FSDP and context
-// parallelism, against one process: the same model, data and seed trained
-// under each layout gives the single process's loss at every step and its
-// parameters after the last, to 1e-5 relative (trainer_test_util.h).
+// sequence parallelism, of HSDP with context parallelism, and of expert
+// parallelism with FSDP and context parallelism, against one process: the
+// same model, data and seed trained under each layout gives the single
+// process's loss at every step and its parameters after the last, to 1e-5
+// relative (trainer_test_util.h).
 #include <catch2/catch.hpp>
 
 #include "tests/train/trainer_test_util.h"
@@ -35,6 +36,17 @@ TEST_CASE("pipeline stages FSDP-sharded over dp_shard train as one process",
                       "pp 2 x hsdp 2 x 2 on 8 ranks", kUntied);
   check_layout_params(8, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.tp=2"},
                       "pp 2 x fsdp 2 x tp 2 on 8 ranks", kUntied);
+}
+
+TEST_CASE("HSDP with context parallelism trains as one process", "[train][hsdp][cp][equivalence]") {
+  // The shards over dp_shard x cp, replicated over dp_replicate.
+  check_layout_params(8, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2"},
+                      "hsdp 2 x 2 x cp 2 on 8 ranks");
+  check_layout_params(8,
+                      {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2",
+                       "parallel.ep=4", "training.microbatches=2"},
+                      "hsdp 2 x 2 x cp 2, ep 4, 2 accumulation chunks",
+                      {"model.n_experts=4", "model.moe_top_k=2"});
 }
 
 TEST_CASE("pipeline stages on cp-local sequences train as one process",
