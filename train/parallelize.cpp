@@ -13,12 +13,8 @@
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1 || p.dp_shard == 1 || p.pp_schedule != "zbh1", "parallel: pp ", p.pp,
-             " with dp_shard ", p.dp_shard, " and pp_schedule \"zbh1\": FSDP reduces a unit's "
-             "gradients when its backward ends, and zbh1 computes the weights' share later; use "
-             "\"1f1b\", \"gpipe\" or \"interleaved\" with dp_shard");
-  SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 || (p.dp_shard * p.cp) % p.ep == 0, "parallel: ep ",
-             p.ep, " with dp_shard ", p.dp_shard, " x cp ", p.cp,
+  SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 || (p.dp_shard * p.cp) % p.ep == 0, "parallel: ep ", p.ep,
+             " with dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": under FSDP the expert ranks come from dp_shard x cp, so ep must divide it");
 }
 
@@ -27,17 +23,31 @@ namespace {
 // FSDP per pipeline stage (TorchTitan's): each block of the stage a unit,
 // the stage (as_module()) the root over them, which holds the embeddings or
 // the norm and head. A middle stage has no parameters but its blocks', so
-// each of its blocks is a root of its own. Every backward the executor runs
-// reduce-scatters the units' gradients, added into the shards' (ParamGroup):
-// the step's gradient accumulates over the microbatches as the shards'.
-void shard_stages(const std::vector<std::shared_ptr<dist::pp::TransformerStage>>& stages,
-                  const dist::DeviceMesh& mesh, const dist::FsdpOptions& o) {
+// each of its blocks is a root of its own. The executor's backwards only
+// accumulate the units' full gradients (sync off, as PyTorch's pipelining
+// sets on all but the last microbatch); the trainer reduce-scatters them
+// once per step, after the last backward (reduce_stage_gradients). Under
+// ZB-H1 a weight pass runs after its microbatch's backward and reads the
+// weights (a norm's gain), so the units then stay gathered for the whole
+// step (neither resharded after forward nor after backward).
+std::vector<std::shared_ptr<dist::FsdpModule>> shard_stages(
+    const std::vector<std::shared_ptr<dist::pp::TransformerStage>>& stages,
+    const dist::DeviceMesh& mesh, const dist::FsdpOptions& o, bool split_backward) {
+  std::vector<std::shared_ptr<dist::FsdpModule>> units;
   for (const auto& st : stages) {
     const nn::Transformer& m = st->model();
     for (int64_t i = st->first_layer(); i < st->end_layer(); ++i)
-      dist::fully_shard(m.layers->at(size_t(i)), mesh, o);
-    if (st->is_first() || st->is_last()) dist::fully_shard(st->as_module(), mesh, o);
+      units.push_back(dist::fully_shard(m.layers->at(size_t(i)), mesh, o));
+    if (st->is_first() || st->is_last())
+      units.push_back(dist::fully_shard(st->as_module(), mesh, o));
   }
+  for (const auto& u : units) {
+    u->set_requires_gradient_sync(false, /*recurse=*/false);
+    if (!split_backward) continue;
+    u->set_reshard_after_forward(false);
+    u->set_reshard_after_backward(false, /*recurse=*/false);
+  }
+  return units;
 }
 
 // The mesh FSDP places its shards on under pp or cp: every axis but pp,
@@ -131,7 +141,8 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
       out.fsdp_mesh = std::make_shared<dist::DeviceMesh>(fsdp_mesh(mesh, p));
     dist::DeviceMesh& on = out.fsdp_mesh ? *out.fsdp_mesh : mesh;
     if (p.pp > 1) {
-      shard_stages(out.stages, on, o);
+      out.stage_units = shard_stages(
+          out.stages, on, o, dist::pp::splits_backward(dist::pp::parse_schedule(p.pp_schedule)));
     } else {
       for (size_t i = 0; i < model->layers->size(); ++i)
         dist::fully_shard(model->layers->at(i), on, o);
@@ -183,6 +194,10 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
                            "dp_shard_cp", "dp_replicate_cp"})
     if (mesh.has_axis(axis)) out.groups.push_back(mesh.group_ptr(axis));
   return out;
+}
+
+void reduce_stage_gradients(const Parallelized& p) {
+  for (const auto& u : p.stage_units) u->reduce_gradients();
 }
 
 std::vector<std::pair<std::string, Tensor>> Parallelized::named_parameters() const {

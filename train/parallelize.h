@@ -28,11 +28,13 @@
 // (each stage's blocks split over its tp ranks, the last stage's loss
 // vocabulary-parallel), activation checkpointing and dp_shard: FSDP per
 // stage, on the mesh of every axis but pp (fsdp_mesh), its blocks the
-// units and the stage's module the root; each of the executor's backwards
-// reduce-scatters into the shards' gradients, which so accumulate over the
-// microbatches. With cp the stages run on the cp-local sequence (the
-// trainer cuts it before the executor) and their gradients are averaged
-// over dp_replicate x cp (stage_average), or FSDP shards over dp_shard x cp.
+// units and the stage's module the root; the executor's backwards
+// accumulate the units' full gradients over the microbatches (any
+// schedule, ZB-H1's deferred weight passes included), reduce-scattered
+// into the shards' once per step (reduce_stage_gradients). With cp the
+// stages run on the cp-local sequence (the trainer cuts it before the
+// executor) and their gradients are averaged over dp_replicate x cp
+// (stage_average), or FSDP shards over dp_shard x cp.
 // With sequence parallelism the stages trade their tp rank's share of the
 // sequence (the executor's activation_sequence_split).
 //
@@ -50,9 +52,8 @@
 // under pp the ep lines lie within a stage's ranks, and ep's averages run
 // stage by stage.
 //
-// Not here: FSDP stages under the zbh1 schedule, and expert parallelism
-// under FSDP whose ep does not divide dp_shard x cp (check_supported()
-// refuses them, naming the dims).
+// Not here: expert parallelism under FSDP whose ep does not divide
+// dp_shard x cp (check_supported() refuses it, naming the dims).
 #pragma once
 
 #include <memory>
@@ -92,6 +93,11 @@ struct Parallelized {
   // dim, dp_shard_cp, under cp; FSDP's shards are placed on it. Null under
   // FSDP on the world's mesh.
   std::shared_ptr<dist::DeviceMesh> fsdp_mesh;
+  // Under pp with dp_shard: this rank's stages' FSDP units, in the order
+  // they were made (the same on every rank of a stage). Their gradient
+  // sync is off: reduce_stage_gradients() reduces them after the step's
+  // backwards.
+  std::vector<std::shared_ptr<dist::FsdpModule>> stage_units;
   // Without dp_shard: the group the stages' gradients are averaged over
   // after each step (dp_replicate, or dp_replicate x cp); under FSDP null,
   // its reduce-scatters having averaged them.
@@ -116,8 +122,8 @@ struct Parallelized {
 // (a step's, a pipeline's last stage's, the held-out one) goes through it.
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
-// Refuses a layout this trainer does not build (pp with dp_shard under
-// zbh1; ep under FSDP not dividing dp_shard x cp).
+// Refuses a layout this trainer does not build (ep under FSDP not
+// dividing dp_shard x cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.
@@ -127,5 +133,10 @@ dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
 // Applies the strategies the config asks for, in order. Collective.
 Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
                          const TrainConfig& config);
+
+// The stages' FSDP gradients of the step's backwards, reduce-scattered into
+// the shards' (each unit in turn; nothing without stage_units). Collective
+// over each stage's dp_shard (and dp_replicate) ranks.
+void reduce_stage_gradients(const Parallelized& p);
 
 }  // namespace spmd::train

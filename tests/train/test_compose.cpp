@@ -38,6 +38,24 @@ TEST_CASE("pipeline stages FSDP-sharded over dp_shard train as one process",
                       "pp 2 x fsdp 2 x tp 2 on 8 ranks", kUntied);
 }
 
+TEST_CASE("pipeline stages FSDP-sharded under zbh1 train as one process",
+          "[train][pp][fsdp][zbh1][equivalence]") {
+  // The weight passes run after their microbatches' backwards: the units
+  // stay gathered, and reduce once at the step's end.
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                       "parallel.pp_microbatches=4"},
+                      "pp 2 x fsdp 2, zbh1 over 4 microbatches", kUntied);
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                       "training.microbatches=2"},
+                      "pp 2 x fsdp 2, zbh1, 2 accumulation chunks", kUntied);
+  check_layout_params(8,
+                      {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=2",
+                       "parallel.pp_schedule=\"zbh1\""},
+                      "pp 2 x hsdp 2 x 2, zbh1 on 8 ranks", kUntied);
+}
+
 TEST_CASE("HSDP with context parallelism trains as one process", "[train][hsdp][cp][equivalence]") {
   // The shards over dp_shard x cp, replicated over dp_replicate.
   check_layout_params(8, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2"},
@@ -47,6 +65,38 @@ TEST_CASE("HSDP with context parallelism trains as one process", "[train][hsdp][
                        "parallel.ep=4", "training.microbatches=2"},
                       "hsdp 2 x 2 x cp 2, ep 4, 2 accumulation chunks",
                       {"model.n_experts=4", "model.moe_top_k=2"});
+}
+
+TEST_CASE("FSDP stages reduce-scatter each unit once per step, not once per microbatch",
+          "[train][pp][fsdp]") {
+  for (const char* schedule : {"1f1b", "zbh1"}) {
+    std::vector<std::string> o = {"parallel.pp=2", "parallel.dp_shard=2",
+                                  "parallel.pp_microbatches=4",
+                                  str_cat("parallel.pp_schedule=\"", schedule, "\"")};
+    o.insert(o.end(), kUntied.begin(), kUntied.end());
+    const train::TrainConfig c = base(1, o);
+    run_world(
+        4,
+        [&](dist::ProcessGroup& world) {
+          dist::DeviceMesh mesh = train::build_mesh(dist::testing::borrow(world), c.parallel);
+          auto model = std::make_shared<nn::Transformer>(train::transformer_config(c.model),
+                                                         c.training.seed);
+          train::Parallelized par = train::parallelize(model, mesh, c);
+          dist::ProcessGroup& shard = par.fsdp_mesh->group("dp_shard");
+          Generator gen(7);
+          const Tensor x =
+              ops::randint(0, c.model.vocab_size, {4, c.model.seq_len}, {DType::kI64}, &gen);
+          const auto reduces = [&] { return shard.stats()[dist::OpType::kReduceScatter].calls; };
+          const uint64_t before = reduces();
+          par.pipeline->step(x, x);
+          expect(reduces() == before, schedule, ": ", reduces() - before,
+                 " reduce-scatters during the 4 microbatches");
+          train::reduce_stage_gradients(par);
+          expect(reduces() - before == par.stage_units.size(), schedule, ": ", reduces() - before,
+                 " reduce-scatters for ", par.stage_units.size(), " units");
+        },
+        std::chrono::seconds(60));
+  }
 }
 
 TEST_CASE("pipeline stages on cp-local sequences train as one process",
@@ -165,12 +215,4 @@ TEST_CASE("ep under FSDP that does not divide dp_shard x cp is refused, naming t
   CHECK_THROWS_WITH(train::check_supported(c.parallel),
                     "parallel: ep 4 with dp_shard 2 x cp 1: under FSDP the expert ranks come from "
                     "dp_shard x cp, so ep must divide it");
-}
-
-TEST_CASE("pp with dp_shard refuses zbh1, naming the schedule", "[train][pp][fsdp]") {
-  const train::TrainConfig c =
-      base(1, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
-               "model.tie_embeddings=false"});
-  CHECK_THROWS_WITH(train::check_supported(c.parallel),
-                    Catch::Contains("pp 2 with dp_shard 2 and pp_schedule \"zbh1\""));
 }
