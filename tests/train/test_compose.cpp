@@ -50,6 +50,10 @@ TEST_CASE("pipeline stages FSDP-sharded under zbh1 train as one process",
                       {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
                        "training.microbatches=2"},
                       "pp 2 x fsdp 2, zbh1, 2 accumulation chunks", kUntied);
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                       "training.activation_checkpointing=\"full\""},
+                      "pp 2 x fsdp 2, zbh1, activation checkpointing", kUntied);
   check_layout_params(8,
                       {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=2",
                        "parallel.pp_schedule=\"zbh1\""},
