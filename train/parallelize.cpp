@@ -13,15 +13,8 @@
 namespace spmd::train {
 
 void check_supported(const ParallelConfig& p) {
-  SPMD_CHECK(p.pp == 1 || p.dp_shard == 1 || p.pp_schedule != "zbh1", "parallel: pp ", p.pp,
-             " with dp_shard ", p.dp_shard, " and pp_schedule \"zbh1\": FSDP reduces a unit's "
-             "gradients when its backward ends, and zbh1 computes the weights' share later; use "
-             "\"1f1b\", \"gpipe\" or \"interleaved\" with dp_shard");
-  SPMD_CHECK(p.cp == 1 || p.dp_replicate == 1 || p.dp_shard == 1, "parallel: dp_replicate ",
-             p.dp_replicate, " x dp_shard ", p.dp_shard, " x cp ", p.cp,
-             ": spmd-train does not combine HSDP with context parallelism");
-  SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 || (p.dp_shard * p.cp) % p.ep == 0, "parallel: ep ",
-             p.ep, " with dp_shard ", p.dp_shard, " x cp ", p.cp,
+  SPMD_CHECK(p.ep == 1 || p.dp_shard == 1 || (p.dp_shard * p.cp) % p.ep == 0, "parallel: ep ", p.ep,
+             " with dp_shard ", p.dp_shard, " x cp ", p.cp,
              ": under FSDP the expert ranks come from dp_shard x cp, so ep must divide it");
 }
 
@@ -30,17 +23,47 @@ namespace {
 // FSDP per pipeline stage (TorchTitan's): each block of the stage a unit,
 // the stage (as_module()) the root over them, which holds the embeddings or
 // the norm and head. A middle stage has no parameters but its blocks', so
-// each of its blocks is a root of its own. Every backward the executor runs
-// reduce-scatters the units' gradients, added into the shards' (ParamGroup):
-// the step's gradient accumulates over the microbatches as the shards'.
-void shard_stages(const std::vector<std::shared_ptr<dist::pp::TransformerStage>>& stages,
-                  const dist::DeviceMesh& mesh, const dist::FsdpOptions& o) {
+// each of its blocks is a root of its own. The executor's backwards only
+// accumulate the units' full gradients (sync off, as PyTorch's pipelining
+// sets on all but the last microbatch); the trainer reduce-scatters them
+// once per step, after the last backward (reduce_stage_gradients). Under
+// ZB-H1 a weight pass runs after its microbatch's backward and reads the
+// weights (a norm's gain), so the units then stay gathered for the whole
+// step (neither resharded after forward nor after backward).
+std::vector<std::shared_ptr<dist::FsdpModule>> shard_stages(
+    const std::vector<std::shared_ptr<dist::pp::TransformerStage>>& stages,
+    const dist::DeviceMesh& mesh, const dist::FsdpOptions& o, bool split_backward) {
+  std::vector<std::shared_ptr<dist::FsdpModule>> units;
   for (const auto& st : stages) {
     const nn::Transformer& m = st->model();
     for (int64_t i = st->first_layer(); i < st->end_layer(); ++i)
-      dist::fully_shard(m.layers->at(size_t(i)), mesh, o);
-    if (st->is_first() || st->is_last()) dist::fully_shard(st->as_module(), mesh, o);
+      units.push_back(dist::fully_shard(m.layers->at(size_t(i)), mesh, o));
+    if (st->is_first() || st->is_last())
+      units.push_back(dist::fully_shard(st->as_module(), mesh, o));
   }
+  for (const auto& u : units) {
+    u->set_requires_gradient_sync(false, /*recurse=*/false);
+    if (!split_backward) continue;
+    u->set_reshard_after_forward(false);
+    u->set_reshard_after_backward(false, /*recurse=*/false);
+  }
+  return units;
+}
+
+// The mesh FSDP places its shards on under pp or cp: every axis but pp,
+// over the ranks of one stage (all of them without pp), so a shard's
+// placements name only ranks that hold it. With cp, dp_shard and cp are
+// one dim, dp_shard_cp, the shards cut along it: the two are neighbours in
+// the grid, so merging them moves no rank, and HSDP's dp_replicate stays a
+// dim of its own beside it.
+dist::DeviceMesh fsdp_mesh(dist::DeviceMesh& mesh, const ParallelConfig& p) {
+  const auto ranks = mesh.flatten({"dp_replicate", "dp_shard", "cp", "tp"}, "stage_replicas")
+                         .group_ptr("stage_replicas");
+  if (p.cp == 1)
+    return dist::DeviceMesh(ranks, {p.dp_replicate, p.dp_shard, p.cp, p.tp},
+                            {"dp_replicate", "dp_shard", "cp", "tp"});
+  return dist::DeviceMesh(ranks, {p.dp_replicate, p.dp_shard * p.cp, p.tp},
+                          {"dp_replicate", "dp_shard_cp", "tp"});
 }
 
 }  // namespace
@@ -107,28 +130,27 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   //    cp ranks average their gradients with them.
   if (p.dp_shard > 1) {
     dist::FsdpOptions o;
-    o.shard_axis = "dp_shard";
-    if (p.cp > 1) o.shard_axis = "dp_shard_cp";
-    if (p.cp > 1 && p.pp == 1) mesh.flatten({"dp_shard", "cp"}, o.shard_axis);
+    o.shard_axis = p.cp > 1 ? "dp_shard_cp" : "dp_shard";
     if (p.dp_replicate > 1) o.replicate_axis = "dp_replicate";
     o.reshard_after_forward = p.fsdp_reshard_after_forward;
     // The experts differ between the dp_shard ranks: FSDP leaves them to
     // ep::sync_expert_gradients and shards the dense parameters only.
     for (const Tensor& t : model->parameters())
       if (dist::ep::is_expert_shard(t)) o.ignored_params.push_back(t);
+    if (p.pp > 1 || p.cp > 1)
+      out.fsdp_mesh = std::make_shared<dist::DeviceMesh>(fsdp_mesh(mesh, p));
+    dist::DeviceMesh& on = out.fsdp_mesh ? *out.fsdp_mesh : mesh;
     if (p.pp > 1) {
-      // The stage's ranks as the mesh without "pp": the shards' placements
-      // name only the ranks that hold this stage.
-      out.stage_mesh = std::make_shared<dist::DeviceMesh>(
-          out.stage_replicas->group_ptr("stage_replicas"),
-          std::vector<int64_t>{p.dp_replicate, p.dp_shard, p.cp, p.tp},
-          std::vector<std::string>{"dp_replicate", "dp_shard", "cp", "tp"});
-      if (p.cp > 1) out.stage_mesh->flatten({"dp_shard", "cp"}, o.shard_axis);
-      shard_stages(out.stages, *out.stage_mesh, o);
+      out.stage_units = shard_stages(
+          out.stages, on, o, dist::pp::splits_backward(dist::pp::parse_schedule(p.pp_schedule)));
     } else {
       for (size_t i = 0; i < model->layers->size(); ++i)
-        dist::fully_shard(model->layers->at(i), mesh, o);
-      out.fsdp_root = dist::fully_shard(model, mesh, o);
+        dist::fully_shard(model->layers->at(i), on, o);
+      out.fsdp_root = dist::fully_shard(model, on, o);
+    }
+    if (out.fsdp_mesh) {
+      out.groups.push_back(on.group_ptr(o.shard_axis));
+      if (p.dp_replicate > 1) out.groups.push_back(on.group_ptr(o.replicate_axis));
     }
   } else if (p.ep > 1) {
     // ep::sync_gradients after the step's backwards: the experts' gradients
@@ -172,6 +194,10 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
                            "dp_shard_cp", "dp_replicate_cp"})
     if (mesh.has_axis(axis)) out.groups.push_back(mesh.group_ptr(axis));
   return out;
+}
+
+void reduce_stage_gradients(const Parallelized& p) {
+  for (const auto& u : p.stage_units) u->reduce_gradients();
 }
 
 std::vector<std::pair<std::string, Tensor>> Parallelized::named_parameters() const {

@@ -8,8 +8,9 @@
 //
 // With context parallelism the cp ranks hold different tokens of the same
 // sequences, so their gradients are averaged too: FSDP shards over
-// dp_shard x cp together, DDP averages over dp_replicate x cp (TorchTitan's
-// dp_shard_cp).
+// dp_shard x cp together (TorchTitan's dp_shard_cp, one dim of fsdp_mesh;
+// HSDP replicates those shards over dp_replicate), DDP averages over
+// dp_replicate x cp.
 //
 // Each step only reads and writes the model's parameters and their
 // placements, so any subset composes; the model code knows none of it.
@@ -26,12 +27,14 @@
 // rest of a pipeline's step). It combines with dp_replicate, tp
 // (each stage's blocks split over its tp ranks, the last stage's loss
 // vocabulary-parallel), activation checkpointing and dp_shard: FSDP per
-// stage, on the mesh of every axis but pp (stage_mesh), its blocks the
-// units and the stage's module the root; each of the executor's backwards
-// reduce-scatters into the shards' gradients, which so accumulate over the
-// microbatches. With cp the stages run on the cp-local sequence (the
-// trainer cuts it before the executor) and their gradients are averaged
-// over dp_replicate x cp (stage_average), or FSDP shards over dp_shard x cp.
+// stage, on the mesh of every axis but pp (fsdp_mesh), its blocks the
+// units and the stage's module the root; the executor's backwards
+// accumulate the units' full gradients over the microbatches (any
+// schedule, ZB-H1's deferred weight passes included), reduce-scattered
+// into the shards' once per step (reduce_stage_gradients). With cp the
+// stages run on the cp-local sequence (the trainer cuts it before the
+// executor) and their gradients are averaged over dp_replicate x cp
+// (stage_average), or FSDP shards over dp_shard x cp.
 // With sequence parallelism the stages trade their tp rank's share of the
 // sequence (the executor's activation_sequence_split).
 //
@@ -49,10 +52,8 @@
 // under pp the ep lines lie within a stage's ranks, and ep's averages run
 // stage by stage.
 //
-// Not here: FSDP stages under the zbh1 schedule, expert parallelism under
-// FSDP whose ep does not divide dp_shard x cp, and HSDP together with
-// context parallelism
-// (check_supported() refuses them, naming the dims).
+// Not here: expert parallelism under FSDP whose ep does not divide
+// dp_shard x cp (check_supported() refuses it, naming the dims).
 #pragma once
 
 #include <memory>
@@ -87,9 +88,16 @@ struct Parallelized {
   std::shared_ptr<dist::pp::PipelineExecutor> pipeline;
   std::shared_ptr<dist::ProcessGroup> pp;
   std::shared_ptr<dist::DeviceMesh> stage_replicas;
-  // With dp_shard too: those ranks as the mesh of every axis but pp, which
-  // the stages' FSDP shards are placed on.
-  std::shared_ptr<dist::DeviceMesh> stage_mesh;
+  // Under FSDP with pp or cp: the mesh of every axis but pp (over the
+  // ranks that hold this stage, or all), dp_shard and cp merged into one
+  // dim, dp_shard_cp, under cp; FSDP's shards are placed on it. Null under
+  // FSDP on the world's mesh.
+  std::shared_ptr<dist::DeviceMesh> fsdp_mesh;
+  // Under pp with dp_shard: this rank's stages' FSDP units, in the order
+  // they were made (the same on every rank of a stage). Their gradient
+  // sync is off: reduce_stage_gradients() reduces them after the step's
+  // backwards.
+  std::vector<std::shared_ptr<dist::FsdpModule>> stage_units;
   // Without dp_shard: the group the stages' gradients are averaged over
   // after each step (dp_replicate, or dp_replicate x cp); under FSDP null,
   // its reduce-scatters having averaged them.
@@ -114,8 +122,8 @@ struct Parallelized {
 // (a step's, a pipeline's last stage's, the held-out one) goes through it.
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
-// Refuses a layout this trainer does not build (pp with dp_shard under
-// zbh1; ep under FSDP not dividing dp_shard x cp; HSDP with cp).
+// Refuses a layout this trainer does not build (ep under FSDP not
+// dividing dp_shard x cp).
 void check_supported(const ParallelConfig& p);
 
 // The mesh of the parallel dims. Collective over the world.
@@ -125,5 +133,10 @@ dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
 // Applies the strategies the config asks for, in order. Collective.
 Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
                          const TrainConfig& config);
+
+// The stages' FSDP gradients of the step's backwards, reduce-scattered into
+// the shards' (each unit in turn; nothing without stage_units). Collective
+// over each stage's dp_shard (and dp_replicate) ranks.
+void reduce_stage_gradients(const Parallelized& p);
 
 }  // namespace spmd::train

@@ -6,8 +6,9 @@
 // are the sum of the chunks' means; then, per step:
 //
 //   stage gradients averaged over dp_replicate and divided by the chunks
-//   (dist::average_gradients, parallel/gradient_average.h); under FSDP only
-//   divided; with experts split, then ep's averages per stage
+//   (dist::average_gradients, parallel/gradient_average.h); under FSDP
+//   first reduce-scattered, once per unit (reduce_stage_gradients), then
+//   only divided; with experts split, then ep's averages per stage
 //   grad norm: each rank's stages' squares (over their tp pieces), summed over pp
 //   loss: the last stage's, given to every stage (a sum over pp of it and zeros);
 //   with experts each stage's backward also carries its MoE blocks'

@@ -247,10 +247,11 @@ TrainResult run_training(const TrainConfig& config,
           x = dist::cp::shard_sequence(x, 1, *par.cp), y = dist::cp::shard_sequence(y, 1, *par.cp);
         loss_sum += par.pipeline->step(x, y) / double(t.microbatches);  // NaN but on the last stage
       }
+      reduce_stage_gradients(par);  // under FSDP: one reduce-scatter per unit per step
       dist::average_gradients(params, par.stage_average.get(), 1.0 / double(t.microbatches));
       for (const auto& st : par.stages) {  // experts: ep's averages, stage by stage
         if (!par.ep) break;
-        if (par.stage_mesh) {
+        if (par.fsdp_mesh) {  // FSDP averaged the dense gradients
           dist::ep::sync_expert_gradients(*st->as_module(), *par.ep);
         } else {
           dist::ep::sync_gradients(*st->as_module(), *par.ep);

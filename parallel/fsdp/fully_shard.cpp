@@ -236,7 +236,7 @@ void FsdpModule::pre_backward() {
 void FsdpModule::post_backward() {
   note_memory();  // the unit's full parameters and gradients, both alive now
   reduced_ = true;
-  group_->reshard();  // the full parameters are done with; their gradients stay
+  if (reshard_after_backward_) group_->reshard();  // the parameters are done with, not the grads
   if (!sync_gradients_) return;
   FsdpModule* root = root_;
   if (root->pending_reduce_ != nullptr) root->pending_reduce_->group_->finish_reduce();
@@ -255,7 +255,7 @@ void FsdpModule::end_of_backward() {
   pending_reduce_ = nullptr;
   for (FsdpModule* u : units_) {
     u->in_backward_ = false;
-    u->group_->reshard();
+    if (u->reshard_after_backward_) u->group_->reshard();
   }
   callback_queued_ = false;
 }
@@ -275,6 +275,24 @@ void FsdpModule::set_requires_gradient_sync(bool sync, bool recurse) {
 }
 
 void FsdpModule::set_reshard_after_forward(bool reshard) { options_.reshard_after_forward = reshard; }
+
+void FsdpModule::set_reshard_after_backward(bool reshard, bool recurse) {
+  reshard_after_backward_ = reshard;
+  if (!recurse) return;
+  for (auto& [path, m] : module_->named_modules()) {
+    if (m == module_) continue;
+    if (auto u = lookup(m)) u->reshard_after_backward_ = reshard;
+  }
+}
+
+void FsdpModule::reduce_gradients() {
+  SPMD_CHECK(!autograd::backward_running(), "fsdp ", name_,
+             ": reduce_gradients during a backward; call it after the backwards");
+  group_->start_reduce();
+  group_->finish_reduce();
+  group_->reshard();
+  note_memory();
+}
 void FsdpModule::set_prefetch(bool prefetch) { options_.prefetch = prefetch; }
 
 void FsdpModule::note_memory() {

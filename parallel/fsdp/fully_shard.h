@@ -110,11 +110,27 @@ class FsdpModule {
 
   // false: backwards accumulate the full gradients locally, with no
   // reduce_scatter (gradient accumulation; FSDP2's no_sync). The first
-  // backward after setting it back to true reduces the sums. Applies to
-  // this unit and, with recurse, every unit below it.
+  // backward after setting it back to true reduces the sums, or
+  // reduce_gradients() does. Applies to this unit and, with recurse, every
+  // unit below it.
   void set_requires_gradient_sync(bool sync, bool recurse = true);
   void set_reshard_after_forward(bool reshard);
+  // false: the unit stays gathered after its backward (FSDP2's
+  // set_reshard_after_backward), until reshard() or reduce_gradients(); for
+  // a split backward whose weight pass runs later and reads the weights (a
+  // norm's gain). This unit and, with recurse, every unit below it.
+  void set_reshard_after_backward(bool reshard, bool recurse = true);
   void set_prefetch(bool prefetch);
+
+  // Reduces now what backwards accumulated while gradient sync was off:
+  // the full gradients, reduce-scattered (averaged; across replicas too
+  // under HSDP) and added into the shards' gradients; then reshards. For
+  // gradients that arrive outside a backward's accounting (a zero-bubble
+  // pipeline's deferred weight passes), or to pay one reduction per step.
+  // This unit only. REQUIRES: no backward is running; collective over the
+  // unit's shard (and replicate) group, every rank calling its units in the
+  // same order.
+  void reduce_gradients();
 
   // The root's units in forward order (itself first); empty until a forward.
   const std::vector<FsdpModule*>& units() const { return units_; }
@@ -149,6 +165,7 @@ class FsdpModule {
   std::vector<FsdpModule*> units_;   // the root's: itself, then the units below in order
   int index_ = 0;                    // this unit's place in its root's units_
   bool sync_gradients_ = true;
+  bool reshard_after_backward_ = true;
   // One backward's progress.
   bool in_backward_ = false;
   bool reduced_ = false;

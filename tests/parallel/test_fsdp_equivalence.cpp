@@ -8,7 +8,8 @@
 // head in the root) and Llama, under HSDP 2 x 2 and FSDP x TP 2 x 2 (with
 // sequence parallelism), and
 // with gradient accumulation (set_requires_gradient_sync(false) on all but
-// the last microbatch).
+// the last microbatch, or on all and reduce_gradients() on every unit after
+// the last: then each unit reduces once per step, full batch or HSDP).
 #include <catch2/catch.hpp>
 
 #include "autograd/autograd.h"
@@ -85,6 +86,7 @@ struct Layout {
   int replicate = 1, shard = 2, tp = 1;
   FsdpOptions options;
   int microbatches = 1;  // > 1: gradient accumulation, sync on the last only
+  bool reduce_after = false;  // sync on none; reduce_gradients() after the last
   bool sp = false;       // sequence parallel, with tp
 };
 
@@ -110,7 +112,7 @@ Run train_fsdp(ProcessGroup& world, const nn::TransformerConfig& c, const Layout
     opt.zero_grad();
     double loss_sum = 0;
     for (int m = 0; m < l.microbatches; ++m) {
-      root->set_requires_gradient_sync(m == l.microbatches - 1);
+      root->set_requires_gradient_sync(!l.reduce_after && m == l.microbatches - 1);
       const Tensor x = ops::narrow(b.x, 0, first_row + m * mb_rows, mb_rows);
       const Tensor y = ops::narrow(b.y, 0, first_row + m * mb_rows, mb_rows);
       const Tensor logits = (*run.model)(x);
@@ -121,6 +123,12 @@ Run train_fsdp(ProcessGroup& world, const nn::TransformerConfig& c, const Layout
       if (dp_size > 1) dp.group("dp").all_reduce(mean, ReduceOp::kAvg).wait();
       loss_sum += mean.item<double>();
       backward(loss);
+    }
+    if (l.reduce_after) {
+      for (FsdpModule* u : root->units()) u->reduce_gradients();
+      for (const FsdpUnitTimes& u : root->timeline())
+        expect(u.reduces.size() == 1, "unit ", u.unit, " reduced ", u.reduces.size(),
+               " times in step ", step);
     }
     run.losses.push_back(loss_sum);
     run.grad_norms.push_back(dist::clip_grad_norm_(run.model->parameters(), kMaxNorm));
@@ -201,6 +209,10 @@ TEST_CASE("gradient accumulation without sync gives the full-batch step", "[fsdp
   Layout l = fsdp(2);
   l.microbatches = 2;
   run_case(gpt2_config(), l, "GPT-2 FSDP N=2, 2 microbatches");
+  l.reduce_after = true;
+  run_case(gpt2_config(), l, "GPT-2 FSDP N=2, 2 microbatches, reduce_gradients after");
+  l.replicate = 2;
+  run_case(llama_config(), l, "Llama HSDP 2 x 2, 2 microbatches, reduce_gradients after");
 }
 
 TEST_CASE("FSDP on one GPU trains as one process on it", "[fsdp][gpu][equivalence]") {

@@ -1,8 +1,9 @@
 // spmd-train's compositions of pipeline stages with FSDP, context and
-// sequence parallelism, and of expert parallelism with FSDP and context
-// parallelism, against one process: the same model, data and seed trained
-// under each layout gives the single process's loss at every step and its
-// parameters after the last, to 1e-5 relative (trainer_test_util.h).
+// sequence parallelism, of HSDP with context parallelism, and of expert
+// parallelism with FSDP and context parallelism, against one process: the
+// same model, data and seed trained under each layout gives the single
+// process's loss at every step and its parameters after the last, to 1e-5
+// relative (trainer_test_util.h).
 #include <catch2/catch.hpp>
 
 #include "tests/train/trainer_test_util.h"
@@ -37,6 +38,71 @@ TEST_CASE("pipeline stages FSDP-sharded over dp_shard train as one process",
                       "pp 2 x fsdp 2 x tp 2 on 8 ranks", kUntied);
 }
 
+TEST_CASE("pipeline stages FSDP-sharded under zbh1 train as one process",
+          "[train][pp][fsdp][zbh1][equivalence]") {
+  // The weight passes run after their microbatches' backwards: the units
+  // stay gathered, and reduce once at the step's end.
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                       "parallel.pp_microbatches=4"},
+                      "pp 2 x fsdp 2, zbh1 over 4 microbatches", kUntied);
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                       "training.microbatches=2"},
+                      "pp 2 x fsdp 2, zbh1, 2 accumulation chunks", kUntied);
+  check_layout_params(4,
+                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                       "training.activation_checkpointing=\"full\""},
+                      "pp 2 x fsdp 2, zbh1, activation checkpointing", kUntied);
+  check_layout_params(8,
+                      {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=2",
+                       "parallel.pp_schedule=\"zbh1\""},
+                      "pp 2 x hsdp 2 x 2, zbh1 on 8 ranks", kUntied);
+}
+
+TEST_CASE("HSDP with context parallelism trains as one process", "[train][hsdp][cp][equivalence]") {
+  // The shards over dp_shard x cp, replicated over dp_replicate.
+  check_layout_params(8, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2"},
+                      "hsdp 2 x 2 x cp 2 on 8 ranks");
+  check_layout_params(8,
+                      {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2",
+                       "parallel.ep=4", "training.microbatches=2"},
+                      "hsdp 2 x 2 x cp 2, ep 4, 2 accumulation chunks",
+                      {"model.n_experts=4", "model.moe_top_k=2"});
+}
+
+TEST_CASE("FSDP stages reduce-scatter each unit once per step, not once per microbatch",
+          "[train][pp][fsdp]") {
+  for (const char* schedule : {"1f1b", "zbh1"}) {
+    std::vector<std::string> o = {"parallel.pp=2", "parallel.dp_shard=2",
+                                  "parallel.pp_microbatches=4",
+                                  str_cat("parallel.pp_schedule=\"", schedule, "\"")};
+    o.insert(o.end(), kUntied.begin(), kUntied.end());
+    const train::TrainConfig c = base(1, o);
+    run_world(
+        4,
+        [&](dist::ProcessGroup& world) {
+          dist::DeviceMesh mesh = train::build_mesh(dist::testing::borrow(world), c.parallel);
+          auto model = std::make_shared<nn::Transformer>(train::transformer_config(c.model),
+                                                         c.training.seed);
+          train::Parallelized par = train::parallelize(model, mesh, c);
+          dist::ProcessGroup& shard = par.fsdp_mesh->group("dp_shard");
+          Generator gen(7);
+          const Tensor x =
+              ops::randint(0, c.model.vocab_size, {4, c.model.seq_len}, {DType::kI64}, &gen);
+          const auto reduces = [&] { return shard.stats()[dist::OpType::kReduceScatter].calls; };
+          const uint64_t before = reduces();
+          par.pipeline->step(x, x);
+          expect(reduces() == before, schedule, ": ", reduces() - before,
+                 " reduce-scatters during the 4 microbatches");
+          train::reduce_stage_gradients(par);
+          expect(reduces() - before == par.stage_units.size(), schedule, ": ", reduces() - before,
+                 " reduce-scatters for ", par.stage_units.size(), " units");
+        },
+        std::chrono::seconds(60));
+  }
+}
+
 TEST_CASE("pipeline stages on cp-local sequences train as one process",
           "[train][pp][cp][equivalence]") {
   check_layout_params(4, {"parallel.pp=2", "parallel.cp=2", "training.microbatches=2"},
@@ -59,12 +125,10 @@ TEST_CASE("experts split over ep ranks of dp_shard, the rest FSDP-sharded, train
   check_layout_params(2, {"parallel.dp_shard=2", "parallel.ep=2"}, "fsdp 2, ep 2", moe);
   check_layout_params(4, {"parallel.dp_shard=4", "parallel.ep=2"},
                       "fsdp 4, ep 2 (experts replicated over 2)", moe);
-  // With accumulation the balancing loss's gradient moves the parameters
-  // by up to 4e-5 of their scale from one process's, under DDP x ep as
-  // here (the losses agree to 1e-5): the composition is checked without it.
+  // Each chunk's balancing loss is over that chunk's tokens of all 4 ranks,
+  // as one process's over the same 2 chunks (reference_chunks).
   std::vector<std::string> every_other = moe;
   every_other.push_back("model.moe_every=2");
-  every_other.push_back("model.moe_aux_coef=0");
   check_layout_params(4, {"parallel.dp_shard=4", "parallel.ep=2", "training.microbatches=2"},
                       "fsdp 4, ep 2, MoE every other block, 2 accumulation chunks", every_other);
 }
@@ -114,9 +178,8 @@ TEST_CASE("experts under tp with sequence parallel, or with no dense block, are 
 
 TEST_CASE("experts in pipeline stages add their balancing loss and train as one process",
           "[train][pp][moe][equivalence]") {
-  // One pipeline microbatch: the balancing loss is then over the same tokens
-  // as one process's (with several it is each microbatch's, as each rank's
-  // under DDP).
+  // Each pipeline microbatch's balancing loss is over its own tokens, as one
+  // process's accumulating over the same chunks (reference_chunks).
   const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2",
                                         "model.tie_embeddings=false", "model.n_layers=4"};
   check_layout_params(2, {"parallel.pp=2", "parallel.pp_microbatches=1"},
@@ -124,10 +187,8 @@ TEST_CASE("experts in pipeline stages add their balancing loss and train as one 
   check_layout_params(
       2, {"parallel.pp=2", "parallel.pp_schedule=\"zbh1\"", "parallel.pp_microbatches=1"},
       "pp 2 on experts, zbh1 (the balancing loss through the split backward)", moe);
-  std::vector<std::string> no_aux = moe;
-  no_aux.push_back("model.moe_aux_coef=0");
   check_layout_params(2, {"parallel.pp=2"},
-                      "pp 2 on experts over 2 microbatches, no balancing loss", no_aux);
+                      "pp 2 on experts over 2 microbatches (one process: 2 chunks)", moe);
 }
 
 TEST_CASE("experts split over ep ranks inside pipeline stages train as one process",
@@ -138,11 +199,11 @@ TEST_CASE("experts split over ep ranks inside pipeline stages train as one proce
       4,
       {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.ep=2", "parallel.pp_microbatches=1"},
       "pp 2 x ddp 2, ep 2", moe);
-  std::vector<std::string> no_aux = moe;
-  no_aux.push_back("model.moe_aux_coef=0");
   check_layout_params(
       4, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.ep=2", "training.microbatches=2"},
-      "pp 2 x fsdp 2, ep 2, 2 pipeline microbatches, 2 accumulation chunks", no_aux);
+      "pp 2 x fsdp 2, ep 2, 2 pipeline microbatches x 2 accumulation chunks "
+      "(one process: 4 chunks)",
+      moe);
 }
 
 TEST_CASE("experts split within dp_shard under HSDP train as one process",
@@ -158,12 +219,4 @@ TEST_CASE("ep under FSDP that does not divide dp_shard x cp is refused, naming t
   CHECK_THROWS_WITH(train::check_supported(c.parallel),
                     "parallel: ep 4 with dp_shard 2 x cp 1: under FSDP the expert ranks come from "
                     "dp_shard x cp, so ep must divide it");
-}
-
-TEST_CASE("pp with dp_shard refuses zbh1, naming the schedule", "[train][pp][fsdp]") {
-  const train::TrainConfig c =
-      base(1, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
-               "model.tie_embeddings=false"});
-  CHECK_THROWS_WITH(train::check_supported(c.parallel),
-                    Catch::Contains("pp 2 with dp_shard 2 and pp_schedule \"zbh1\""));
 }

@@ -131,8 +131,10 @@ TEST_CASE("spmd-train with experts split over ranks trains as one process",
   check_layout(2, {"parallel.dp_replicate=2", "parallel.ep=2"}, "ep 2", moe);
   std::vector<std::string> every_other = moe;
   every_other.push_back("model.moe_every=2");
-  check_layout(4, {"parallel.dp_replicate=4", "parallel.ep=2", "training.microbatches=2"},
-               "dp 2 x ep 2, MoE every other block, 2 accumulation chunks", every_other);
+  // Each chunk's balancing loss over that chunk's tokens of all 4 ranks:
+  // one process's over the same 2 chunks, parameters included.
+  check_layout_params(4, {"parallel.dp_replicate=4", "parallel.ep=2", "training.microbatches=2"},
+                      "dp 2 x ep 2, MoE every other block, 2 accumulation chunks", every_other);
 }
 
 namespace {

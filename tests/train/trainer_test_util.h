@@ -79,6 +79,17 @@ inline std::vector<double> run_single(const train::TrainConfig& c) {
   return losses;
 }
 
+// The accumulation chunks of one process that match a layout's run: its
+// training.microbatches, each cut again into the pipeline's microbatches.
+// Each chunk's forward is one MoE routing, whose balancing loss is over that
+// chunk's tokens (of every rank of the batch): the loss is not linear in the
+// tokens, so only the same chunks give the same gradient.
+inline std::string reference_chunks(const train::TrainConfig& c) {
+  const ParallelConfig& p = c.parallel;
+  const int64_t pipeline = p.pp > 1 ? (p.pp_microbatches == 0 ? p.pp : p.pp_microbatches) : 1;
+  return "training.microbatches=" + std::to_string(c.training.microbatches * pipeline);
+}
+
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
                          double tol, const std::string& what) {
   expect(got.size() == want.size(), what, ": ", got.size(), " steps, not ", want.size());
@@ -88,15 +99,18 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
   }
 }
 
-// `model`: overrides both runs share (the model, the training).
+// `model`: overrides both runs share (the model, the training); the one
+// process accumulates over the layout's chunks (reference_chunks).
 inline void check_layout(int world_size, std::vector<std::string> layout, const std::string& name,
                          const std::vector<std::string>& model = {}) {
   layout.insert(layout.end(), model.begin(), model.end());
   const train::TrainConfig c = base(4, layout);
+  std::vector<std::string> one = model;
+  one.push_back(reference_chunks(c));
   run_world(
       world_size,
       [&](dist::ProcessGroup& world) {
-        const std::vector<double> want = run_single(base(4, model));
+        const std::vector<double> want = run_single(base(4, one));
         const auto got = train::run_training(c, dist::testing::borrow(world)).losses;
         expect_close(got, want, 1e-5, str_cat(name, " (rank ", world.rank(), ")"));
       },
@@ -132,6 +146,7 @@ inline void check_layout_params(int world_size, std::vector<std::string> layout,
       [&](dist::ProcessGroup& world) {
         const std::string single = folder + "_single" + std::to_string(world.rank());
         std::vector<std::string> one = model;
+        one.push_back(reference_chunks(c));
         one.push_back("checkpoint.folder=\"" + single + "\"");
         fs::remove_all(single);
         const std::vector<double> want = run_single(base(4, one));
