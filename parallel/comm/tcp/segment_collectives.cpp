@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "parallel/comm/tcp/reduce.h"
+#include "parallel/comm/tcp/segment_small_all_reduce.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -27,6 +28,10 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
   const Tuning& t = ctx.tuning;
   switch (type) {
     case OpType::kAllReduce:
+      if (whole.bytes() <= segment.post_bytes()) {
+        SegmentSmallAllReduce(ctx, segment, whole, op).run();
+        return true;
+      }
       if (whole.bytes() <= t.small_all_reduce_bytes) return false;
       SegmentAllReduce(ctx, segment, whole, op).run();
       return true;

@@ -42,8 +42,9 @@ namespace spmd::dist::tcp {
 // Runs the collective in the segment when it is one of the segment's (the
 // four above) and large enough (Tuning: all_reduce above
 // small_all_reduce_bytes, the others from segment_min_bytes; broadcast only
-// on 3 ranks or more), and the slots can hold a piece of it; returns whether
-// it did. `whole` is the in-place
+// on 3 ranks or more), and the slots can hold a piece of it, or when it is
+// an all_reduce that fits a post (segment_small_all_reduce.h); returns
+// whether it did. `whole` is the in-place
 // buffer or the output, `in` the input (all_gather, reduce_scatter). Every
 // rank decides alike: the same call, sizes and settings give the same answer.
 bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span whole, Span in,

@@ -5,6 +5,7 @@
 #include "parallel/comm/tcp/tcp_process_group.h"
 
 #include <cstring>
+#include <string_view>
 
 #include "parallel/comm/tcp/all_to_all.h"
 #include "parallel/comm/tcp/barrier.h"
@@ -14,6 +15,7 @@
 #include "parallel/comm/tcp/recursive_doubling.h"
 #include "parallel/comm/tcp/ring.h"
 #include "parallel/comm/tcp/segment_collectives.h"
+#include "parallel/comm/tcp/segment_small_all_reduce.h"
 #include "parallel/comm/tcp/transport.h"
 #include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
@@ -63,10 +65,17 @@ void TcpProcessGroup::connect() {
     }
   }
   if (size() > 1 && channels.whole_group_shm && tuning_.shm_slot_bytes > 0) {
-    segment_ =
-        GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes, timeout());
+    bool links_shm = true;  // a pair may have fallen back to TCP (shm_channel.h)
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer != rank()) links_shm &= std::string_view(links[peer]->channel().kind()) == "shm";
+    }
+    segment_ = GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes,
+                                     tuning_.shm_post_bytes, links_shm, timeout());
   }
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
+  if (segment_ && segment_->post_bytes() > 0) {
+    mesh_->set_glance([this] { glance_at_posts(*segment_, *mesh_); });
+  }
   mesh_->set_spin(tuning_.spin());
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
   mesh_->set_wait_report(std::chrono::milliseconds(100), [this](std::vector<PeerWait> w) {
