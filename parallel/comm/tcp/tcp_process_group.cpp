@@ -104,6 +104,10 @@ std::shared_ptr<ProcessGroup> TcpProcessGroup::make_group(std::shared_ptr<Store>
 
 // --- Issuing -------------------------------------------------------------------------
 
+TcpProcessGroup::Queued::Queued(TcpProcessGroup& g, CommOp o, Work w)
+    : group(g), op(std::move(o)), work(std::move(w)) {}
+TcpProcessGroup::Queued::~Queued() = default;
+
 Work TcpProcessGroup::launch(CommOp op) {
   const bool on_gpu = held_tensor(op).defined() && held_tensor(op).is_cuda();
   if (op.input.defined() && op.tensor.defined()) {
@@ -118,6 +122,7 @@ Work TcpProcessGroup::launch(CommOp op) {
     launch_p2p(std::move(op), work);
     return work;
   }
+  if (!on_gpu && start_inline(op, work)) return work;
   auto item = std::make_shared<Queued>(*this, std::move(op), work);
 #if SPMD_WITH_CUDA
   if (on_gpu) item->mark = std::make_shared<StreamMark>(held_tensor(item->op));
@@ -185,6 +190,62 @@ void TcpProcessGroup::launch_p2p(CommOp op, const Work& work) {
   }
 }
 
+// A small all_reduce through the group segment's posts, when nothing else of
+// the group is queued or running, starts on the issuing thread: it posts
+// this rank's part and spins a moment (at most kIssueSpin) for the peers'.
+// When they have come (in a stream of collectives the peers are seldom far
+// apart) it reduces and returns a completed Work: no queue entry, no runner,
+// nothing for a waiter to do. Else what is left goes first in the queue, for
+// the waiter or the worker to finish as any collective. Either way the call
+// returns at once (within the spin): a caller that issues it before a
+// point-to-point exchange it depends on is not blocked.
+bool TcpProcessGroup::start_inline(CommOp& op, const Work& work) {
+  constexpr auto kIssueSpin = std::chrono::microseconds(3);
+  if (!segment_ || op.type != OpType::kAllReduce || !op.tensor.defined() ||
+      op.tensor.nbytes() > segment_->post_bytes() || !queue_ || !queue_->try_claim()) {
+    return false;
+  }
+  if (!aborted_.empty()) {  // the queued path fails it, as any later collective
+    queue_->release();
+    return false;
+  }
+  const Tensor& t = op.tensor;
+  Context ctx{*mesh_, workspace_, tuning_};
+  Span data{static_cast<char*>(t.raw_data()), size_t(t.numel()), t.dtype(),
+            element_size(t.dtype())};
+  std::shared_ptr<Queued> item;
+  try {
+    begin_on_host(op);
+    auto exchange = std::make_unique<SegmentSmallAllReduce>(ctx, *segment_, data, op.reduce_op);
+    exchange->post();
+    const SpinPolicy spin = tuning_.spin();
+    if (exchange->all_posted(std::min<std::chrono::nanoseconds>(kIssueSpin, spin.budget),
+                             spin.yield)) {
+      exchange->finish();
+      end_on_host(op);
+    } else {
+      item = std::make_shared<Queued>(*this, std::move(op), work);
+      item->rest = std::move(exchange);
+    }
+  } catch (...) {
+    std::exception_ptr error = fail(op, std::current_exception());
+    queue_->release();
+    work.complete(error);
+    return true;
+  }
+  queue_->release(item);
+  if (!item) {
+    work.complete();
+    return true;
+  }
+  work.set_runner([group = weak_from_this(), weak = std::weak_ptr<CollectiveQueue::Entry>(item)] {
+    auto g = group.lock();
+    auto e = weak.lock();
+    return g && e && g->queue_->run_through(e);
+  });
+  return true;
+}
+
 // --- Running a collective ------------------------------------------------------------
 
 // Runs one collective (on whichever thread the queue chose) and records how
@@ -203,6 +264,10 @@ void TcpProcessGroup::run(Queued& item) {
 }
 
 void TcpProcessGroup::execute(Queued& item) {
+  if (item.rest) {  // posted by its issuing thread (start_inline)
+    item.rest->finish();
+    return end_on_host(item.op);
+  }
   if (item.mark) return execute_staged(item);
   CommOp& op = item.op;
   char* data = op.tensor.defined() ? static_cast<char*>(op.tensor.raw_data()) : nullptr;
@@ -239,6 +304,13 @@ void TcpProcessGroup::execute_staged(Queued& item) {
 
 void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
   if (size() == 1) return run_alone(op, data, input);
+  begin_on_host(op);
+  run_algorithm(op, data, input);
+  end_on_host(op);
+}
+
+// The header every rank checks, and the deadline.
+void TcpProcessGroup::begin_on_host(const CommOp& op) {
   Header h;
   h.op = op.type;
   h.dtype = held_tensor(op).defined() ? held_tensor(op).dtype() : DType::kF32;
@@ -253,7 +325,9 @@ void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
   announced_ = false;
   current_seq_ = op.seq;
   mesh_->begin(h, Mesh::Clock::now() + timeout());
-  run_algorithm(op, data, input);
+}
+
+void TcpProcessGroup::end_on_host(const CommOp& op) {
   if (announced_) {  // the collective was slow and recorded its arrival: tidy up
     try {
       store().delete_key(key(str_cat("arrived/", op.seq, "/", rank())));
