@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "parallel/comm/tcp/reduce.h"
+#include "parallel/comm/tcp/segment_small_all_reduce.h"
 
 namespace spmd::dist::tcp {
 
@@ -16,7 +17,7 @@ void SegmentAllReduce::run() {
     const size_t n = std::min(per_chunk, data_.count - first);
     const int set = segment_.next_set();
     std::memcpy(segment_.slot(set, r), data_.at(first), n * elem);  // 1. copy in
-    segment_barrier(ctx_);                                          // 2.
+    segment_barrier(ctx_, segment_);                                          // 2.
     const size_t begin = part_begin(n, size_t(p), size_t(r));       // 3. reduce part r
     const size_t count = part_size(n, size_t(p), size_t(r));
     char* mine = segment_.slot(set, r) + begin * elem;
@@ -25,7 +26,7 @@ void SegmentAllReduce::run() {
       combine(op_, data_.dtype, mine, mine, theirs, count);
     }
     if (op_ == ReduceOp::kAvg) divide(data_.dtype, mine, count, p);
-    segment_barrier(ctx_);         // 4.
+    segment_barrier(ctx_, segment_);         // 4.
     for (int k = 0; k < p; ++k) {  // 5. copy out
       const size_t b = part_begin(n, size_t(p), size_t(k));
       std::memcpy(data_.at(first + b), segment_.slot(set, k) + b * elem,
@@ -37,7 +38,11 @@ void SegmentAllReduce::run() {
 
 // The links carry each collective's header only once, so every round needs a
 // byte to count.
-void segment_barrier(const Context& ctx) {
+void segment_barrier(const Context& ctx, GroupSegment& segment) {
+  if (segment.post_bytes() > 0) {
+    return SegmentSmallAllReduce(ctx, segment, Span{nullptr, 0, DType::kU8, 1}, ReduceOp::kSum)
+        .run();  // no data: only the posts' stamps and headers
+  }
   static const char token = 1;
   const int p = ctx.size(), r = ctx.rank();
   for (int dist = 1; dist < p; dist *= 2) {

@@ -34,13 +34,18 @@
 
 namespace spmd::dist::tcp {
 
-// A dissemination barrier (barrier.h) of one-byte messages over the links,
-// the step between a segment algorithm's writes and the reads of them: the
-// rings' release and acquire order every slot write before it ahead of every
-// read after it on the other ranks. The links carry each collective's header
-// once (with the first byte), so the first barrier also checks that every
-// rank runs the same call, and a dead peer fails it as any other message.
-void segment_barrier(const Context& ctx);
+// The step between a segment algorithm's writes and the reads of them. When
+// the group has posts, an exchange of posts with no data
+// (segment_small_all_reduce.h): each rank stamps its post with release and
+// waits for every peer's stamp with acquire, which orders every slot write
+// before it ahead of every read after it on the other ranks; each post
+// carries the collective's header, checked by every reader; a dead peer is
+// seen on its link. Else a dissemination barrier (barrier.h) of one-byte
+// messages over the links, whose rings' release and acquire order the slots
+// the same way; the links carry each collective's header once (with the
+// first byte), so the first barrier checks the call, and a dead peer fails
+// it as any other message.
+void segment_barrier(const Context& ctx, GroupSegment& segment);
 
 class SegmentAllReduce {
  public:

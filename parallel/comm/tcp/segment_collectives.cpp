@@ -68,7 +68,7 @@ void SegmentBroadcast::run() {
     const size_t first = k * per, n = std::min(per, data_.count - first);
     char* slot = segment_.slot(segment_.next_set(), root_);
     if (r == root_) copy(slot, data_.at(first), n * elem);  // the root copies in,
-    segment_barrier(ctx_);
+    segment_barrier(ctx_, segment_);
     if (r != root_) copy(data_.at(first), slot, n * elem);  // the others copy out
   }
   ctx_.mesh.finish();
@@ -83,7 +83,7 @@ void SegmentAllGather::run() {
     const size_t first = k * per, n = std::min(per, m - first);
     const int set = segment_.next_set();
     copy(segment_.slot(set, r), mine + first * elem, n * elem);  // this rank's piece in
-    segment_barrier(ctx_);
+    segment_barrier(ctx_, segment_);
     for (int q = 1; q < p; ++q) {  // every other rank's piece out
       const int from = mod(r + q, p);
       copy(output_.at(size_t(from) * m + first), segment_.slot(set, from), n * elem);
@@ -107,7 +107,7 @@ void SegmentReduceScatter::run() {
       if (b == r) continue;
       copy(slot + size_t(at++) * n * elem, input_.at(size_t(b) * m + first), n * elem);
     }
-    segment_barrier(ctx_);
+    segment_barrier(ctx_, segment_);
     char* out = output_.at(first);
     const char* own = input_.at(size_t(r) * m + first);  // may be out itself (in place)
     for (int q = 1; q < p; ++q) {  // own piece + the others' pieces of block r
