@@ -44,8 +44,13 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
       return true;
     case OpType::kAllGather: {
       if (whole.bytes() < t.segment_min_bytes) return false;
-      char* mine = whole.at(size_t(ctx.rank()) * in.count);  // this rank's block, locally
-      if (mine != in.data && in.bytes() > 0) std::memmove(mine, in.data, in.bytes());
+      char* mine = whole.at(size_t(ctx.rank()) * in.count);  // this rank's block
+      const bool overlap =
+          mine != in.data && mine < in.data + in.bytes() && in.data < mine + in.bytes();
+      if (overlap) {  // moved whole first; else SegmentAllGather copies it piece by piece
+        std::memmove(mine, in.data, in.bytes());
+        in.data = mine;
+      }
       SegmentAllGather(ctx, segment, whole, in).run();
       return true;
     }
@@ -77,12 +82,15 @@ void SegmentBroadcast::run() {
 void SegmentAllGather::run() {
   const int p = ctx_.size(), r = ctx_.rank();
   const size_t elem = input_.elem, m = input_.count, per = segment_.slot_bytes() / elem;
-  const char* mine = output_.at(size_t(r) * m);  // this rank's block, already in place
+  char* mine = output_.at(size_t(r) * m);  // this rank's block of the output
   const size_t chunks = chunks_of(m, per);
   for (size_t k = 0; k < chunks; ++k) {
     const size_t first = k * per, n = std::min(per, m - first);
     const int set = segment_.next_set();
-    copy(segment_.slot(set, r), mine + first * elem, n * elem);  // this rank's piece in
+    copy(segment_.slot(set, r), input_.at(first), n * elem);  // this rank's piece in,
+    if (mine != input_.data) {  // and into its own block while it is in cache
+      copy(mine + first * elem, input_.at(first), n * elem);
+    }
     segment_barrier(ctx_, segment_);
     for (int q = 1; q < p; ++q) {  // every other rank's piece out
       const int from = mod(r + q, p);

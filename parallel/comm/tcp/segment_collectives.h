@@ -17,9 +17,10 @@
 // Per chunk (p ranks, rank r, set s):
 //   broadcast       root copies up to a slot of the tensor into slot (s, root);
 //                   barrier; every other rank copies it out.
-//   all_gather      rank r copies up to a slot of its block into slot (s, r);
+//   all_gather      rank r copies up to a slot of its input into slot (s, r),
+//                   and into its own output block when not in place;
 //                   barrier; rank r copies slot (s, k) into output block k,
-//                   for every k != r (its own block it copied locally, once).
+//                   for every k != r.
 //   reduce_scatter  rank r copies the same piece of each block k != r of its
 //                   input into slot (s, r), back to back; barrier; rank r
 //                   reduces its own block's piece with the piece of block r
@@ -65,8 +66,10 @@ class SegmentBroadcast {
 
 class SegmentAllGather {
  public:
-  // output: p blocks of input.count elements; block rank() already holds
-  // this rank's input (the caller copies it there when not in place).
+  // output: p blocks of input.count elements; input is block rank() (in
+  // place) or apart from the output, and is copied into its block piece by
+  // piece, each right after the piece went into the slot (read once from
+  // memory, the second time from cache).
   SegmentAllGather(const Context& ctx, GroupSegment& segment, Span output, Span input)
       : ctx_(ctx), segment_(segment), output_(output), input_(input) {}
   void run();
