@@ -205,7 +205,8 @@ inline void cpu_relax() {
 // read them: segment_small_all_reduce.h). The spin is spin_while_waiting's:
 // each idle round yields the core (when the policy says so), a post that
 // arrives restarts the budget as a byte that moves does.
-void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep) {
+void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep,
+                       size_t post_bytes) {
   int k = 1;
   auto all_posted = [&] {
     while (k < size_ && posted((rank_ + k) % size_)) ++k;
@@ -244,7 +245,7 @@ void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint6
     for (int j = k; j < size_; ++j) {
       if (!posted((rank_ + j) % size_)) missing.push_back((rank_ + j) % size_);
     }
-    sleep_for_posts(missing);
+    sleep_for_posts(missing, post_bytes);
   }
 }
 
@@ -252,7 +253,7 @@ void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint6
 // until a doorbell, a death (EOF), the deadline, the slow hook or the wait
 // report. A header in one of their rings is checked first: a peer that runs
 // another call under this sequence number sends one (a mismatch).
-void Mesh::sleep_for_posts(const std::vector<int>& missing) {
+void Mesh::sleep_for_posts(const std::vector<int>& missing, size_t post_bytes) {
   constexpr size_t kMax = 256;
   pollfd fds[kMax];
   Link* owners[kMax];
@@ -290,7 +291,7 @@ void Mesh::sleep_for_posts(const std::vector<int>& missing) {
   if (wait_report_) {
     if (now >= next_report_) {
       std::vector<PeerWait> waits;
-      for (int q : missing) waits.push_back({q, 0, 1});  // one post awaited from each
+      for (int q : missing) waits.push_back({q, 0, post_bytes});
       wait_report_(std::move(waits));
       next_report_ = now + report_every_;
     }

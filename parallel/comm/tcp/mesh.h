@@ -73,7 +73,10 @@ class Mesh {
   // header that a peer running another call sends (a mismatch, as
   // peek_unused reports it). Past the deadline: TimeoutError naming the
   // ranks not yet posted. REQUIRES: the peers' links are shared memory.
-  void wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep);
+  // `post_bytes`: what each peer's post carries (its header and data), for
+  // the wait report.
+  void wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep,
+                   size_t post_bytes);
   // Rings the doorbell of the link to `peer` (Channel::doorbell).
   void ring(int peer) { links_[peer]->channel().doorbell(); }
   // The current collective's header.
@@ -112,7 +115,7 @@ class Mesh {
   void spin_while_waiting(const std::function<bool()>& done);
   void poll_once();
   void peek_unused(Link& l);
-  void sleep_for_posts(const std::vector<int>& missing);
+  void sleep_for_posts(const std::vector<int>& missing, size_t post_bytes);
   [[noreturn]] void throw_post_timeout(const std::function<bool(int)>& posted);
   [[noreturn]] void throw_timeout() const;
 

@@ -42,7 +42,8 @@ bool SegmentSmallAllReduce::all_posted(std::chrono::nanoseconds spin, bool yield
 
 void SegmentSmallAllReduce::finish() {
   const int p = ctx_.size();
-  ctx_.mesh.wait_posted([&](int q) { return posted(q); }, segment_.asleep(ctx_.rank()));
+  ctx_.mesh.wait_posted([&](int q) { return posted(q); }, segment_.asleep(ctx_.rank()),
+                        sizeof(Header) + data_.bytes());
   check_headers();
   if (data_.count > 0) {  // reduce the p posts, in rank order on every rank
     combine(op_, data_.dtype, data_.data, segment_.post(set_, 0).data(),
