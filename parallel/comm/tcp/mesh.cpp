@@ -44,6 +44,7 @@ void Mesh::begin(const Header& header, Clock::time_point deadline) {
 }
 
 void Mesh::finish() {
+  if (used_.empty()) return;  // a collective that moved nothing on the links (the posts)
   wait_until(
       [&] { return std::all_of(used_.begin(), used_.end(), [](Link* l) { return l->idle(); }); });
   for (Link* l : used_) l->end();

@@ -72,6 +72,7 @@ void TcpProcessGroup::connect() {
     segment_ = GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes,
                                      tuning_.shm_post_bytes, links_shm, timeout());
   }
+  group_hash_ = group_hash(name());
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
   if (segment_ && segment_->post_bytes() > 0) {
     mesh_->set_glance([this] { glance_at_posts(*segment_, *mesh_); });
@@ -216,16 +217,16 @@ bool TcpProcessGroup::start_inline(CommOp& op, const Work& work) {
   std::shared_ptr<Queued> item;
   try {
     begin_on_host(op);
-    auto exchange = std::make_unique<SegmentSmallAllReduce>(ctx, *segment_, data, op.reduce_op);
-    exchange->post();
+    SegmentSmallAllReduce exchange(ctx, *segment_, data, op.reduce_op);
+    exchange.post();
     const SpinPolicy spin = tuning_.spin();
-    if (exchange->all_posted(std::min<std::chrono::nanoseconds>(kIssueSpin, spin.budget),
-                             spin.yield)) {
-      exchange->finish();
+    if (exchange.all_posted(std::min<std::chrono::nanoseconds>(kIssueSpin, spin.budget),
+                            spin.yield)) {
+      exchange.finish();
       end_on_host(op);
     } else {
       item = std::make_shared<Queued>(*this, std::move(op), work);
-      item->rest = std::move(exchange);
+      item->rest = std::make_unique<SegmentSmallAllReduce>(exchange);
     }
   } catch (...) {
     std::exception_ptr error = fail(op, std::current_exception());
@@ -315,7 +316,7 @@ void TcpProcessGroup::begin_on_host(const CommOp& op) {
   h.op = op.type;
   h.dtype = held_tensor(op).defined() ? held_tensor(op).dtype() : DType::kF32;
   h.redop = op.reduce_op;
-  h.group = group_hash(name());
+  h.group = group_hash_;
   h.arg = op.root;
   h.seq = op.seq;
   h.count = op.type == OpType::kReduceScatter ? size_t(op.input.numel())

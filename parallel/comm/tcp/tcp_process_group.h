@@ -100,6 +100,7 @@ class TcpProcessGroup final : public ProcessGroup,
   void announce_arrival();
 
   std::string route_hint_;
+  uint32_t group_hash_ = 0;  // the headers' `group` field (wire.h)
   tcp::Tuning tuning_;
   std::unique_ptr<tcp::Mesh> mesh_;
   std::unique_ptr<tcp::GroupSegment> segment_;  // all ranks on one host: shared all_reduce
