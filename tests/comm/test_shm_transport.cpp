@@ -157,6 +157,16 @@ TEST_CASE("ranks that set SPMD_SHM_SEGMENT_MIN_BYTES differently fail at set-up"
   }
 }
 
+// Likewise the posts' size: one rank would exchange a small all_reduce
+// through the posts while the other sent it over the rings.
+TEST_CASE("ranks that set SPMD_SHM_POST_BYTES differently fail at set-up", "[comm][shm]") {
+  for (const auto& o : join_set_apart("SPMD_SHM_POST_BYTES", "0", "4096")) {
+    CHECK_THAT(o.report, Catch::Contains("SPMD_SHM_POST_BYTES=0") &&
+                             Catch::Contains("SPMD_SHM_POST_BYTES=4096") &&
+                             Catch::Contains("every rank must set them alike"));
+  }
+}
+
 TEST_CASE("a segment /dev/shm cannot hold: auto keeps TCP for the pair, shm fails saying why",
           "[comm][shm]") {
   const char* kHuge = "1099511627776";  // 1 TiB rings: more than any /dev/shm
