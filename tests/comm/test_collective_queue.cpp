@@ -2,7 +2,8 @@
 // runs each collective and in what order. A waiter runs its collective, and
 // any queued before it, on its own thread, in issue order; the worker starts
 // one that nobody waits on, and not before `start_after`; a waiter never
-// runs a collective while another thread runs one; stop() runs what is left.
+// runs a collective while another thread runs one; stop() runs what is left;
+// a claim (the issuing thread starting its collective itself) holds the queue.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -46,6 +47,23 @@ struct Log {
     std::unique_lock lock(mu);
     return cv.wait_for(lock, 5s, [&] { return completed >= n; });
   }
+};
+
+// An entry made by hand, as a backend makes its own (not through push()).
+struct Recorded final : CollectiveQueue::Entry {
+  Recorded(Log& l, int i) : log(l), id(i) {}
+  void run() override {
+    std::lock_guard lock(log.mu);
+    log.order.push_back(id);
+    log.threads.push_back(std::this_thread::get_id());
+  }
+  void complete() override {
+    std::lock_guard lock(log.mu);
+    ++log.completed;
+    log.cv.notify_all();
+  }
+  Log& log;
+  int id;
 };
 
 }  // namespace
@@ -131,4 +149,38 @@ TEST_CASE("stop() runs what is queued at once; nothing can be queued after it", 
   REQUIRE(log.order == std::vector<int>{0, 1, 2, 3, 4});
   REQUIRE(log.completed == 5);
   REQUIRE_THROWS_AS(log.push(q, 5), spmd::Error);
+}
+
+TEST_CASE("a claim holds the queue for its issuing thread; what is left of it goes first",
+          "[comm][queue]") {
+  CollectiveQueue q(0us);  // the worker would start anything queued at once
+  Log log;
+  REQUIRE(q.try_claim());       // idle: the issuing thread may start its collective itself
+  CHECK_FALSE(q.try_claim());   // claimed: nobody else may
+  auto later = log.push(q, 1);  // issued while the claimed one runs
+  std::this_thread::sleep_for(20ms);
+  CHECK_FALSE(q.run_through(later));  // neither a waiter nor the worker starts it meanwhile
+  {
+    std::lock_guard lock(log.mu);
+    CHECK(log.order.empty());
+  }
+  q.release(std::make_shared<Recorded>(log, 0));  // the claimed one's rest, ahead of it
+  REQUIRE(log.wait_completed(2));
+  std::lock_guard lock(log.mu);
+  CHECK(log.order == std::vector<int>{0, 1});
+}
+
+TEST_CASE("no claim while a collective is queued; a claim that ends lets the queue go on",
+          "[comm][queue]") {
+  CollectiveQueue q(std::chrono::seconds(10));
+  Log log;
+  REQUIRE(q.try_claim());
+  q.release();  // it finished on the issuing thread: nothing left
+  auto first = log.push(q, 0);
+  CHECK_FALSE(q.try_claim());  // a later collective may not jump the queued one
+  CHECK(q.run_through(first));
+  CHECK(q.try_claim());
+  q.release();
+  q.stop();
+  CHECK_FALSE(q.try_claim());  // stopped
 }

@@ -116,25 +116,32 @@ TEST_CASE("batch_isend_irecv exchanges both ways at once", "[comm][p2p]") {
 // that rank 1 sends only once the all_reduce is done: valid (collectives run
 // by themselves, as in NCCL), and a deadlock if a collective ran only when
 // waited on. The group's worker starts it.
+// 1000 elements go around the rings; 100 (800 bytes) through the group
+// segment's posts, which rank 0's issuing thread posts and leaves for the
+// worker to finish (segment_small_all_reduce.h): neither may block the recv.
 TEST_CASE("a collective nobody waits on runs by itself", "[comm][p2p]") {
-  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
-    Tensor t = cpu_tensor(1000, DType::kI64), msg = cpu_tensor(10, DType::kI64);
-    fill_i64(t, 1);
-    if (g.rank() == 0) {
-      Work reduce = g.all_reduce(t);
-      g.recv(msg, 1).wait();
-      check_i64(msg, 42, "the message sent after the all_reduce");
-      reduce.wait();
-    } else {
-      g.all_reduce(t).wait();
-      fill_i64(msg, 42);
-      g.send(msg, 0).wait();
-    }
-    const auto* sum = static_cast<const int64_t*>(t.raw_data());
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      expect(sum[i] == 2 * (1 + i), "all_reduce element ", i, " is ", sum[i]);  // 1 + i on 2 ranks
-    }
-  }));
+  for (const int64_t n : {1000, 100}) {
+    INFO(n << " elements");
+    REQUIRE_NOTHROW(run_world(2, [n](ProcessGroup& g) {
+      Tensor t = cpu_tensor(n, DType::kI64), msg = cpu_tensor(10, DType::kI64);
+      fill_i64(t, 1);
+      if (g.rank() == 0) {
+        Work reduce = g.all_reduce(t);
+        g.recv(msg, 1).wait();
+        check_i64(msg, 42, "the message sent after the all_reduce");
+        reduce.wait();
+      } else {
+        g.all_reduce(t).wait();
+        fill_i64(msg, 42);
+        g.send(msg, 0).wait();
+      }
+      const auto* sum = static_cast<const int64_t*>(t.raw_data());
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        expect(sum[i] == 2 * (1 + i), "all_reduce element ", i, " is ",
+               sum[i]);  // 1 + i on 2 ranks
+      }
+    }));
+  }
 }
 
 // Rank 0 sends more than the sockets can hold and, without waiting on the

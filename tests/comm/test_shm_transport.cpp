@@ -2,7 +2,8 @@
 // processes (the ring alone: test_shm_ring.cpp): which pairs get shared
 // memory under SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT (seen in each
 // rank's own mappings), bad settings, a rank killed by SIGKILL (the others
-// fail fast, naming it, and no segment is left in /dev/shm), and a stress run
+// fail fast, naming it, and no segment is left in /dev/shm; in a large
+// all_reduce and before a small one through the segment's posts), and a stress run
 // of 10,000 small collectives with overlapping point-to-point traffic both
 // ways. The collective table itself runs over shared memory as
 // test_comm_collectives (auto on one host) and test_comm_collectives_shm.
@@ -156,6 +157,16 @@ TEST_CASE("ranks that set SPMD_SHM_SEGMENT_MIN_BYTES differently fail at set-up"
   }
 }
 
+// Likewise the posts' size: one rank would exchange a small all_reduce
+// through the posts while the other sent it over the rings.
+TEST_CASE("ranks that set SPMD_SHM_POST_BYTES differently fail at set-up", "[comm][shm]") {
+  for (const auto& o : join_set_apart("SPMD_SHM_POST_BYTES", "0", "4096")) {
+    CHECK_THAT(o.report, Catch::Contains("SPMD_SHM_POST_BYTES=0") &&
+                             Catch::Contains("SPMD_SHM_POST_BYTES=4096") &&
+                             Catch::Contains("every rank must set them alike"));
+  }
+}
+
 TEST_CASE("a segment /dev/shm cannot hold: auto keeps TCP for the pair, shm fails saying why",
           "[comm][shm]") {
   const char* kHuge = "1099511627776";  // 1 TiB rings: more than any /dev/shm
@@ -233,6 +244,46 @@ TEST_CASE("a rank killed by SIGKILL over shared memory: the others fail fast, no
     if (!before.count(name)) leaked.insert(name);
   }
   CHECK(leaked.empty());
+}
+
+TEST_CASE("a rank killed before a small all_reduce through the posts: the others fail fast",
+          "[comm][shm][failure]") {
+  // 8 bytes go through the group segment's posts (segment_small_all_reduce.h):
+  // no message on the links, yet the waiting ranks, asleep after their spin,
+  // learn of the death from the pair's socket and name the rank.
+  const int world = 3, victim = 1;
+  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+    ScopedEnv transport("SPMD_TRANSPORT", "shm");
+    auto g = join(rank, world, store, std::chrono::seconds(10));
+    Tensor t = floats(2, 1.f);
+    g->all_reduce(t).wait();  // #0 through the posts: all ranks alive
+    if (static_cast<float*>(t.raw_data())[0] != float(world)) report("all_reduce #0 is wrong");
+    if (rank == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the others sleep by then
+      ::kill(::getpid(), SIGKILL);
+    }
+    const auto start = Clock::now();
+    try {
+      g->all_reduce(t).wait();
+      report("ok");
+    } catch (const CommError& e) {
+      const auto ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+      report(str_cat("comm|", ms, "|", e.what()));
+    }
+  });
+  CHECK(outcomes[victim].killed());
+  for (int r = 0; r < world; ++r) {
+    if (r == victim) continue;
+    INFO("rank " << r << ": " << outcomes[r].report);
+    CHECK(outcomes[r].exited_ok());
+    REQUIRE(outcomes[r].report.rfind("comm|", 0) == 0);
+    const size_t a = outcomes[r].report.find('|');
+    CHECK(std::stol(outcomes[r].report.substr(a + 1)) < 5000);  // well within the 10 s timeout
+    CHECK_THAT(outcomes[r].report,
+               Catch::Contains("all_reduce #1 in group world") &&
+                   Catch::Contains("lost rank 1 (waiting for its part in the shared segment"));
+  }
 }
 
 TEST_CASE("point-to-point over shared memory: a peer's death fails its pending send and recv",

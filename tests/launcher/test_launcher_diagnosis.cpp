@@ -83,7 +83,8 @@ TEST_CASE("spmdrun --hang-timeout: a rank asleep in its own code is named, the j
         "0, 2 wait");
   // The table: a row per rank, the waiting ones naming rank 1 and the bytes
   // they wait for from it: the whole 1000-f32 buffer (4000 B) behind its
-  // 32-byte header, none of it arrived (recursive doubling's exchange).
+  // 32-byte header, none of it arrived (its post in the group segment, or
+  // recursive doubling's exchange over TCP).
   CHECK(line_after(r.err, "  0  ").find("all_reduce(f32[1000])  2    in the collective for") !=
         std::string::npos);
   CHECK(line_after(r.err, "  1  ").find("in its own code (#0-#1 done)") != std::string::npos);

@@ -46,6 +46,11 @@ class Channel {
   // Whether a wake-up on fd() may mean that either direction can move (the
   // caller then tries both), rather than what poll()'s events say.
   virtual bool wakes_both() const = 0;
+  // Wakes the peer if it sleeps in poll() on its end of this channel, with
+  // no data: a shared-memory channel's doorbell byte (a peer waiting for
+  // memory it shares with this rank, outside the channel, sleeps there).
+  // Returns false on a socket, whose bytes are all data.
+  virtual bool doorbell() { return false; }
 
   virtual int fd() const = 0;
   // "tcp" or "shm", for messages and tests.

@@ -62,6 +62,23 @@ bool CollectiveQueue::run_through(const EntryPtr& entry) {
   return ran;
 }
 
+bool CollectiveQueue::try_claim() {
+  std::lock_guard lock(mu_);
+  if (running_ || stopping_ || !queue_.empty()) return false;
+  running_ = true;
+  return true;
+}
+
+void CollectiveQueue::release(const EntryPtr& rest) {
+  std::lock_guard lock(mu_);
+  running_ = false;
+  if (rest) {
+    rest->due = Clock::now() + start_after_;
+    queue_.push_front(rest);
+  }
+  schedule_locked();
+}
+
 void CollectiveQueue::stop() {
   {
     std::lock_guard lock(mu_);

@@ -76,6 +76,16 @@ class CollectiveQueue {
   // or runs one before it; wait for its completion, which then comes
   // without waiting for start_after).
   bool run_through(const EntryPtr& entry);
+  // Claims the queue for a collective its issuing thread starts at once
+  // (the small all_reduce through the group segment's posts, which often
+  // ends before the call returns): true when nothing is queued or running;
+  // the queue then counts it as running until release(), so nothing else
+  // starts meanwhile and the issue order holds.
+  bool try_claim();
+  // Ends a claim. `rest`, when given, is what is left of the claimed
+  // collective: it goes first in line, to be run by its waiter or the
+  // worker like any other.
+  void release(const EntryPtr& rest = nullptr);
   // Lets the worker run everything queued at once, then joins it.
   void stop();
 

@@ -18,27 +18,46 @@ struct alignas(kCacheLine) GroupHeader {
   uint64_t magic;
   uint64_t ranks;
   uint64_t slot_bytes;
+  uint64_t post_bytes;
 };
 
-size_t total_bytes(int size, size_t slot_bytes) {
-  return kCacheLine + 2 * size_t(size) * slot_bytes;
+// A post and its data in whole cache lines.
+size_t post_stride(size_t post_bytes) {
+  return (sizeof(Post) + post_bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+}
+size_t posts_offset(int size) { return kCacheLine + size_t(size) * kCacheLine; }
+size_t slots_offset(int size, size_t post_bytes) {
+  return posts_offset(size) + 2 * size_t(size) * post_stride(post_bytes);
+}
+size_t total_bytes(int size, size_t slot_bytes, size_t post_bytes) {
+  return slots_offset(size, post_bytes) + 2 * size_t(size) * slot_bytes;
 }
 
 }  // namespace
 
 std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::string& group,
                                                     int rank, int size, size_t slot_bytes,
+                                                    size_t post_bytes, bool links_shm,
                                                     std::chrono::milliseconds timeout) {
   SPMD_CHECK(slot_bytes > 0 && slot_bytes % kCacheLine == 0, "shared segment slot of ", slot_bytes,
              " bytes: must be a positive multiple of ", kCacheLine);
   const std::string who = "group " + group;
-  const size_t bytes = total_bytes(size, slot_bytes);
+  const size_t bytes = total_bytes(size, slot_bytes, post_bytes);
   SharedSegment s;
   std::string why;  // why this rank has no segment
   if (rank == 0) {
     try {
       s = create_segment(bytes, "group", who);
-      new (s.base) GroupHeader{kGroupMagic, uint64_t(size), slot_bytes};
+      new (s.base) GroupHeader{kGroupMagic, uint64_t(size), slot_bytes, post_bytes};
+      for (int set = 0; set < 2; ++set) {
+        for (int r = 0; r < size; ++r) {
+          new (static_cast<char*>(s.base) + posts_offset(size) +
+               (size_t(set) * size_t(size) + size_t(r)) * post_stride(post_bytes)) Post();
+        }
+      }
+      for (int r = 0; r < size; ++r) {
+        new (static_cast<char*>(s.base) + kCacheLine * size_t(1 + r)) RingCounter();
+      }
     } catch (const Error& e) {
       why = e.what();
     }
@@ -54,10 +73,11 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
         s.bytes = bytes;
         const auto* h = static_cast<const GroupHeader*>(s.base);
         SPMD_CHECK(
-            h->magic == kGroupMagic && h->ranks == uint64_t(size) && h->slot_bytes == slot_bytes,
+            h->magic == kGroupMagic && h->ranks == uint64_t(size) && h->slot_bytes == slot_bytes &&
+                h->post_bytes == post_bytes,
             "group ", group, ": the shared segment ", s.name,
-            " does not match this rank's settings (SPMD_SHM_SLOT_BYTES must be alike on "
-            "every rank)");
+            " does not match this rank's settings (SPMD_SHM_SLOT_BYTES and SPMD_SHM_POST_BYTES "
+            "must be alike on every rank)");
       } catch (const Error& e) {
         unmap_segment(s);
         s.base = nullptr;
@@ -65,13 +85,17 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
       }
     }
   }
-  // Every rank says whether it has the segment mapped; it is used only if all do.
-  store.set(str_cat(group, "/shm_segment_ok/", rank), why.empty() ? "1" : "0");
-  bool all = true;
+  // Every rank says whether it has the segment mapped ("1"), and whether its
+  // links are all shared memory too ("2"); the segment is used only if all
+  // have it, the posts only if all say "2".
+  const char mine = !why.empty() ? '0' : links_shm ? '2' : '1';
+  store.set(str_cat(group, "/shm_segment_ok/", rank), std::string(1, mine));
+  bool all = true, posts = post_bytes > 0;
   try {
     for (int r = 0; r < size && all; ++r) {
       const Bytes ok = store.get(str_cat(group, "/shm_segment_ok/", r), timeout);
-      all = ok.size() == 1 && ok[0] == '1';
+      all = ok.size() == 1 && (ok[0] == '1' || ok[0] == '2');
+      posts &= all && ok[0] == '2';
     }
   } catch (...) {
     if (rank == 0 && s.base) ::shm_unlink(s.name.c_str());
@@ -87,14 +111,25 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
     unmap_segment(s);
     return nullptr;
   }
-  return std::unique_ptr<GroupSegment>(new GroupSegment(std::move(s), size, slot_bytes));
+  return std::unique_ptr<GroupSegment>(
+      new GroupSegment(std::move(s), size, slot_bytes, post_bytes, posts));
 }
 
 GroupSegment::~GroupSegment() { unmap_segment(segment_); }
 
 char* GroupSegment::slot(int set, int rank) const {
-  return static_cast<char*>(segment_.base) + kCacheLine +
+  return base() + slots_offset(size_, post_bytes_) +
          (size_t(set) * size_t(size_) + size_t(rank)) * slot_bytes_;
+}
+
+Post& GroupSegment::post(int set, int rank) const {
+  return *reinterpret_cast<Post*>(base() + posts_offset(size_) +
+                                  (size_t(set) * size_t(size_) + size_t(rank)) *
+                                      post_stride(post_bytes_));
+}
+
+std::atomic<uint64_t>& GroupSegment::asleep(int rank) const {
+  return reinterpret_cast<RingCounter*>(base() + kCacheLine * size_t(1 + rank))->value;
 }
 
 }  // namespace spmd::dist::tcp

@@ -10,6 +10,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace spmd::dist::tcp {
 
@@ -37,9 +40,11 @@ void Mesh::begin(const Header& header, Clock::time_point deadline) {
   next_report_ = start_ + report_every_;
   used_.clear();
   glanced_.assign(size_, false);
+  posted_.clear();
 }
 
 void Mesh::finish() {
+  if (used_.empty()) return;  // a collective that moved nothing on the links (the posts)
   wait_until(
       [&] { return std::all_of(used_.begin(), used_.end(), [](Link* l) { return l->idle(); }); });
   for (Link* l : used_) l->end();
@@ -117,6 +122,7 @@ void Mesh::poll_once() {
     for (Link* l : used_) l->pump();
     return;
   }
+  if (glance_) glance_();
   auto wake = deadline_;
   if (slow_hook_ && !slow_called_) wake = std::min(wake, start_ + slow_after_);
   if (wait_report_) {
@@ -175,11 +181,150 @@ void Mesh::throw_timeout() const {
 }
 
 std::vector<int> Mesh::heard_from() const {
-  std::vector<int> ranks;
+  std::vector<int> ranks = posted_;
   for (Link* l : used_) {
     if (l->heard()) ranks.push_back(l->peer());
   }
   return ranks;
+}
+
+// --- Waiting for posts in shared memory ---------------------------------------------
+
+namespace {
+// A spinning core's hint that it waits, where the spin does not yield (x86's
+// pause: the loop leaves the pipeline to the other hyperthread, and exits
+// without a memory-order misprediction when the line changes).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+}  // namespace
+
+// Peers are awaited in ring order from rank + 1; k is the first not yet
+// seen (those before it have posted, and posts stay until every rank has
+// read them: segment_small_all_reduce.h). The spin is spin_while_waiting's:
+// each idle round yields the core (when the policy says so), a post that
+// arrives restarts the budget as a byte that moves does.
+void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep,
+                       size_t post_bytes) {
+  int k = 1;
+  auto all_posted = [&] {
+    while (k < size_ && posted((rank_ + k) % size_)) ++k;
+    return k == size_;
+  };
+  if (all_posted()) return;
+  if (spin_.budget.count() > 0) {
+    auto give_up = Clock::now() + spin_.budget;
+    for (;;) {
+      const int before = k;
+      if (all_posted()) return;
+      const auto now = Clock::now();
+      if (k != before) {
+        give_up = now + spin_.budget;
+      } else if (now >= give_up || now >= deadline_) {
+        break;
+      } else if (spin_.yield) {
+        sched_yield();
+      } else {
+        cpu_relax();
+      }
+    }
+  }
+  for (;;) {
+    // The sleeper's half of the handshake of shm_ring.h: store the flag, a
+    // full fence, then look again; the poster stores its stamp, a full
+    // fence, then looks at the flag. One of the two sees the other's store.
+    asleep.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (all_posted()) {
+      asleep.store(0, std::memory_order_relaxed);
+      return;
+    }
+    if (Clock::now() >= deadline_) throw_post_timeout(posted);
+    std::vector<int> missing;
+    for (int j = k; j < size_; ++j) {
+      if (!posted((rank_ + j) % size_)) missing.push_back((rank_ + j) % size_);
+    }
+    sleep_for_posts(missing, post_bytes);
+  }
+}
+
+// Sleeps in poll() on the links of the peers whose posts have not come,
+// until a doorbell, a death (EOF), the deadline, the slow hook or the wait
+// report. A header in one of their rings is checked first: a peer that runs
+// another call under this sequence number sends one (a mismatch).
+void Mesh::sleep_for_posts(const std::vector<int>& missing, size_t post_bytes) {
+  constexpr size_t kMax = 256;
+  pollfd fds[kMax];
+  Link* owners[kMax];
+  nfds_t n = 0;
+  bool busy = false;  // a ring holds bytes for later: sleep on the clock a little only
+  for (int q : missing) {
+    Link& l = *links_[q];
+    Channel& c = l.channel();
+    if (c.prepare_wait(POLLIN) != 0) {
+      if (n < kMax) {
+        fds[n] = {l.fd(), POLLIN, 0};
+        owners[n++] = &l;
+      }
+      continue;
+    }
+    Header h;  // bytes in its ring, or its socket closed
+    const ssize_t got = c.peek(&h, sizeof h);
+    if (got <= 0) {
+      throw LinkError(q, false,
+                      str_cat("lost rank ", q,
+                              " (waiting for its part in the shared "
+                              "segment: the peer closed the connection; it exited, was killed, "
+                              "or aborted after an error of its own)"));
+    }
+    if (got == ssize_t(sizeof h) && h.seq == header_.seq && h.group == header_.group) {
+      if (auto why = mismatch(h, header_)) {
+        throw LinkError(q, true, str_cat("header mismatch with rank ", q, ": ", *why));
+      }
+    }
+    busy = true;
+  }
+  const auto now = Clock::now();
+  auto wake = busy ? std::min(deadline_, now + std::chrono::milliseconds(1)) : deadline_;
+  if (slow_hook_ && !slow_called_) wake = std::min(wake, start_ + slow_after_);
+  if (wait_report_) {
+    if (now >= next_report_) {
+      std::vector<PeerWait> waits;
+      for (int q : missing) waits.push_back({q, 0, post_bytes});
+      wait_report_(std::move(waits));
+      next_report_ = now + report_every_;
+    }
+    wake = std::min(wake, next_report_);
+  }
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+  const int r = ::poll(fds, n, int(std::clamp<int64_t>(ms, 0, 1 << 30)));
+  if (r < 0 && errno != EINTR) SPMD_THROW(CommError, "poll failed: ", std::strerror(errno));
+  if (r > 0) {
+    for (nfds_t i = 0; i < n; ++i) {
+      if (fds[i].revents) owners[i]->channel().on_wakeup();
+    }
+  } else if (slow_hook_ && !slow_called_ && Clock::now() >= start_ + slow_after_) {
+    slow_called_ = true;
+    slow_hook_();
+  }
+}
+
+void Mesh::throw_post_timeout(const std::function<bool(int)>& posted) {
+  std::string missing;
+  posted_.clear();
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    if (posted(q)) {
+      posted_.push_back(q);
+    } else {
+      missing += str_cat(missing.empty() ? "" : ", ", q);
+    }
+  }
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
+  SPMD_THROW(TimeoutError, "timed out after ", ms.count(), " ms: ranks [", missing,
+             "] have not posted their part in the group's shared segment");
 }
 
 void Mesh::set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook) {

@@ -23,6 +23,7 @@
 // Thread-safety: only abort() may be called from another thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -62,6 +63,24 @@ class Mesh {
   }
   // Moves bytes on every used link until done() holds.
   void wait_until(const std::function<bool()>& done);
+  // Waits until posted(q) holds for every peer q, for an algorithm whose
+  // peers write their part straight into memory this rank shares with them
+  // (segment_small_all_reduce.h), not through the links. Spins as
+  // set_spin() allows; then raises `asleep` (a peer that posts and sees it
+  // up takes it down and rings its link's doorbell: ring()) and sleeps in
+  // poll() on the links of the peers not yet posted. The links still
+  // tell a peer's death (LinkError, "lost rank q", as any link would) and a
+  // header that a peer running another call sends (a mismatch, as
+  // peek_unused reports it). Past the deadline: TimeoutError naming the
+  // ranks not yet posted. REQUIRES: the peers' links are shared memory.
+  // `post_bytes`: what each peer's post carries (its header and data), for
+  // the wait report.
+  void wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep,
+                   size_t post_bytes);
+  // Rings the doorbell of the link to `peer` (Channel::doorbell).
+  void ring(int peer) { links_[peer]->channel().doorbell(); }
+  // The current collective's header.
+  const Header& header() const { return header_; }
   // Moves what can move now on every used link, without waiting.
   void progress() {
     for (Link* l : used_) l->pump();
@@ -74,6 +93,10 @@ class Mesh {
   // Before sleeping in poll(), keep pumping as `spin` says (tuning.h; the
   // default budget of zero sleeps at once).
   void set_spin(SpinPolicy spin) { spin_ = spin; }
+  // Calls `glance` before each sleep in poll() in wait_until: a look at
+  // memory the peers write outside the links (the group segment's posts,
+  // segment_small_all_reduce.h), which throws what it finds wrong there.
+  void set_glance(std::function<void()> glance) { glance_ = std::move(glance); }
   // Calls `hook` once per collective that has waited longer than `after`.
   void set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook);
   // Calls `report` with what the current collective waits for (each used
@@ -92,17 +115,21 @@ class Mesh {
   void spin_while_waiting(const std::function<bool()>& done);
   void poll_once();
   void peek_unused(Link& l);
+  void sleep_for_posts(const std::vector<int>& missing, size_t post_bytes);
+  [[noreturn]] void throw_post_timeout(const std::function<bool(int)>& posted);
   [[noreturn]] void throw_timeout() const;
 
   int rank_, size_;
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> used_;    // links touched by the current collective
   std::vector<bool> glanced_;  // unused links already peeked at in this collective
+  std::vector<int> posted_;    // peers whose post wait_posted() saw (for heard_from)
   Header header_;
   Clock::time_point start_, deadline_;
   SpinPolicy spin_;
   std::chrono::milliseconds slow_after_{0};
   std::function<void()> slow_hook_;
+  std::function<void()> glance_;
   bool slow_called_ = false;
   std::chrono::milliseconds report_every_{0};
   std::function<void(std::vector<PeerWait>)> wait_report_;

@@ -5,8 +5,15 @@
 #include <cstring>
 
 #include "parallel/comm/tcp/reduce.h"
+#include "parallel/comm/tcp/segment_small_all_reduce.h"
 
 namespace spmd::dist::tcp {
+namespace {
+// memcpy that accepts an empty range with null pointers (an empty part).
+void copy(char* dst, const char* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+}  // namespace
 
 void SegmentAllReduce::run() {
   const int p = ctx_.size(), r = ctx_.rank();
@@ -15,21 +22,26 @@ void SegmentAllReduce::run() {
   for (size_t first = 0; first < data_.count; first += per_chunk) {
     const size_t n = std::min(per_chunk, data_.count - first);
     const int set = segment_.next_set();
-    std::memcpy(segment_.slot(set, r), data_.at(first), n * elem);  // 1. copy in
-    segment_barrier(ctx_);                                          // 2.
-    const size_t begin = part_begin(n, size_t(p), size_t(r));       // 3. reduce part r
-    const size_t count = part_size(n, size_t(p), size_t(r));
-    char* mine = segment_.slot(set, r) + begin * elem;
-    for (int k = 1; k < p; ++k) {
-      const char* theirs = segment_.slot(set, mod(r + k, p)) + begin * elem;
-      combine(op_, data_.dtype, mine, mine, theirs, count);
+    auto part = [&](int k, char* base) {  // part k of the chunk in a slot or the tensor
+      return base + part_begin(n, size_t(p), size_t(k)) * elem;
+    };
+    auto bytes = [&](int k) { return part_size(n, size_t(p), size_t(k)) * elem; };
+    char* chunk = data_.at(first);
+    char* mine = segment_.slot(set, r);
+    for (int k = 0; k < p; ++k) {  // 1. copy in the parts the others reduce
+      if (k != r) copy(part(k, mine), part(k, chunk), bytes(k));
     }
-    if (op_ == ReduceOp::kAvg) divide(data_.dtype, mine, count, p);
-    segment_barrier(ctx_);         // 4.
-    for (int k = 0; k < p; ++k) {  // 5. copy out
-      const size_t b = part_begin(n, size_t(p), size_t(k));
-      std::memcpy(data_.at(first + b), segment_.slot(set, k) + b * elem,
-                  part_size(n, size_t(p), size_t(k)) * elem);
+    segment_barrier(ctx_, segment_);  // 2.
+    char* own = part(r, chunk);       // 3. reduce part r into the tensor
+    const size_t count = part_size(n, size_t(p), size_t(r));
+    for (int k = 1; k < p; ++k) {
+      combine(op_, data_.dtype, own, own, part(r, segment_.slot(set, mod(r + k, p))), count);
+    }
+    if (op_ == ReduceOp::kAvg) divide(data_.dtype, own, count, p);
+    copy(part(r, mine), own, bytes(r));  // and into the slot, for the others
+    segment_barrier(ctx_, segment_);     // 4.
+    for (int k = 0; k < p; ++k) {        // 5. copy out the parts the others reduced
+      if (k != r) copy(part(k, chunk), part(k, segment_.slot(set, k)), bytes(k));
     }
   }
   ctx_.mesh.finish();
@@ -37,7 +49,11 @@ void SegmentAllReduce::run() {
 
 // The links carry each collective's header only once, so every round needs a
 // byte to count.
-void segment_barrier(const Context& ctx) {
+void segment_barrier(const Context& ctx, GroupSegment& segment) {
+  if (segment.post_bytes() > 0) {
+    return SegmentSmallAllReduce(ctx, segment, Span{nullptr, 0, DType::kU8, 1}, ReduceOp::kSum)
+        .run();  // no data: only the posts' stamps and headers
+  }
   static const char token = 1;
   const int p = ctx.size(), r = ctx.rank();
   for (int dist = 1; dist < p; dist *= 2) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "parallel/comm/tcp/reduce.h"
+#include "parallel/comm/tcp/segment_small_all_reduce.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -27,6 +28,10 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
   const Tuning& t = ctx.tuning;
   switch (type) {
     case OpType::kAllReduce:
+      if (whole.bytes() <= segment.post_bytes()) {
+        SegmentSmallAllReduce(ctx, segment, whole, op).run();
+        return true;
+      }
       if (whole.bytes() <= t.small_all_reduce_bytes) return false;
       SegmentAllReduce(ctx, segment, whole, op).run();
       return true;
@@ -39,8 +44,13 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
       return true;
     case OpType::kAllGather: {
       if (whole.bytes() < t.segment_min_bytes) return false;
-      char* mine = whole.at(size_t(ctx.rank()) * in.count);  // this rank's block, locally
-      if (mine != in.data && in.bytes() > 0) std::memmove(mine, in.data, in.bytes());
+      char* mine = whole.at(size_t(ctx.rank()) * in.count);  // this rank's block
+      const bool overlap =
+          mine != in.data && mine < in.data + in.bytes() && in.data < mine + in.bytes();
+      if (overlap) {  // moved whole first; else SegmentAllGather copies it piece by piece
+        std::memmove(mine, in.data, in.bytes());
+        in.data = mine;
+      }
       SegmentAllGather(ctx, segment, whole, in).run();
       return true;
     }
@@ -63,7 +73,7 @@ void SegmentBroadcast::run() {
     const size_t first = k * per, n = std::min(per, data_.count - first);
     char* slot = segment_.slot(segment_.next_set(), root_);
     if (r == root_) copy(slot, data_.at(first), n * elem);  // the root copies in,
-    segment_barrier(ctx_);
+    segment_barrier(ctx_, segment_);
     if (r != root_) copy(data_.at(first), slot, n * elem);  // the others copy out
   }
   ctx_.mesh.finish();
@@ -72,13 +82,16 @@ void SegmentBroadcast::run() {
 void SegmentAllGather::run() {
   const int p = ctx_.size(), r = ctx_.rank();
   const size_t elem = input_.elem, m = input_.count, per = segment_.slot_bytes() / elem;
-  const char* mine = output_.at(size_t(r) * m);  // this rank's block, already in place
+  char* mine = output_.at(size_t(r) * m);  // this rank's block of the output
   const size_t chunks = chunks_of(m, per);
   for (size_t k = 0; k < chunks; ++k) {
     const size_t first = k * per, n = std::min(per, m - first);
     const int set = segment_.next_set();
-    copy(segment_.slot(set, r), mine + first * elem, n * elem);  // this rank's piece in
-    segment_barrier(ctx_);
+    copy(segment_.slot(set, r), input_.at(first), n * elem);  // this rank's piece in,
+    if (mine != input_.data) {  // and into its own block while it is in cache
+      copy(mine + first * elem, input_.at(first), n * elem);
+    }
+    segment_barrier(ctx_, segment_);
     for (int q = 1; q < p; ++q) {  // every other rank's piece out
       const int from = mod(r + q, p);
       copy(output_.at(size_t(from) * m + first), segment_.slot(set, from), n * elem);
@@ -102,7 +115,7 @@ void SegmentReduceScatter::run() {
       if (b == r) continue;
       copy(slot + size_t(at++) * n * elem, input_.at(size_t(b) * m + first), n * elem);
     }
-    segment_barrier(ctx_);
+    segment_barrier(ctx_, segment_);
     char* out = output_.at(first);
     const char* own = input_.at(size_t(r) * m + first);  // may be out itself (in place)
     for (int q = 1; q < p; ++q) {  // own piece + the others' pieces of block r

@@ -17,9 +17,10 @@
 // Per chunk (p ranks, rank r, set s):
 //   broadcast       root copies up to a slot of the tensor into slot (s, root);
 //                   barrier; every other rank copies it out.
-//   all_gather      rank r copies up to a slot of its block into slot (s, r);
+//   all_gather      rank r copies up to a slot of its input into slot (s, r),
+//                   and into its own output block when not in place;
 //                   barrier; rank r copies slot (s, k) into output block k,
-//                   for every k != r (its own block it copied locally, once).
+//                   for every k != r.
 //   reduce_scatter  rank r copies the same piece of each block k != r of its
 //                   input into slot (s, r), back to back; barrier; rank r
 //                   reduces its own block's piece with the piece of block r
@@ -42,8 +43,9 @@ namespace spmd::dist::tcp {
 // Runs the collective in the segment when it is one of the segment's (the
 // four above) and large enough (Tuning: all_reduce above
 // small_all_reduce_bytes, the others from segment_min_bytes; broadcast only
-// on 3 ranks or more), and the slots can hold a piece of it; returns whether
-// it did. `whole` is the in-place
+// on 3 ranks or more), and the slots can hold a piece of it, or when it is
+// an all_reduce that fits a post (segment_small_all_reduce.h); returns
+// whether it did. `whole` is the in-place
 // buffer or the output, `in` the input (all_gather, reduce_scatter). Every
 // rank decides alike: the same call, sizes and settings give the same answer.
 bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span whole, Span in,
@@ -64,8 +66,10 @@ class SegmentBroadcast {
 
 class SegmentAllGather {
  public:
-  // output: p blocks of input.count elements; block rank() already holds
-  // this rank's input (the caller copies it there when not in place).
+  // output: p blocks of input.count elements; input is block rank() (in
+  // place) or apart from the output, and is copied into its block piece by
+  // piece, each right after the piece went into the slot (read once from
+  // memory, the second time from cache).
   SegmentAllGather(const Context& ctx, GroupSegment& segment, Span output, Span input)
       : ctx_(ctx), segment_(segment), output_(output), input_(input) {}
   void run();

@@ -50,6 +50,10 @@ class ShmChannel final : public Channel {
   short prepare_wait(short want) override;
   void on_wakeup() override { drain(); }
   bool wakes_both() const override { return true; }
+  bool doorbell() override {
+    ring_doorbell();
+    return true;
+  }
   int fd() const override { return fd_; }
   const char* kind() const override { return "shm"; }
 

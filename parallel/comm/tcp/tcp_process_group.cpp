@@ -5,6 +5,7 @@
 #include "parallel/comm/tcp/tcp_process_group.h"
 
 #include <cstring>
+#include <string_view>
 
 #include "parallel/comm/tcp/all_to_all.h"
 #include "parallel/comm/tcp/barrier.h"
@@ -14,6 +15,7 @@
 #include "parallel/comm/tcp/recursive_doubling.h"
 #include "parallel/comm/tcp/ring.h"
 #include "parallel/comm/tcp/segment_collectives.h"
+#include "parallel/comm/tcp/segment_small_all_reduce.h"
 #include "parallel/comm/tcp/transport.h"
 #include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
@@ -63,10 +65,18 @@ void TcpProcessGroup::connect() {
     }
   }
   if (size() > 1 && channels.whole_group_shm && tuning_.shm_slot_bytes > 0) {
-    segment_ =
-        GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes, timeout());
+    bool links_shm = true;  // a pair may have fallen back to TCP (shm_channel.h)
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer != rank()) links_shm &= std::string_view(links[peer]->channel().kind()) == "shm";
+    }
+    segment_ = GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes,
+                                     tuning_.shm_post_bytes, links_shm, timeout());
   }
+  group_hash_ = group_hash(name());
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
+  if (segment_ && segment_->post_bytes() > 0) {
+    mesh_->set_glance([this] { glance_at_posts(*segment_, *mesh_); });
+  }
   mesh_->set_spin(tuning_.spin());
   mesh_->set_slow_hook(slow_after(timeout()), [this] { announce_arrival(); });
   mesh_->set_wait_report(std::chrono::milliseconds(100), [this](std::vector<PeerWait> w) {
@@ -95,6 +105,10 @@ std::shared_ptr<ProcessGroup> TcpProcessGroup::make_group(std::shared_ptr<Store>
 
 // --- Issuing -------------------------------------------------------------------------
 
+TcpProcessGroup::Queued::Queued(TcpProcessGroup& g, CommOp o, Work w)
+    : group(g), op(std::move(o)), work(std::move(w)) {}
+TcpProcessGroup::Queued::~Queued() = default;
+
 Work TcpProcessGroup::launch(CommOp op) {
   const bool on_gpu = held_tensor(op).defined() && held_tensor(op).is_cuda();
   if (op.input.defined() && op.tensor.defined()) {
@@ -109,6 +123,7 @@ Work TcpProcessGroup::launch(CommOp op) {
     launch_p2p(std::move(op), work);
     return work;
   }
+  if (!on_gpu && start_inline(op, work)) return work;
   auto item = std::make_shared<Queued>(*this, std::move(op), work);
 #if SPMD_WITH_CUDA
   if (on_gpu) item->mark = std::make_shared<StreamMark>(held_tensor(item->op));
@@ -194,6 +209,10 @@ void TcpProcessGroup::run(Queued& item) {
 }
 
 void TcpProcessGroup::execute(Queued& item) {
+  if (item.rest) {  // posted by its issuing thread (start_inline)
+    item.rest->finish();
+    return end_on_host(item.op);
+  }
   if (item.mark) return execute_staged(item);
   CommOp& op = item.op;
   char* data = op.tensor.defined() ? static_cast<char*>(op.tensor.raw_data()) : nullptr;
@@ -230,11 +249,18 @@ void TcpProcessGroup::execute_staged(Queued& item) {
 
 void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
   if (size() == 1) return run_alone(op, data, input);
+  begin_on_host(op);
+  run_algorithm(op, data, input);
+  end_on_host(op);
+}
+
+// The header every rank checks, and the deadline.
+void TcpProcessGroup::begin_on_host(const CommOp& op) {
   Header h;
   h.op = op.type;
   h.dtype = held_tensor(op).defined() ? held_tensor(op).dtype() : DType::kF32;
   h.redop = op.reduce_op;
-  h.group = group_hash(name());
+  h.group = group_hash_;
   h.arg = op.root;
   h.seq = op.seq;
   h.count = op.type == OpType::kReduceScatter ? size_t(op.input.numel())
@@ -244,7 +270,9 @@ void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
   announced_ = false;
   current_seq_ = op.seq;
   mesh_->begin(h, Mesh::Clock::now() + timeout());
-  run_algorithm(op, data, input);
+}
+
+void TcpProcessGroup::end_on_host(const CommOp& op) {
   if (announced_) {  // the collective was slow and recorded its arrival: tidy up
     try {
       store().delete_key(key(str_cat("arrived/", op.seq, "/", rank())));

@@ -38,8 +38,9 @@
 
 namespace spmd::dist {
 namespace tcp {
-class GroupSegment;  // group_segment.h
-class HostStaging;   // cuda_staging.h (CUDA builds)
+class GroupSegment;           // group_segment.h
+class SegmentSmallAllReduce;  // segment_small_all_reduce.h
+class HostStaging;            // cuda_staging.h (CUDA builds)
 class StreamMark;
 }  // namespace tcp
 
@@ -64,7 +65,8 @@ class TcpProcessGroup final : public ProcessGroup,
  private:
   // A collective in the queue: the op, its Work and how it ended, in one block.
   struct Queued final : tcp::CollectiveQueue::Entry {
-    Queued(TcpProcessGroup& g, CommOp o, Work w) : group(g), op(std::move(o)), work(std::move(w)) {}
+    Queued(TcpProcessGroup& g, CommOp o, Work w);
+    ~Queued() override;
     void run() override { group.run(*this); }
     void complete() override { work.complete(error); }
 
@@ -73,6 +75,9 @@ class TcpProcessGroup final : public ProcessGroup,
     Work work;
     std::shared_ptr<tcp::StreamMark> mark;  // CUDA tensors: the caller's stream at issue
     std::exception_ptr error;               // how it ended (set by run())
+    // A small all_reduce its issuing thread posted and left unfinished
+    // (start_inline): run() finishes it.
+    std::unique_ptr<tcp::SegmentSmallAllReduce> rest;
   };
   TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size, GroupOptions options,
                   std::string route_hint);
@@ -80,6 +85,9 @@ class TcpProcessGroup final : public ProcessGroup,
   void run(Queued& item);
   void execute(Queued& item);
   void execute_on_host(CommOp& op, char* data, char* input);
+  void begin_on_host(const CommOp& op);
+  void end_on_host(const CommOp& op);
+  bool start_inline(CommOp& op, const Work& work);
   void execute_staged(Queued& item);
   void run_algorithm(CommOp& op, char* data, char* input);
   void run_alone(CommOp& op, char* data, char* input);
@@ -92,6 +100,7 @@ class TcpProcessGroup final : public ProcessGroup,
   void announce_arrival();
 
   std::string route_hint_;
+  uint32_t group_hash_ = 0;  // the headers' `group` field (wire.h)
   tcp::Tuning tuning_;
   std::unique_ptr<tcp::Mesh> mesh_;
   std::unique_ptr<tcp::GroupSegment> segment_;  // all ranks on one host: shared all_reduce

@@ -23,7 +23,8 @@ const char* transport_name(Transport t) {
 std::string settings(const TransportChoice& c) {
   return str_cat("SPMD_TRANSPORT=", transport_name(c.transport),
                  " SPMD_TRANSPORT_HOST_SPLIT=", c.host_split, " SPMD_SHM_SLOT_BYTES=", c.slot_bytes,
-                 " SPMD_SHM_SEGMENT_MIN_BYTES=", c.segment_min_bytes);
+                 " SPMD_SHM_SEGMENT_MIN_BYTES=", c.segment_min_bytes,
+                 " SPMD_SHM_POST_BYTES=", c.post_bytes);
 }
 
 }  // namespace
@@ -113,6 +114,7 @@ GroupChannels connect_channels(Store& store, const std::string& group, int rank,
   TransportChoice choice = transport_from_env();  // a bad value fails before any I/O
   choice.slot_bytes = tuning.shm_slot_bytes;
   choice.segment_min_bytes = tuning.segment_min_bytes;
+  choice.post_bytes = tuning.shm_post_bytes;
   MeshSockets sockets =
       connect_mesh(store, group, rank, size, timeout, route_hint, tuning.send_buffer_bytes);
   ShmPlan plan;

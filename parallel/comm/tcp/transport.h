@@ -15,8 +15,8 @@
 //   tcp                 TCP for every pair.
 // SPMD_TRANSPORT_HOST_SPLIT=k makes group ranks below k and ranks from k on
 // count as two hosts (for tests and benchmarks: a mixed world on one
-// machine). Every rank of a group must set both (and SPMD_SHM_SLOT_BYTES and
-// SPMD_SHM_SEGMENT_MIN_BYTES) alike; a rank that does not gets an error
+// machine). Every rank of a group must set both (and SPMD_SHM_SLOT_BYTES,
+// SPMD_SHM_SEGMENT_MIN_BYTES and SPMD_SHM_POST_BYTES) alike; a rank that does not gets an error
 // naming both settings before any collective.
 #pragma once
 
@@ -38,6 +38,7 @@ struct TransportChoice {
   int host_split = 0;            // 0: none
   size_t slot_bytes = 0;         // SPMD_SHM_SLOT_BYTES (tuning.h), which must also agree
   size_t segment_min_bytes = 0;  // SPMD_SHM_SEGMENT_MIN_BYTES (tuning.h), likewise
+  size_t post_bytes = 0;         // SPMD_SHM_POST_BYTES (tuning.h), likewise
 };
 
 // SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT; InvalidArgument on a bad value.

@@ -67,12 +67,16 @@ struct Tuning {
   // (its input) of at least this many bytes run in the segment too
   // (segment_collectives.h); smaller ones keep the trees and rings.
   size_t segment_min_bytes = 64 << 10;
+  // In such a group, all_reduce of at most this many bytes is exchanged
+  // through posts in the segment, with no message (segment_small_all_reduce.h);
+  // 0: recursive doubling over the rings.
+  size_t shm_post_bytes = 4 << 10;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
   // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US, SPMD_TCP_SPIN_YIELD (0 or
-  // 1), SPMD_TCP_START_AFTER_US, SPMD_SHM_RING_BYTES, SPMD_SHM_SLOT_BYTES and
-  // SPMD_SHM_SEGMENT_MIN_BYTES.
+  // 1), SPMD_TCP_START_AFTER_US, SPMD_SHM_RING_BYTES, SPMD_SHM_SLOT_BYTES,
+  // SPMD_SHM_SEGMENT_MIN_BYTES and SPMD_SHM_POST_BYTES.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).
