@@ -7,7 +7,9 @@ back with Python's json module:
   1. one node, 2 ranks, success: dir/trace.json holds both ranks' rows, each
      collective an async b/e pair whose args carry op, group, seq and bytes
      (the sizes worked out by hand: 0, 400, 4000), and a "wait" span per
-     collective on the caller's thread;
+     collective on the caller's thread (run with SPMD_SHM_POST_BYTES=0: a
+     small all_reduce through the shared segment's posts may complete at its
+     call, and a wait that finds it done records no span);
   2. one node, rank 1 killed in all_reduce #2: the file is still written when
      the job fails, with rank 0's trace, and spmdrun names rank 1 as missing;
   3. two spmdrun "nodes" of 1 rank each sharing the folder: each merges its
@@ -32,8 +34,8 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-def run(args, trace_dir, timeout=60):
-    env = dict(os.environ, SPMD_TRACE=trace_dir, OMP_NUM_THREADS="1")
+def run(args, trace_dir, timeout=60, **extra_env):
+    env = dict(os.environ, SPMD_TRACE=trace_dir, OMP_NUM_THREADS="1", **extra_env)
     return subprocess.run([spmdrun] + args, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -62,7 +64,7 @@ EXPECTED = {0: ("barrier", 0), 1: ("all_reduce", 400), 2: ("all_reduce", 4000)}
 with tempfile.TemporaryDirectory() as tmp:
     # 1. One node, success.
     d1 = os.path.join(tmp, "ok")
-    p = run(["--standalone", "--nproc-per-node", "2", worker], d1)
+    p = run(["--standalone", "--nproc-per-node", "2", worker], d1, SPMD_SHM_POST_BYTES="0")
     check(p.returncode == 0, f"ok: spmdrun exited {p.returncode}: {p.stderr[-2000:]}")
     merged = os.path.join(d1, "trace.json")
     check(f"the trace of ranks 0, 1 is in {merged}" in p.stderr, "ok: spmdrun names the file")
