@@ -116,7 +116,8 @@ TEST_CASE("a linear's later weight gradients add straight into .grad, hooks or n
     CHECK(fired == 1);
   }
   SECTION("a .grad the GEMM cannot write (a transposed view) takes the plain path") {
-    w.set_grad(ops::transpose(ops::from_vector(std::vector<double>{1, 1, 1, 2, 2, 2}, {2, 3}), 0, 1));
+    w.set_grad(
+        ops::transpose(ops::from_vector(std::vector<double>{1, 1, 1, 2, 2, 2}, {2, 3}), 0, 1));
     CHECK_FALSE(autograd::accumulable_grad(w, {3, 2}).defined());
     backward(sum(linear(x1, w)));
     CHECK(values(w.grad()) == std::vector<double>{5, 8, 5, 8, 5, 8});
