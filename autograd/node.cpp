@@ -99,6 +99,19 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   return {};
 }
 
+Tensor accumulable_grad(const Tensor& leaf, const Shape& shape) {
+  const AutogradMeta* meta = leaf.defined() ? leaf.autograd_meta() : nullptr;
+  if (meta == nullptr || !meta->requires_grad || meta->grad_fn != nullptr) return Tensor();
+  const Tensor& g = meta->grad;
+  if (!g.defined() || g.shape() != shape || g.dtype() != leaf.dtype() ||
+      g.device() != leaf.device() || !g.is_contiguous())
+    return Tensor();
+  if (!meta->grad_hooks.empty() || !meta->post_accumulate_grad_hooks.empty()) return Tensor();
+  const std::shared_ptr<Node> acc = meta->grad_accumulator.lock();
+  if (acc != nullptr && !acc->pre_hooks().empty()) return Tensor();
+  return g;
+}
+
 // --- LambdaNode ----------------------------------------------------------------
 
 LambdaNode::LambdaNode(std::string name, std::vector<Edge> next_edges, Backward backward)

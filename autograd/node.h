@@ -157,6 +157,18 @@ class LambdaNode final : public Node {
 Edge gradient_edge(const Tensor& t);
 // t's AccumulateGrad, created on first use. REQUIRES: t is a leaf that requires grad.
 std::shared_ptr<Node> grad_accumulator(const Tensor& t);
+// Gradient-accumulation fusion: leaf.grad() when a backward may add a
+// gradient of `shape` for the leaf straight into it (a GEMM with beta = 1)
+// instead of returning it for the leaf's AccumulateGrad to add, because that
+// would do nothing else: the leaf requires grad, its .grad exists with this
+// shape, the leaf's dtype and device, contiguous, and no hook would see the
+// gradient (none on the leaf, none on its AccumulateGrad, no post-accumulate-
+// grad hook: DDP's and FSDP's keep their parameters on the plain path).
+// Undefined otherwise. A node that adds into it returns no gradient for that
+// input. Microbatches after the first (a pipeline's, gradient accumulation)
+// are what it saves on: a weight-sized buffer, its zeroing, and the pass of
+// the add.
+Tensor accumulable_grad(const Tensor& leaf, const Shape& shape);
 // True when grad mode is on and some input requires grad: the op must record.
 bool needs_grad(std::initializer_list<const Tensor*> inputs);
 bool needs_grad(const TensorList& inputs);

@@ -127,9 +127,12 @@ Tensor linear(const Tensor& x_in, const Tensor& weight, const Tensor& bias) {
   if (!autograd::needs_grad({&x, &weight, &bias})) return out;
   const bool nx = x.requires_grad(), nw = weight.requires_grad();
   const bool nb = bias.defined() && bias.requires_grad();
+  // The weight itself (a leaf parameter) lets the backward add dW straight
+  // into its .grad when it may (autograd::accumulable_grad).
   return record("linear", {&x, &weight, &bias}, out,
                 [sx = SavedTensor(nw ? x : Tensor()), sw = SavedTensor(nx ? w : Tensor()), nb,
-                 in_shape = x.shape(), w_dtype = weight.dtype()](const Tensor& g) {
+                 leaf = nw && weight.is_leaf() ? weight : Tensor(), in_shape = x.shape(),
+                 w_dtype = weight.dtype()](const Tensor& g) {
                   const int64_t out_f = g.size(-1);
                   const Tensor g2 = ops::reshape(g, {-1, out_f});  // (N, out)
                   Tensor gx, gw, gb;
@@ -138,8 +141,14 @@ Tensor linear(const Tensor& x_in, const Tensor& weight, const Tensor& bias) {
                     gx = ops::reshape(ops::matmul(g2, sw.get()), in_shape);
                   if (sx.defined() && autograd::needs_input_grad(1)) {
                     const Tensor x2 = ops::reshape(sx.get(), {-1, in_shape.back()});  // (N, in)
-                    gw = ops::empty({out_f, in_shape.back()}, {w_dtype, g.device()});
-                    ops::matmul_out(gw, ops::transpose(g2, 0, 1), x2);  // (out, in), f32 if w is
+                    const Shape w_shape{out_f, in_shape.back()};
+                    const Tensor into = autograd::accumulable_grad(leaf, w_shape);
+                    if (into.defined()) {  // .grad += g2^T x2, and no gradient to hand on
+                      ops::matmul_out(into, ops::transpose(g2, 0, 1), x2, 1, 1);
+                    } else {
+                      gw = ops::empty(w_shape, {w_dtype, g.device()});
+                      ops::matmul_out(gw, ops::transpose(g2, 0, 1), x2);  // (out, in), f32 if w is
+                    }
                   }
                   if (nb && autograd::needs_input_grad(2)) gb = ops::sum(g2, {0});
                   return TensorList{gx, gw, gb};

@@ -21,7 +21,11 @@
 // microbatch) pairs a rank holds at once (the schedule's simulation), which
 // activation memory follows; act_mb: per rank, the allocator's peak during
 // the step (its forwards and backwards) less what is still allocated after
-// it (parameters, gradients): the activations' peak, the median step's.
+// it (parameters, gradients): the activations' peak, the median step's;
+// cpu_ms: per rank, the CPU time the process used in the median step (all
+// its threads; a rank's waits cost none but what it spins); best_step_ms:
+// the fastest timed step (on a shared machine other jobs only add time, so
+// the fastest is the least disturbed).
 // A microbatch count the interleaved schedule refuses (not a multiple of p)
 // is skipped with a note on stderr. --single prints `spmd-pp
 // schedule=single ...`. bench/pp_bench.py runs them side by side.
@@ -48,6 +52,7 @@ namespace pp = dist::pp;
 
 namespace {
 
+using bench::cpu_seconds;
 using bench::median;
 using bench::peak_rss_mb;
 
@@ -91,9 +96,10 @@ void run_single(const Flags& f) {
   auto model = std::make_shared<nn::Transformer>(c, 0);
   optim::AdamW opt(model->parameters(), {.lr = 3e-4, .weight_decay = 0.1});
   const auto data = batches(c, f.batch, f.warmup + f.steps);
-  std::vector<double> step_s, act;
+  std::vector<double> step_s, cpu_s, act;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     const int64_t start = trace_now_us();
+    const double cpu_start = cpu_seconds();
     opt.zero_grad();
     cpu::reset_host_peak_memory();
     {
@@ -102,13 +108,16 @@ void run_single(const Flags& f) {
     }
     act.push_back(activation_mb());
     opt.step();
-    if (i >= f.warmup) step_s.push_back(double(trace_now_us() - start) / 1e6);
+    if (i < f.warmup) continue;
+    step_s.push_back(double(trace_now_us() - start) / 1e6);
+    cpu_s.push_back(cpu_seconds() - cpu_start);
   }
   const double step = median(step_s);
   std::printf(
       "spmd-pp schedule=single m=1 stages=1 tokens_per_s=%.0f step_ms=%.1f bubble=0 "
-      "predicted=0 in_flight=1 act_mb=%.1f peak_rss_mb=%.1f\n",
-      double(f.batch * c.max_seq_len) / step, step * 1e3, median(act), peak_rss_mb());
+      "predicted=0 in_flight=1 act_mb=%.1f cpu_ms=%.0f best_step_ms=%.1f peak_rss_mb=%.1f\n",
+      double(f.batch * c.max_seq_len) / step, step * 1e3, median(act), median(cpu_s) * 1e3,
+      *std::min_element(step_s.begin(), step_s.end()) * 1e3, peak_rss_mb());
 }
 
 void run_pipeline(dist::ProcessGroup& world, const std::string& name, int m, const Flags& f) {
@@ -133,10 +142,11 @@ void run_pipeline(dist::ProcessGroup& world, const std::string& name, int m, con
   pp::PipelineExecutor executor(mine, world, kind, m);
   optim::AdamW opt(params, {.lr = 3e-4, .weight_decay = 0.1});
   const auto data = batches(c, f.batch, f.warmup + f.steps);
-  std::vector<double> step_s, bubbles, act;
+  std::vector<double> step_s, cpu_s, bubbles, act;
   for (int i = 0; i < f.warmup + f.steps; ++i) {
     world.barrier().wait();  // start the ranks' steps together
     const int64_t start = trace_now_us();
+    const double cpu_start = cpu_seconds();
     opt.zero_grad();
     cpu::reset_host_peak_memory();
     executor.step(data[2 * i], data[2 * i + 1]);
@@ -144,25 +154,30 @@ void run_pipeline(dist::ProcessGroup& world, const std::string& name, int m, con
     opt.step();
     if (i < f.warmup) continue;
     step_s.push_back(double(trace_now_us() - start) / 1e6);
+    cpu_s.push_back(cpu_seconds() - cpu_start);
     bubbles.push_back(executor.measured_bubble());
   }
   // The median step's bubble, averaged over the ranks.
   Tensor bubble = ops::full({1}, median(bubbles), {DType::kF64});
   world.all_reduce(bubble, dist::ReduceOp::kAvg).wait();
   const auto sim = pp::simulate(executor.schedule(), p * v, m);
-  const Tensor acts = ops::empty({p}, {DType::kF64});  // every rank's
-  world.all_gather(acts, ops::scalar_tensor(median(act), {DType::kF64})).wait();
-  std::string act_mb;
-  for (int r = 0; r < p; ++r) act_mb += str_cat(r ? "," : "", int(acts.data<double>()[r] + 0.5));
+  auto per_rank = [&](double mine) {  // "r0,r1,...": every rank's value, rounded
+    const Tensor all = ops::empty({p}, {DType::kF64});
+    world.all_gather(all, ops::scalar_tensor(mine, {DType::kF64})).wait();
+    std::string out;
+    for (int r = 0; r < p; ++r) out += str_cat(r ? "," : "", int(all.data<double>()[r] + 0.5));
+    return out;
+  };
+  const std::string act_mb = per_rank(median(act)), cpu_ms = per_rank(median(cpu_s) * 1e3);
   const double step = median(step_s);
   if (world.rank() == 0)
     std::printf(
         "spmd-pp schedule=%s m=%d stages=%d tokens_per_s=%.0f step_ms=%.1f bubble=%.3f "
-        "predicted=%.3f in_flight=%d act_mb=%s peak_rss_mb=%.1f\n",
+        "predicted=%.3f in_flight=%d act_mb=%s cpu_ms=%s best_step_ms=%.1f peak_rss_mb=%.1f\n",
         name.c_str(), m, world.size(), double(f.batch * c.max_seq_len) / step, step * 1e3,
         bubble.item<double>(), pp::predicted_bubble(kind, p, m, v),
         *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end()), act_mb.c_str(),
-        peak_rss_mb());
+        cpu_ms.c_str(), *std::min_element(step_s.begin(), step_s.end()) * 1e3, peak_rss_mb());
   std::fflush(stdout);
 }
 

@@ -11,7 +11,10 @@ single run of the same round. Printed per row: tokens/s, the measured
 bubble beside the schedule's simulated one ((p-1)/(m+p-1) for GPipe and
 1F1B), the most (stage, microbatch) pairs a rank holds (which
 activation memory follows) and each rank's activation peak (the
-allocator's peak during the step less what stays allocated after it).
+allocator's peak during the step less what stays allocated after it) and
+each rank's CPU time in a step (all its threads): a step's CPU time near
+its wall time says the rank had its core; well below it, that it waited
+(its neighbour, or other jobs on the machine).
 
   bench/pp_bench.py [--build build] [--world 2] [--threads 1] [--rounds 2] [--steps 3]
                     [--batch 16] [--schedules gpipe,1f1b,interleaved,zbh1]
@@ -62,21 +65,21 @@ def main():
     print(f"\nsmall transformer (untied head), global batch {args.batch}, {args.world} stages x "
           f"{args.threads} thread(s), one process x {args.threads}; median of {args.rounds} "
           f"interleaved rounds\n")
-    def act(results):  # per rank, the median over rounds
-        per = [[float(v) for v in str(x["act_mb"]).split(",")] for x in results]
+    def per_rank(results, key):  # per rank, the median over rounds
+        per = [[float(v) for v in str(x[key]).split(",")] for x in results]
         return " / ".join(f"{statistics.median(col):.0f}" for col in zip(*per))
 
     print("| run | m | tok/s | step ms | bubble measured | predicted | microbatches in flight | "
-          "activations MB per rank | tok/s vs one process |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "activations MB per rank | CPU ms per rank | tok/s vs one process |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(f"| one process | — | {med(singles, 'tokens_per_s'):,.0f} | {med(singles, 'step_ms'):.0f} | "
-          f"— | — | 1 | {act(singles)} | 1.00 |")
+          f"— | — | 1 | {per_rank(singles, 'act_mb')} | {per_rank(singles, 'cpu_ms')} | 1.00 |")
     for (name, m), results in rows.items():
         ratio = statistics.median(float(x["tokens_per_s"]) / float(s["tokens_per_s"])
                                   for x, s in zip(results, singles))
         print(f"| {name} | {m} | {med(results, 'tokens_per_s'):,.0f} | {med(results, 'step_ms'):.0f} | "
               f"{med(results, 'bubble'):.3f} | {results[0]['predicted']} | {results[0]['in_flight']} | "
-              f"{act(results)} | {ratio:.2f} |")
+              f"{per_rank(results, 'act_mb')} | {per_rank(results, 'cpu_ms')} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":

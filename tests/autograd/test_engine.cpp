@@ -1,6 +1,7 @@
 // The engine's behaviour, checked on graphs small enough to differentiate by
 // hand: recording rules (grad mode, requires_grad, detach), accumulation of a
-// tensor used twice, retain_graph, a 10,000-deep chain (no recursion),
+// tensor used twice and of a linear's weight gradient into .grad (the fused
+// path and the hooks that turn it off), retain_graph, a 10,000-deep chain (no recursion),
 // saved-tensor version checks, hook order, custom Functions and activation
 // checkpointing.
 #include <pthread.h>
@@ -70,6 +71,57 @@ TEST_CASE("d/dx of x*x + 3x is 2x + 3, and gradients accumulate across calls", "
   CHECK(values(x.grad()) == std::vector<double>{5, -1, 4});
   backward(sum(mul(x, 2.0)));  // a second backward adds into .grad
   CHECK(values(x.grad()) == std::vector<double>{7, 1, 6});
+}
+
+TEST_CASE("a linear's later weight gradients add straight into .grad, hooks or not",
+          "[autograd][accumulation]") {
+  // w (3, 2); the rows of dW of sum(x w^T) are each x's column sums.
+  const Tensor x1 = ops::from_vector(std::vector<double>{1, 2, 3, 4}, {2, 2});  // sums 4, 6
+  const Tensor x2 = ops::from_vector(std::vector<double>{1, 1, 0, 2}, {2, 2});  // sums 1, 3
+  auto rows = [](double a, double b) { return std::vector<double>{a, b, a, b, a, b}; };
+  Tensor w = leaf({1, 2, 3, 4, 5, 6}, {3, 2});
+  CHECK_FALSE(autograd::accumulable_grad(w, {3, 2}).defined());  // no .grad yet
+  backward(sum(linear(x1, w)));
+  REQUIRE(values(w.grad()) == rows(4, 6));
+  const Tensor first = w.grad();
+  // From now on the GEMM adds into w.grad itself (beta = 1).
+  CHECK(autograd::accumulable_grad(w, {3, 2}).storage() == first.storage());
+  CHECK_FALSE(autograd::accumulable_grad(w, {2, 3}).defined());  // another shape
+  backward(sum(mul(linear(x2, w), 2.0)));
+  CHECK(values(w.grad()) == rows(6, 12));
+  CHECK(w.grad().storage() == first.storage());
+  // Used twice in one backward: one use adds in place, both arrive.
+  backward(add(sum(linear(x1, w)), sum(linear(x2, w))));
+  CHECK(values(w.grad()) == rows(11, 21));
+
+  SECTION("a hook on the leaf sees every gradient: the plain path") {
+    std::vector<std::vector<double>> seen;
+    register_hook(w, [&](const Tensor& g) {
+      seen.push_back(values(g));
+      return Tensor();
+    });
+    CHECK_FALSE(autograd::accumulable_grad(w, {3, 2}).defined());
+    backward(sum(linear(x2, w)));
+    CHECK(seen == std::vector<std::vector<double>>{rows(1, 3)});
+    CHECK(values(w.grad()) == rows(12, 24));
+  }
+  SECTION("a post-accumulate hook fires after each backward: the plain path") {
+    int fired = 0;
+    register_post_accumulate_grad_hook(w, [&](const Tensor& leaf) {
+      ++fired;
+      CHECK(values(leaf.grad()) == rows(12, 24));
+    });
+    CHECK_FALSE(autograd::accumulable_grad(w, {3, 2}).defined());
+    backward(sum(linear(x2, w)));
+    CHECK(fired == 1);
+  }
+  SECTION("a .grad the GEMM cannot write (a transposed view) takes the plain path") {
+    w.set_grad(
+        ops::transpose(ops::from_vector(std::vector<double>{1, 1, 1, 2, 2, 2}, {2, 3}), 0, 1));
+    CHECK_FALSE(autograd::accumulable_grad(w, {3, 2}).defined());
+    backward(sum(linear(x1, w)));
+    CHECK(values(w.grad()) == std::vector<double>{5, 8, 5, 8, 5, 8});
+  }
 }
 
 TEST_CASE("broadcast operands get gradients summed back to their shape", "[autograd]") {
