@@ -87,13 +87,14 @@ class Ledger {
  private:
   static constexpr int kTagWords = LedgerEntry::kTagBytes / 8;
   // One entry: `stamp` is its seq + 1 once written whole, 0 while written.
+  // Two cache lines; a call of up to 4 dims and no tag writes the first only.
   struct alignas(64) Slot {
     std::atomic<uint64_t> stamp{0};
     std::atomic<uint64_t> head{0};  // op, dtype, reduce op, ndim, a tag, root
     std::atomic<uint64_t> hash{0};
     std::atomic<int64_t> issued_us{0};
-    std::atomic<uint64_t> tag[kTagWords] = {};
     std::atomic<int64_t> dims[Shape::kMaxDims] = {};  // the first ndim
+    std::atomic<uint64_t> tag[kTagWords] = {};        // when head says it has one
   };
   bool read(uint64_t seq, LedgerEntry& out) const;
 
