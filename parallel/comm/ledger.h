@@ -38,7 +38,7 @@ struct LedgerEntry {
   std::array<int64_t, Shape::kMaxDims> dims{};
   std::array<char, kTagBytes> tag{};  // the call-site tag, NUL-padded, no whitespace
   uint64_t hash = 0;                  // the rolling hash after this entry
-  int64_t issued_us = 0;  // when it was issued (wall clock; not compared, not published)
+  int64_t issued_us = 0;  // when it was issued (wall clock, µs; not compared, not published)
 
   // What the call compares by: every field but seq and hash.
   uint64_t fingerprint() const;
