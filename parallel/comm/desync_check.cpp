@@ -26,17 +26,17 @@ std::chrono::milliseconds interval_from_env() {
 
 // The tensor whose shape the ranks must agree on: what each passes in.
 // all_to_all's split sizes may differ by rank, so only its dtype counts.
-void describe_tensor(const CommOp& op, LedgerEntry& e) {
+void describe_tensor(const CommOp& op, LedgerCall& c) {
   const bool takes_input = op.type == OpType::kAllGather || op.type == OpType::kReduceScatter ||
                            op.type == OpType::kGather || op.type == OpType::kAllToAll ||
                            op.type == OpType::kAllToAllv;
   const Tensor& t = takes_input && op.input.defined() ? op.input : op.tensor;
   if (!t.defined()) return;
   const Shape& shape = t.shape();
-  e.dtype = t.dtype();
+  c.dtype = t.dtype();
   if (op.type == OpType::kAllToAll || op.type == OpType::kAllToAllv) return;
-  e.ndim = shape.ndim();
-  for (int i = 0; i < e.ndim; ++i) e.dims[i] = shape[i];
+  c.ndim = shape.ndim();
+  c.dims = shape.begin();
 }
 
 // The wall clock in microseconds since the epoch.
@@ -76,30 +76,28 @@ DesyncCheck::~DesyncCheck() {
 }
 
 // On the issuing thread, for every collective: no lock, no allocation, no
-// clock read (the publisher's tick stands in for the time). The entry is a
-// member, rewritten in place: clearing a fresh one (its dims and tag) was
-// half of this function's time. Its dims past ndim are stale and never read;
-// its tag is cleaned and hashed when it changes, not per call.
+// clock read (the publisher's tick stands in for the time), nothing copied
+// but into the ring. The tag is cleaned and hashed when it changes, not per
+// call.
 void DesyncCheck::record(const CommOp& op, std::string_view tag) {
-  LedgerEntry& e = entry_;
-  e.seq = op.seq;
-  e.op = op.type;
-  e.dtype = DType::kF32;
-  e.ndim = -1;
-  describe_tensor(op, e);
+  LedgerCall call;
+  call.op = op.type;
+  describe_tensor(op, call);
   const bool reduces = op.type == OpType::kAllReduce || op.type == OpType::kReduce ||
                        op.type == OpType::kReduceScatter;
-  e.reduce_op = reduces ? op.reduce_op : ReduceOp::kSum;
+  if (reduces) call.reduce_op = op.reduce_op;
   const bool rooted = op.type == OpType::kBroadcast || op.type == OpType::kReduce ||
                       op.type == OpType::kGather || op.type == OpType::kScatter;
-  e.root = rooted ? op.root : -1;
+  if (rooted) call.root = op.root;
   if (tag != tag_text_) {
     tag_text_ = tag;
-    e.set_tag(tag);
-    tag_hash_ = tag_hash(e.tag);
+    LedgerEntry cleaned;
+    cleaned.set_tag(tag);
+    tag_ = cleaned.tag;
+    tag_hash_ = tag_hash(tag_);
   }
-  e.issued_us = tick_us_.load(std::memory_order_relaxed);
-  ledger_.record(e, tag_hash_);
+  if (!tag.empty()) call.tag = &tag_, call.tag_hash = tag_hash_;
+  ledger_.record(op.seq, call, tick_us_.load(std::memory_order_relaxed));
 }
 
 // --- Publishing ----------------------------------------------------------------------

@@ -97,10 +97,10 @@ class DesyncCheck {
   // The wall clock (µs) at the publisher's last wake: each entry's issue
   // time, up to one interval early, for the price of a load.
   std::atomic<int64_t> tick_us_;
-  // The issuing thread's alone: the entry record() fills, and the call-site
-  // tag it holds (cleaned, in entry_.tag) as given and hashed.
-  LedgerEntry entry_;
+  // The issuing thread's alone: the last call-site tag, as given, cleaned
+  // and hashed.
   std::string tag_text_;
+  std::array<char, LedgerEntry::kTagBytes> tag_{};
   uint64_t tag_hash_ = 0;
   // done_[s % kDone]: one past the last collective ≡ s (mod kDone) that
   // completed. Written by the threads that complete collectives, not the one

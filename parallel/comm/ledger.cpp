@@ -29,19 +29,32 @@ uint64_t step(uint64_t h, uint64_t word) {
   return h ^ (h >> 32);
 }
 
-// An entry's compared fields but the tag and dims, in one word:
+// A call's compared fields but the tag and dims, in one word:
 //   op | dtype << 8 | reduce op << 16 | (ndim + 1) << 24 | has a tag << 31 | root << 32.
-uint64_t head_word(const LedgerEntry& e) {
-  return uint64_t(e.op) | uint64_t(e.dtype) << 8 | uint64_t(e.reduce_op) << 16 |
-         uint64_t(uint8_t(e.ndim + 1)) << 24 | uint64_t(e.tag[0] != '\0') << 31 |
-         uint64_t(uint32_t(e.root)) << 32;
+uint64_t head_word(const LedgerCall& c) {
+  return uint64_t(c.op) | uint64_t(c.dtype) << 8 | uint64_t(c.reduce_op) << 16 |
+         uint64_t(uint8_t(c.ndim + 1)) << 24 | uint64_t(c.tag != nullptr) << 31 |
+         uint64_t(uint32_t(c.root)) << 32;
 }
 
-// The rolling hash `hash` after the call `e` whose tag hashes to `tag`.
-uint64_t fold(uint64_t hash, const LedgerEntry& e, uint64_t tag) {
-  uint64_t h = step(hash, head_word(e)) ^ tag;
-  for (int i = 0; i < e.ndim; ++i) h = step(h, uint64_t(e.dims[i]));
+// The rolling hash `hash` after the call `c`.
+uint64_t fold(uint64_t hash, const LedgerCall& c) {
+  uint64_t h = step(hash, head_word(c)) ^ c.tag_hash;
+  for (int i = 0; i < c.ndim; ++i) h = step(h, uint64_t(c.dims[i]));
   return h;
+}
+
+// An entry as the call it records.
+LedgerCall call_of(const LedgerEntry& e) {
+  const bool tagged = e.tag[0] != '\0';
+  return {e.op,
+          e.dtype,
+          e.reduce_op,
+          e.root,
+          e.ndim,
+          e.dims.data(),
+          tagged ? &e.tag : nullptr,
+          tagged ? tag_hash(e.tag) : 0};
 }
 
 bool reduces(OpType op) {
@@ -117,7 +130,7 @@ std::string report_behind(const std::vector<const LedgerRecord*>& have, uint64_t
 
 // --- Entries -------------------------------------------------------------------------
 
-uint64_t LedgerEntry::fingerprint() const { return fold(0, *this, tag_hash(tag)); }
+uint64_t LedgerEntry::fingerprint() const { return fold(0, call_of(*this)); }
 
 std::string LedgerEntry::describe() const {
   std::string args;
@@ -164,25 +177,29 @@ uint64_t tag_hash(const std::array<char, LedgerEntry::kTagBytes>& tag) {
 // The writer's side of the seqlock: clear the stamp, write the words, set
 // the stamp. The release fence keeps the cleared stamp ahead of the words
 // for a reader; the stamp's release store keeps the words ahead of it.
-void Ledger::record(const LedgerEntry& e, uint64_t tag) {
+void Ledger::record(uint64_t seq, const LedgerCall& c, int64_t issued_us) {
   constexpr auto relaxed = std::memory_order_relaxed;
-  hash_ = fold(hash_, e, tag);
-  Slot& s = ring_[e.seq % kKept];
+  hash_ = fold(hash_, c);
+  Slot& s = ring_[seq % kKept];
   s.stamp.store(0, relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  s.head.store(head_word(e), relaxed);
+  s.head.store(head_word(c), relaxed);
   s.hash.store(hash_, relaxed);
-  s.issued_us.store(e.issued_us, relaxed);
-  if (e.tag[0] != '\0') {
+  s.issued_us.store(issued_us, relaxed);
+  for (int i = 0; i < c.ndim; ++i) s.dims[i].store(c.dims[i], relaxed);
+  if (c.tag) {
     for (int i = 0; i < kTagWords; ++i) {
       uint64_t word = 0;
-      std::memcpy(&word, e.tag.data() + 8 * i, 8);
+      std::memcpy(&word, c.tag->data() + 8 * i, 8);
       s.tag[i].store(word, relaxed);
     }
   }
-  for (int i = 0; i < e.ndim; ++i) s.dims[i].store(e.dims[i], relaxed);
-  s.stamp.store(e.seq + 1, std::memory_order_release);
-  count_.store(e.seq + 1, std::memory_order_release);
+  s.stamp.store(seq + 1, std::memory_order_release);
+  count_.store(seq + 1, std::memory_order_release);
+}
+
+void Ledger::record(const LedgerEntry& entry) {
+  record(entry.seq, call_of(entry), entry.issued_us);
 }
 
 // The reader's side: the slot's words, kept only if its stamp says entry

@@ -61,6 +61,20 @@ struct LedgerRecord {
 // computed once per tag by the caller that records many calls with it.
 uint64_t tag_hash(const std::array<char, LedgerEntry::kTagBytes>& tag);
 
+// A collective as the issuing thread hands it to the ledger: an entry's
+// compared fields, with the dims and the tag by pointer (copied once, into
+// the ring) and the tag's hash worked out beforehand.
+struct LedgerCall {
+  OpType op = OpType::kBarrier;
+  DType dtype = DType::kF32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root = -1;
+  int32_t ndim = -1;
+  const int64_t* dims = nullptr;                                  // ndim of them
+  const std::array<char, LedgerEntry::kTagBytes>* tag = nullptr;  // null: none
+  uint64_t tag_hash = 0;                                          // tag_hash(*tag); 0 for none
+};
+
 // The rolling hash and the last kKept entries of one rank in one group.
 //
 // Thread-safety: one thread records (the group's issuing thread: the
@@ -74,10 +88,11 @@ class Ledger {
  public:
   static constexpr size_t kKept = 16;
 
-  // REQUIRES: entries come in sequence order (the group's issue order), from
-  // one thread at a time; `tag` is tag_hash(entry.tag).
-  void record(const LedgerEntry& entry, uint64_t tag);
-  void record(const LedgerEntry& entry) { record(entry, tag_hash(entry.tag)); }
+  // Records collective #seq. REQUIRES: calls in sequence order (the group's
+  // issue order), from one thread at a time.
+  void record(uint64_t seq, const LedgerCall& call, int64_t issued_us);
+  // The same from a whole entry (its seq, fields and issue time).
+  void record(const LedgerEntry& entry);
   // The count, the hash and the last entries as they stood at one moment
   // between two record() calls (fewer than kKept entries only where the
   // writer rewrote the oldest ones while they were copied).
