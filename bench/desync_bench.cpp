@@ -11,10 +11,13 @@
 // groups differ by on their own, the noise floor of the figure.
 //
 // It starts its own ranks (spawn()). Rank 0 prints one line per round and
-//   spmd-desync ranks=2 elements=16 on_us=... off_us=... ratio_median=... record_ns=... cpu="..."
+//   spmd-desync ranks=2 elements=16 on_us=... off_us=... ratio_median=...
+//               record_ns=... record_cold_ns=... cpu="..."
 // record_ns: the ledger's own work per call (DesyncCheck::record and the
-// completion count) timed alone in one process, a figure the load of a
-// shared machine barely moves.
+// completion mark) timed alone in one process, the best of 9 batches, a
+// figure the load of a shared machine barely moves. record_cold_ns: the
+// same with the caches near the core emptied before each call, nearer what
+// a call costs between two collectives (its lines and code evicted).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -56,22 +59,61 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Nanoseconds per DesyncCheck::record() of a small all_reduce, in this
-// process alone: the work the ledger adds to each call, measured without
-// the noise of a collective around it.
+// Nanoseconds per DesyncCheck::record() and completed() of a small
+// all_reduce, in this process alone: the work the ledger adds to each call,
+// measured without the noise of a collective around it. The best of a few
+// batches, so that a batch the other programs of a shared machine
+// interrupted does not count.
 double record_ns(int64_t elements) {
   dist::DesyncCheck check(std::make_shared<HashStore>(), "bench/", "bench", 0, 1);
   dist::CommOp op;
   op.type = dist::OpType::kAllReduce;
   op.tensor = ops::ones({elements}, {DType::kF32});
-  const int n = 200000;
-  const auto start = Clock::now();
-  for (int i = 0; i < n; ++i) {
-    op.seq = uint64_t(i);
-    check.record(op, "");
-    check.completed();
+  const int batches = 9, n = 100000;
+  double best = 1e30;
+  uint64_t seq = 0;
+  for (int b = 0; b < batches; ++b) {
+    const auto start = Clock::now();
+    for (int i = 0; i < n; ++i, ++seq) {
+      op.seq = seq;
+      check.record(op, "");
+      check.completed(op.seq);
+    }
+    best =
+        std::min(best, std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n);
   }
-  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / n;
+  return best;
+}
+
+volatile char cache_walk_sink;
+
+// The same work as record_ns(), each call after a walk over 1 MiB that
+// evicts its lines from the caches nearest the core, as the collective
+// between two calls of a real loop partly does (and a process sharing the
+// core wholly): the median over calls, less that of an empty timed region.
+double record_cold_ns(int64_t elements) {
+  dist::DesyncCheck check(std::make_shared<HashStore>(), "bench/", "bench", 0, 1);
+  dist::CommOp op;
+  op.type = dist::OpType::kAllReduce;
+  op.tensor = ops::ones({elements}, {DType::kF32});
+  std::vector<char> junk(1 << 20);
+  const int n = 20000;
+  std::vector<double> with, without;
+  uint64_t seq = 0;
+  for (int i = 0; i < 2 * n; ++i) {
+    for (size_t k = 0; k < junk.size(); k += 64) junk[k]++;
+    const bool timed = i % 2 == 0;
+    const auto start = Clock::now();
+    if (timed) {
+      op.seq = seq++;
+      check.record(op, "");
+      check.completed(op.seq);
+    }
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+    (timed ? with : without).push_back(ns);
+  }
+  cache_walk_sink = junk[seq % junk.size()];  // read, so that the walk's stores stay
+  return median(with) - median(without);
 }
 
 void run_rank(int rank, int ranks, int64_t elements, int iters, int rounds, bool control) {
@@ -105,9 +147,9 @@ void run_rank(int rank, int ranks, int64_t elements, int iters, int rounds, bool
   if (rank == 0) {
     std::printf(
         "spmd-desync ranks=%d elements=%lld on_us=%.2f off_us=%.2f ratio_median=%.4f "
-        "record_ns=%.1f cpu=\"%s\"\n",
+        "record_ns=%.1f record_cold_ns=%.1f cpu=\"%s\"\n",
         ranks, (long long)elements, median(on_us), median(off_us), median(ratios),
-        record_ns(elements), cpu_model().c_str());
+        record_ns(elements), record_cold_ns(elements), cpu_model().c_str());
   }
   off.reset();
   dist::destroy_process_group(on);

@@ -26,16 +26,24 @@ std::chrono::milliseconds interval_from_env() {
 
 // The tensor whose shape the ranks must agree on: what each passes in.
 // all_to_all's split sizes may differ by rank, so only its dtype counts.
-void describe_tensor(const CommOp& op, LedgerEntry& e) {
+void describe_tensor(const CommOp& op, LedgerCall& c) {
   const bool takes_input = op.type == OpType::kAllGather || op.type == OpType::kReduceScatter ||
                            op.type == OpType::kGather || op.type == OpType::kAllToAll ||
                            op.type == OpType::kAllToAllv;
   const Tensor& t = takes_input && op.input.defined() ? op.input : op.tensor;
   if (!t.defined()) return;
-  e.dtype = t.dtype();
+  const Shape& shape = t.shape();
+  c.dtype = t.dtype();
   if (op.type == OpType::kAllToAll || op.type == OpType::kAllToAllv) return;
-  e.ndim = t.ndim();
-  for (int i = 0; i < e.ndim; ++i) e.dims[i] = t.shape()[i];
+  c.ndim = shape.ndim();
+  c.dims = shape.begin();
+}
+
+// The wall clock in microseconds since the epoch.
+int64_t wall_us() {
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  return int64_t(now.tv_sec) * 1000000 + now.tv_nsec / 1000;
 }
 
 }  // namespace
@@ -53,6 +61,7 @@ DesyncCheck::DesyncCheck(std::shared_ptr<Store> store, std::string prefix, std::
       rank_(rank),
       size_(size),
       interval_(interval_from_env()),
+      tick_us_(wall_us()),
       published_(UINT64_MAX) {
   publisher_ = std::thread([this] { publisher_loop(); });
 }
@@ -66,25 +75,29 @@ DesyncCheck::~DesyncCheck() {
   publisher_.join();
 }
 
+// On the issuing thread, for every collective: no lock, no allocation, no
+// clock read (the publisher's tick stands in for the time), nothing copied
+// but into the ring. The tag is cleaned and hashed when it changes, not per
+// call.
 void DesyncCheck::record(const CommOp& op, std::string_view tag) {
-  LedgerEntry e;
-  e.seq = op.seq;
-  e.op = op.type;
-  describe_tensor(op, e);
+  LedgerCall call;
+  call.op = op.type;
+  describe_tensor(op, call);
   const bool reduces = op.type == OpType::kAllReduce || op.type == OpType::kReduce ||
                        op.type == OpType::kReduceScatter;
-  if (reduces) e.reduce_op = op.reduce_op;
+  if (reduces) call.reduce_op = op.reduce_op;
   const bool rooted = op.type == OpType::kBroadcast || op.type == OpType::kReduce ||
                       op.type == OpType::kGather || op.type == OpType::kScatter;
-  if (rooted) e.root = op.root;
-  if (!tag.empty()) e.set_tag(tag);
-  // The wall clock at its coarse resolution (a few ms): the hang report's
-  // "since" is read in seconds, and the precise clock was the biggest share
-  // of this function's cost (about 40% of its ~100 ns in a VM).
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME_COARSE, &now);
-  e.issued_us = int64_t(now.tv_sec) * 1000000 + now.tv_nsec / 1000;
-  ledger_.record(e);
+  if (rooted) call.root = op.root;
+  if (tag != tag_text_) {
+    tag_text_ = tag;
+    LedgerEntry cleaned;
+    cleaned.set_tag(tag);
+    tag_ = cleaned.tag;
+    tag_hash_ = tag_hash(tag_);
+  }
+  if (!tag.empty()) call.tag = &tag_, call.tag_hash = tag_hash_;
+  ledger_.record(op.seq, call, tick_us_.load(std::memory_order_relaxed));
 }
 
 // --- Publishing ----------------------------------------------------------------------
@@ -116,13 +129,29 @@ void DesyncCheck::note_waiting(uint64_t seq, std::vector<PeerWait> waiting) {
   waiting_ = std::move(waiting);
 }
 
+// How many of the first `issued` collectives have completed. A group's
+// collectives complete in issue order (a backend runs them in order, as a
+// stream does), so a slot saying that #v-1 is done says that all before it
+// are: the count jumps from slot to slot, a few reads per publication
+// however many collectives ran since the last.
+uint64_t DesyncCheck::count_completed(uint64_t issued) {
+  uint64_t c = completed_;
+  while (c < issued) {
+    const uint64_t v = done_[c % kDone].load(std::memory_order_relaxed);
+    if (v <= c) break;  // #c is not done: the slot still holds an older one
+    c = v;
+  }
+  completed_ = std::min(c, issued);
+  return completed_;
+}
+
 // The oldest collective not completed (collectives complete in issue order).
 void DesyncCheck::publish_progress() {
   const LedgerRecord r = ledger_.snapshot(rank_);
   RankProgress p;
   p.rank = rank_;
   p.issued = r.count;
-  p.completed = std::min(completed_.load(std::memory_order_relaxed), r.count);
+  p.completed = count_completed(r.count);
   if (p.in_flight()) {
     p.seq = p.completed;
     const uint64_t first = r.count - r.entries.size();
@@ -167,6 +196,7 @@ void DesyncCheck::publisher_loop() {
   while (!stop_) {
     cv_.wait_for(lock, interval_, [&] { return stop_; });
     if (stop_) break;
+    tick_us_.store(wall_us(), std::memory_order_relaxed);
     const bool ledger_changed = !final_ && ledger_.count() != published_;
     lock.unlock();
     try {

@@ -10,6 +10,12 @@
 // marked final. So a rank that never reaches a collective (busy or stuck in
 // its own code) still shows how far it got.
 //
+// What a collective costs its own threads is a few stores: record() fills a
+// slot of the ledger (no lock, no allocation, no clock read: the entry's
+// issue time is the publisher's last wake, up to about an interval early), and
+// completed() a slot of its own. Counting, encoding and the store are the
+// publisher's.
+//
 // The same thread publishes the rank's progress record (runtime/progress.h:
 // collectives issued and completed, the one in flight) under
 // <group>/progress/<rank>, which spmdrun --hang-timeout watches.
@@ -53,10 +59,14 @@ class DesyncCheck {
   DesyncCheck& operator=(const DesyncCheck&) = delete;
 
   // Records a collective as issued (op.seq in issue order), with the call-site tag.
+  // REQUIRES: one thread at a time (the group's issuing thread).
   void record(const CommOp& op, std::string_view tag);
-  // Counts a collective as completed successfully (in any order); one that
-  // failed stays in flight in the progress record: where the rank stood.
-  void completed() { completed_.fetch_add(1, std::memory_order_relaxed); }
+  // Marks collective #seq completed successfully, from whichever thread
+  // completes it; one that failed stays in flight in the progress record:
+  // where the rank stood. A plain store into a slot of its own, no
+  // read-modify-write shared by the completing threads (that was a third of
+  // the ledger's cost per call): the publisher counts the completed ones.
+  void completed(uint64_t seq) { done_[seq % kDone].store(seq + 1, std::memory_order_relaxed); }
   // What collective #seq waits for, as the backend sees it (its progress
   // record carries it while #seq is the one in flight).
   void note_waiting(uint64_t seq, std::vector<PeerWait> waiting);
@@ -75,6 +85,7 @@ class DesyncCheck {
  private:
   void publish(bool final);
   void publish_progress();
+  uint64_t count_completed(uint64_t issued);
   void compare_records();  // rank 0, while the job runs
   void publisher_loop();
 
@@ -83,11 +94,22 @@ class DesyncCheck {
   int rank_, size_;
   Ledger ledger_;
   std::chrono::milliseconds interval_;
-  // Written by the thread that completes collectives, not the one that
-  // records them: on a cache line apart from the ledger's.
-  alignas(64) std::atomic<uint64_t> completed_{0};
-  std::string progress_;   // the progress record last published (publisher thread only)
-  uint64_t compared_ = 0;  // the count at rank 0's last comparison (publisher thread only)
+  // The wall clock (µs) at the publisher's last wake: each entry's issue
+  // time, up to one interval early, for the price of a load.
+  std::atomic<int64_t> tick_us_;
+  // The issuing thread's alone: the last call-site tag, as given, cleaned
+  // and hashed.
+  std::string tag_text_;
+  std::array<char, LedgerEntry::kTagBytes> tag_{};
+  uint64_t tag_hash_ = 0;
+  // done_[s % kDone]: one past the last collective ≡ s (mod kDone) that
+  // completed. Written by the threads that complete collectives, not the one
+  // that records them: on cache lines apart from the ledger's.
+  static constexpr size_t kDone = 64;
+  alignas(64) std::array<std::atomic<uint64_t>, kDone> done_{};
+  uint64_t completed_ = 0;  // collectives #0 .. #completed_-1 done (publisher thread only)
+  std::string progress_;    // the progress record last published (publisher thread only)
+  uint64_t compared_ = 0;   // the count at rank 0's last comparison (publisher thread only)
   int wakes_ = 0;
   bool reported_ = false;
 

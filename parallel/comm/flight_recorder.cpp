@@ -14,6 +14,8 @@ namespace spmd::dist {
 
 namespace {
 
+bool is_collective(OpType op) { return op != OpType::kSend && op != OpType::kRecv; }
+
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -49,7 +51,7 @@ size_t FlightRecorder::capacity_from_env() {
   return size_t(v);
 }
 
-FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity) {
+FlightRecorder::FlightRecorder(size_t capacity) : ring_(capacity), collective_ids_(capacity) {
   SPMD_CHECK(capacity >= 1, "FlightRecorder: the capacity must be at least 1");
 }
 
@@ -78,12 +80,25 @@ uint64_t FlightRecorder::issued(const CommOp& op) {
   e.state = FlightEntry::State::kPending;
   e.issued_us = now_us();
   e.ended_us = 0;
+  if (is_collective(op.type)) collective_ids_[op.seq % collective_ids_.size()] = id;
   return id;
 }
 
 void FlightRecorder::ended(uint64_t id, bool ok) {
   const int64_t t = now_us();
   std::lock_guard lock(mu_);
+  end_locked(id, ok, t);
+}
+
+void FlightRecorder::ended_collective(uint64_t seq, bool ok) {
+  const int64_t t = now_us();
+  std::lock_guard lock(mu_);
+  const uint64_t id = collective_ids_[seq % collective_ids_.size()];
+  const FlightEntry& e = ring_[id % ring_.size()];
+  if (e.id == id && e.seq == seq && is_collective(e.op)) end_locked(id, ok, t);
+}
+
+void FlightRecorder::end_locked(uint64_t id, bool ok, int64_t t) {
   FlightEntry& e = ring_[id % ring_.size()];
   if (e.id != id || e.state != FlightEntry::State::kPending) return;
   e.state = ok ? FlightEntry::State::kCompleted : FlightEntry::State::kFailed;
@@ -103,7 +118,7 @@ std::string FlightRecorder::to_json(int global_rank, const std::string& group, i
                                     int64_t failed_seq) const {
   nlohmann::json ops = nlohmann::json::array();
   for (const FlightEntry& e : snapshot()) {
-    const bool collective = e.op != OpType::kSend && e.op != OpType::kRecv;
+    const bool collective = is_collective(e.op);
     const bool failed =
         collective && int64_t(e.seq) == failed_seq && e.state == FlightEntry::State::kPending;
     ops.push_back({{"id", e.id},

@@ -59,6 +59,9 @@ class FlightRecorder {
   uint64_t issued(const CommOp& op);
   // Marks operation `id` ended (ignored once it has left the ring).
   void ended(uint64_t id, bool ok);
+  // Marks collective #seq ended, likewise: for an observer that keeps the
+  // sequence number rather than the id.
+  void ended_collective(uint64_t seq, bool ok);
   // The entries kept, oldest first.
   std::vector<FlightEntry> snapshot() const;
 
@@ -75,8 +78,11 @@ class FlightRecorder {
                    const std::string& reason, int64_t failed_seq) const;
 
  private:
+  void end_locked(uint64_t id, bool ok, int64_t t);
+
   mutable std::mutex mu_;
-  std::vector<FlightEntry> ring_;  // entry id at ring_[id % capacity]
+  std::vector<FlightEntry> ring_;         // entry id at ring_[id % capacity]
+  std::vector<uint64_t> collective_ids_;  // collective #seq's id at [seq % capacity]
   uint64_t next_id_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include "parallel/comm/ledger.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <sstream>
 
@@ -18,6 +19,42 @@ uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// One word into the rolling hash: a multiply (odd, so no two states meet)
+// and a shift that brings the product's high bits down to the low ones.
+// Cheaper than mix(): the call path folds a few words per collective.
+uint64_t step(uint64_t h, uint64_t word) {
+  h = (h ^ word) * 0x9e3779b97f4a7c15ull;
+  return h ^ (h >> 32);
+}
+
+// A call's compared fields but the tag and dims, in one word:
+//   op | dtype << 8 | reduce op << 16 | (ndim + 1) << 24 | has a tag << 31 | root << 32.
+uint64_t head_word(const LedgerCall& c) {
+  return uint64_t(c.op) | uint64_t(c.dtype) << 8 | uint64_t(c.reduce_op) << 16 |
+         uint64_t(uint8_t(c.ndim + 1)) << 24 | uint64_t(c.tag != nullptr) << 31 |
+         uint64_t(uint32_t(c.root)) << 32;
+}
+
+// The rolling hash `hash` after the call `c`.
+uint64_t fold(uint64_t hash, const LedgerCall& c) {
+  uint64_t h = step(hash, head_word(c)) ^ c.tag_hash;
+  for (int i = 0; i < c.ndim; ++i) h = step(h, uint64_t(c.dims[i]));
+  return h;
+}
+
+// An entry as the call it records.
+LedgerCall call_of(const LedgerEntry& e) {
+  const bool tagged = e.tag[0] != '\0';
+  return {e.op,
+          e.dtype,
+          e.reduce_op,
+          e.root,
+          e.ndim,
+          e.dims.data(),
+          tagged ? &e.tag : nullptr,
+          tagged ? tag_hash(e.tag) : 0};
 }
 
 bool reduces(OpType op) {
@@ -93,14 +130,7 @@ std::string report_behind(const std::vector<const LedgerRecord*>& have, uint64_t
 
 // --- Entries -------------------------------------------------------------------------
 
-uint64_t LedgerEntry::fingerprint() const {
-  uint64_t h = mix(uint64_t(op) | uint64_t(dtype) << 8 | uint64_t(reduce_op) << 16 |
-                   uint64_t(uint32_t(root)) << 32);
-  h = mix(h ^ uint64_t(uint32_t(ndim)));
-  for (int i = 0; i < ndim; ++i) h = mix(h ^ uint64_t(dims[i]));
-  for (char c : tag_view()) h = mix(h ^ uint8_t(c));
-  return h;
-}
+uint64_t LedgerEntry::fingerprint() const { return fold(0, call_of(*this)); }
 
 std::string LedgerEntry::describe() const {
   std::string args;
@@ -133,30 +163,91 @@ void LedgerEntry::set_tag(std::string_view text) {
 
 // --- The ledger ----------------------------------------------------------------------
 
+uint64_t tag_hash(const std::array<char, LedgerEntry::kTagBytes>& tag) {
+  if (tag[0] == '\0') return 0;
+  uint64_t h = 0;
+  for (size_t i = 0; i < tag.size(); i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, tag.data() + i, 8);
+    h = mix(h ^ word);
+  }
+  return h;
+}
+
+// The writer's side of the seqlock: clear the stamp, write the words, set
+// the stamp. The release fence keeps the cleared stamp ahead of the words
+// for a reader; the stamp's release store keeps the words ahead of it.
+void Ledger::record(uint64_t seq, const LedgerCall& c, int64_t issued_us) {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  hash_ = fold(hash_, c);
+  Slot& s = ring_[seq % kKept];
+  s.stamp.store(0, relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s.head.store(head_word(c), relaxed);
+  s.hash.store(hash_, relaxed);
+  s.issued_us.store(issued_us, relaxed);
+  for (int i = 0; i < c.ndim; ++i) s.dims[i].store(c.dims[i], relaxed);
+  if (c.tag) {
+    for (int i = 0; i < kTagWords; ++i) {
+      uint64_t word = 0;
+      std::memcpy(&word, c.tag->data() + 8 * i, 8);
+      s.tag[i].store(word, relaxed);
+    }
+  }
+  s.stamp.store(seq + 1, std::memory_order_release);
+  count_.store(seq + 1, std::memory_order_release);
+}
+
 void Ledger::record(const LedgerEntry& entry) {
-  const uint64_t fingerprint = entry.fingerprint();  // outside the lock
-  std::lock_guard lock(mu_);
-  hash_ = mix(hash_ ^ fingerprint);
-  LedgerEntry& kept = ring_[entry.seq % kKept];
-  kept = entry;
-  kept.hash = hash_;
-  count_ = entry.seq + 1;
+  record(entry.seq, call_of(entry), entry.issued_us);
+}
+
+// The reader's side: the slot's words, kept only if its stamp says entry
+// `seq` before and after reading them.
+bool Ledger::read(uint64_t seq, LedgerEntry& out) const {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const Slot& s = ring_[seq % kKept];
+  if (s.stamp.load(std::memory_order_acquire) != seq + 1) return false;
+  const uint64_t head = s.head.load(relaxed);
+  out.seq = seq;
+  out.op = OpType(uint8_t(head));
+  out.dtype = DType(uint8_t(head >> 8));
+  out.reduce_op = ReduceOp(uint8_t(head >> 16));
+  out.ndim = int32_t((head >> 24) & 0x7f) - 1;
+  out.root = int32_t(uint32_t(head >> 32));
+  out.hash = s.hash.load(relaxed);
+  out.issued_us = s.issued_us.load(relaxed);
+  out.tag.fill('\0');
+  if (head & (uint64_t(1) << 31)) {
+    for (int i = 0; i < kTagWords; ++i) {
+      const uint64_t word = s.tag[i].load(relaxed);
+      std::memcpy(out.tag.data() + 8 * i, &word, 8);
+    }
+    out.tag.back() = '\0';  // a torn read is dropped below; never a tag without its end
+  }
+  const int ndim = std::min<int>(out.ndim, Shape::kMaxDims);  // likewise
+  for (int i = 0; i < ndim; ++i) out.dims[i] = s.dims[i].load(relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return s.stamp.load(relaxed) == seq + 1;
 }
 
 LedgerRecord Ledger::snapshot(int rank) const {
-  std::lock_guard lock(mu_);
-  LedgerRecord r;
-  r.rank = rank;
-  r.count = count_;
-  r.hash = hash_;
-  const uint64_t kept = std::min<uint64_t>(count_, kKept);
-  for (uint64_t s = count_ - kept; s < count_; ++s) r.entries.push_back(ring_[s % kKept]);
-  return r;
-}
-
-uint64_t Ledger::count() const {
-  std::lock_guard lock(mu_);
-  return count_;
+  for (;;) {
+    LedgerRecord r;
+    r.rank = rank;
+    r.count = count();
+    const size_t kept = size_t(std::min<uint64_t>(r.count, kKept));
+    // Newest first. A slot the writer rewrote meanwhile ends the copy: the
+    // older ones were rewritten before it. Only the newest one missing (the
+    // writer went round the whole ring meanwhile) needs a fresh start.
+    std::array<LedgerEntry, kKept> newest_first;
+    size_t have = 0;
+    while (have < kept && read(r.count - 1 - have, newest_first[have])) ++have;
+    if (kept > 0 && have == 0) continue;
+    r.entries.assign(newest_first.rend() - have, newest_first.rend());
+    r.hash = have ? r.entries.back().hash : 0;
+    return r;
+  }
 }
 
 // --- Text form -----------------------------------------------------------------------

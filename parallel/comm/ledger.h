@@ -13,8 +13,8 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,7 +38,7 @@ struct LedgerEntry {
   std::array<int64_t, Shape::kMaxDims> dims{};
   std::array<char, kTagBytes> tag{};  // the call-site tag, NUL-padded, no whitespace
   uint64_t hash = 0;                  // the rolling hash after this entry
-  int64_t issued_us = 0;  // when it was issued (wall clock; not compared, not published)
+  int64_t issued_us = 0;  // when it was issued (wall clock, µs; not compared, not published)
 
   // What the call compares by: every field but seq and hash.
   uint64_t fingerprint() const;
@@ -57,22 +57,65 @@ struct LedgerRecord {
   std::vector<LedgerEntry> entries;  // the last few, in sequence order
 };
 
+// The hash of a call-site tag (0 for none), which the rolling hash folds in:
+// computed once per tag by the caller that records many calls with it.
+uint64_t tag_hash(const std::array<char, LedgerEntry::kTagBytes>& tag);
+
+// A collective as the issuing thread hands it to the ledger: an entry's
+// compared fields, with the dims and the tag by pointer (copied once, into
+// the ring) and the tag's hash worked out beforehand.
+struct LedgerCall {
+  OpType op = OpType::kBarrier;
+  DType dtype = DType::kF32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root = -1;
+  int32_t ndim = -1;
+  const int64_t* dims = nullptr;                                  // ndim of them
+  const std::array<char, LedgerEntry::kTagBytes>* tag = nullptr;  // null: none
+  uint64_t tag_hash = 0;                                          // tag_hash(*tag); 0 for none
+};
+
 // The rolling hash and the last kKept entries of one rank in one group.
-// Thread-safety: record() from the issuing thread, snapshot() from any.
+//
+// Thread-safety: one thread records (the group's issuing thread: the
+// sequence numbers are in its order anyway); any thread may take snapshot()
+// or count() meanwhile, without stopping it. record() takes no lock and
+// allocates nothing: each slot of the ring is a stamp and a few words, and
+// a reader copies a slot, then checks that its stamp was the same before and
+// after (a seqlock per slot; the writer clears the stamp while it rewrites
+// the slot). The words are relaxed atomics, plain loads and stores on x86.
 class Ledger {
  public:
   static constexpr size_t kKept = 16;
 
-  // REQUIRES: entries come in sequence order (the group's issue order).
+  // Records collective #seq. REQUIRES: calls in sequence order (the group's
+  // issue order), from one thread at a time.
+  void record(uint64_t seq, const LedgerCall& call, int64_t issued_us);
+  // The same from a whole entry (its seq, fields and issue time).
   void record(const LedgerEntry& entry);
+  // The count, the hash and the last entries as they stood at one moment
+  // between two record() calls (fewer than kKept entries only where the
+  // writer rewrote the oldest ones while they were copied).
   LedgerRecord snapshot(int rank) const;
-  uint64_t count() const;
+  uint64_t count() const { return count_.load(std::memory_order_acquire); }
 
  private:
-  mutable std::mutex mu_;
-  uint64_t count_ = 0;
-  uint64_t hash_ = 0;
-  std::array<LedgerEntry, kKept> ring_{};  // entry seq s at ring_[s % kKept]
+  static constexpr int kTagWords = LedgerEntry::kTagBytes / 8;
+  // One entry: `stamp` is its seq + 1 once written whole, 0 while written.
+  // Two cache lines; a call of up to 4 dims and no tag writes the first only.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> stamp{0};
+    std::atomic<uint64_t> head{0};  // op, dtype, reduce op, ndim, a tag, root
+    std::atomic<uint64_t> hash{0};
+    std::atomic<int64_t> issued_us{0};
+    std::atomic<int64_t> dims[Shape::kMaxDims] = {};  // the first ndim
+    std::atomic<uint64_t> tag[kTagWords] = {};        // when head says it has one
+  };
+  bool read(uint64_t seq, LedgerEntry& out) const;
+
+  std::atomic<uint64_t> count_{0};
+  uint64_t hash_ = 0;               // the writer's alone
+  std::array<Slot, kKept> ring_{};  // entry seq s at ring_[s % kKept]
 };
 
 // A record as one line of text per entry (the store's value), and back;

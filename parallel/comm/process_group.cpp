@@ -54,7 +54,8 @@ std::vector<size_t> split_counts(const Tensor& t, const std::vector<int64_t>& sp
 
 // Ends an operation's flight-recorder entry and counts a successful
 // collective in the ledger's progress (a failed one stays where it stood).
-// The id is the recorder's, with kCollective set for what the ledger records.
+// The id is a collective's sequence number with kCollective set, else (a
+// send or receive) the recorder's id.
 class Recording final : public Work::Observer {
  public:
   static constexpr uint64_t kCollective = uint64_t(1) << 63;
@@ -62,8 +63,12 @@ class Recording final : public Work::Observer {
   Recording(std::shared_ptr<FlightRecorder> recorder, std::shared_ptr<DesyncCheck> desync)
       : recorder_(std::move(recorder)), desync_(std::move(desync)) {}
   void ended(uint64_t id, bool ok) const noexcept override {
-    if (recorder_) recorder_->ended(id & ~kCollective, ok);
-    if (desync_ && ok && (id & kCollective)) desync_->completed();
+    if (!(id & kCollective)) {
+      if (recorder_) recorder_->ended(id, ok);
+      return;
+    }
+    if (recorder_) recorder_->ended_collective(id & ~kCollective, ok);
+    if (desync_ && ok) desync_->completed(id & ~kCollective);
   }
 
  private:
@@ -174,10 +179,11 @@ Work ProcessGroup::issue(CommOp op) {
   if (ledger) desync_->record(op, call_site_);
   const CommSpan span(op, name());  // SPMD_TRACE: the op from issue to completion
   if (!recorder_ && !ledger) return span.end_with(launch(std::move(op)));
-  const uint64_t id = recorder_ ? recorder_->issued(op) : 0;
+  const uint64_t recorder_id = recorder_ ? recorder_->issued(op) : 0;
+  const uint64_t id = p2p ? recorder_id : op.seq | Recording::kCollective;  // Recording's ids
   Work work = launch(std::move(op));
   span.end_with(work);
-  work.set_observer(recording_, ledger ? id | Recording::kCollective : id);
+  work.set_observer(recording_, id);
   return work;
 }
 

@@ -56,6 +56,26 @@ TEST_CASE("flight recorder: the last N operations, oldest first, with their ends
   CHECK(doc["ops"][0]["op"] == "all_reduce");
 }
 
+TEST_CASE("flight recorder: a collective ended by its sequence number", "[comm][flight]") {
+  FlightRecorder rec(3);
+  rec.issued(op_of(OpType::kAllReduce, 0));
+  rec.issued(op_of(OpType::kSend, 1));  // a send's own count 1, not collective #1
+  rec.issued(op_of(OpType::kBarrier, 1));
+  rec.issued(op_of(OpType::kAllReduce, 2));
+  rec.ended_collective(0, true);  // left the ring: ignored
+  rec.ended_collective(1, false);
+  rec.ended_collective(2, true);
+  rec.ended_collective(2, false);  // the first end wins
+  const auto kept = rec.snapshot();
+  REQUIRE(kept.size() == 3);
+  CHECK(kept[0].op == OpType::kSend);
+  CHECK(kept[0].state == FlightEntry::State::kPending);
+  CHECK(kept[1].op == OpType::kBarrier);
+  CHECK(kept[1].state == FlightEntry::State::kFailed);
+  CHECK(kept[2].state == FlightEntry::State::kCompleted);
+  CHECK(kept[2].ended_us >= kept[2].issued_us);
+}
+
 TEST_CASE("flight recorder: a send's peer and a broadcast's root are recorded apart",
           "[comm][flight]") {
   FlightRecorder rec(4);
