@@ -35,7 +35,9 @@ struct RankProgress {
   uint64_t issued = 0;     // collectives issued: #0 .. #issued-1
   uint64_t completed = 0;  // of which completed
   uint64_t seq = 0;        // the oldest not completed (when in_flight())
-  int64_t since_us = 0;    // when it was issued, to within the publishing interval (wall clock, µs since the epoch)
+  // When it was issued, to within the publishing interval (wall clock, µs
+  // since the epoch).
+  int64_t since_us = 0;
   std::string op = "-";    // it, as "all_reduce(f32[1000])"
   std::vector<PeerWait> waiting;  // what it waits for, when the backend said
 
