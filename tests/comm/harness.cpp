@@ -59,6 +59,30 @@ bool RankOutcome::killed() const { return WIFSIGNALED(wait_status); }
 
 void report(const std::string& text) { std::ofstream(g_report_path, std::ios::trunc) << text; }
 
+void report_outcome(const std::function<void()>& op) {
+  const auto start = std::chrono::steady_clock::now();
+  auto ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 start)
+        .count();
+  };
+  try {
+    op();
+    report("ok");
+  } catch (const TimeoutError& e) {
+    report(str_cat("timeout|", ms(), "|", e.what()));
+  } catch (const InvalidArgument& e) {
+    report(str_cat("invalid|", ms(), "|", e.what()));
+  } catch (const CommError& e) {
+    report(str_cat("comm|", ms(), "|", e.what()));
+  }
+}
+
+long reported_ms(const std::string& report) {
+  const size_t a = report.find('|');
+  return std::stol(report.substr(a + 1, report.find('|', a + 1) - a - 1));
+}
+
 std::vector<RankOutcome> run_processes(int world_size,
                                        const std::function<void(int, const std::string&)>& fn,
                                        std::chrono::milliseconds limit) {

@@ -41,6 +41,11 @@ std::vector<RankOutcome> run_processes(int world_size,
                                        std::chrono::milliseconds limit = std::chrono::seconds(20));
 // Records text for the parent of run_processes() (the last call wins).
 void report(const std::string& text);
+// Runs `op` in a rank of run_processes() and reports "<error type>|<ms it
+// took>|<message>", the type timeout, invalid or comm (or "ok").
+void report_outcome(const std::function<void()>& op);
+// The milliseconds of a report_outcome() report.
+long reported_ms(const std::string& report);
 // Joins rank `rank` of `world` through run_processes()'s FileStore at
 // `store` (file:// init) with the group timeout `timeout`.
 std::shared_ptr<ProcessGroup> join(int rank, int world, const std::string& store,

@@ -16,34 +16,6 @@
 using namespace spmd;
 using namespace spmd::dist;
 using namespace spmd::dist::testing;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// Runs `op` and reports "<error type>|<ms it took>|<message>" (or "ok").
-void report_outcome(const std::function<void()>& op) {
-  const auto start = Clock::now();
-  auto ms = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-  };
-  try {
-    op();
-    report("ok");
-  } catch (const TimeoutError& e) {
-    report(str_cat("timeout|", ms(), "|", e.what()));
-  } catch (const InvalidArgument& e) {
-    report(str_cat("invalid|", ms(), "|", e.what()));
-  } catch (const CommError& e) {
-    report(str_cat("comm|", ms(), "|", e.what()));
-  }
-}
-
-long reported_ms(const std::string& report) {
-  const size_t a = report.find('|');
-  return std::stol(report.substr(a + 1, report.find('|', a + 1) - a - 1));
-}
-
-}  // namespace
 
 TEST_CASE("a rank killed mid-collective makes every other rank fail fast, naming it",
           "[comm][failure]") {
