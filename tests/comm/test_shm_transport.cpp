@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "survivors.h"
 #include "parallel/comm/init.h"
 
 using namespace spmd;
@@ -220,16 +221,8 @@ TEST_CASE("a rank killed by SIGKILL over shared memory: the others fail fast, no
     }
     report_outcome([&] { w.wait(); });
   });
-  CHECK(outcomes[victim].killed());
-  for (int r = 0; r < world; ++r) {
-    if (r == victim) continue;
-    INFO("rank " << r << ": " << outcomes[r].report);
-    CHECK(outcomes[r].exited_ok());
-    REQUIRE(outcomes[r].report.rfind("comm|", 0) == 0);
-    CHECK(reported_ms(outcomes[r].report) < 5000);  // well within the 10 s timeout
-    CHECK_THAT(outcomes[r].report,
-               Catch::Contains("all_reduce #1 in group world") && Catch::Contains("rank 0"));
-  }
+  // Well within the 10 s timeout.
+  check_survivors_failed(outcomes, victim, {"all_reduce #1 in group world", "rank 0"});
   std::set<std::string> leaked;
   for (const std::string& name : orphaned_segments()) {
     if (!before.count(name)) leaked.insert(name);
@@ -255,17 +248,9 @@ TEST_CASE("a rank killed before a small all_reduce through the posts: the others
     }
     report_outcome([&] { g->all_reduce(t).wait(); });
   });
-  CHECK(outcomes[victim].killed());
-  for (int r = 0; r < world; ++r) {
-    if (r == victim) continue;
-    INFO("rank " << r << ": " << outcomes[r].report);
-    CHECK(outcomes[r].exited_ok());
-    REQUIRE(outcomes[r].report.rfind("comm|", 0) == 0);
-    CHECK(reported_ms(outcomes[r].report) < 5000);  // well within the 10 s timeout
-    CHECK_THAT(outcomes[r].report,
-               Catch::Contains("all_reduce #1 in group world") &&
-                   Catch::Contains("lost rank 1 (waiting for its part in the shared segment"));
-  }
+  check_survivors_failed(outcomes, victim,
+                         {"all_reduce #1 in group world",
+                          "lost rank 1 (waiting for its part in the shared segment"});
 }
 
 TEST_CASE("point-to-point over shared memory: a peer's death fails its pending send and recv",
