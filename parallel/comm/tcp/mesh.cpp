@@ -207,7 +207,7 @@ inline void cpu_relax() {
 // each idle round yields the core (when the policy says so), a post that
 // arrives restarts the budget as a byte that moves does.
 void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep,
-                       size_t post_bytes) {
+                       uint64_t awaiting, size_t post_bytes) {
   int k = 1;
   auto all_posted = [&] {
     while (k < size_ && posted((rank_ + k) % size_)) ++k;
@@ -235,7 +235,10 @@ void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint6
     // The sleeper's half of the handshake of shm_ring.h: store the flag, a
     // full fence, then look again; the poster stores its stamp, a full
     // fence, then looks at the flag. One of the two sees the other's store.
-    asleep.store(1, std::memory_order_relaxed);
+    // The flag names the exchange awaited: only its posters, the peers this
+    // rank polls, take it down (a peer already posting the next exchange
+    // would ring a link this rank does not poll, and the wake-up be lost).
+    asleep.store(awaiting, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (all_posted()) {
       asleep.store(0, std::memory_order_relaxed);

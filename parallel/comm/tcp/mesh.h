@@ -66,8 +66,10 @@ class Mesh {
   // Waits until posted(q) holds for every peer q, for an algorithm whose
   // peers write their part straight into memory this rank shares with them
   // (segment_small_all_reduce.h), not through the links. Spins as
-  // set_spin() allows; then raises `asleep` (a peer that posts and sees it
-  // up takes it down and rings its link's doorbell: ring()) and sleeps in
+  // set_spin() allows; then raises `asleep` to `awaiting`, the stamp of the
+  // exchange it waits for (a peer that posts that exchange and sees the
+  // flag hold its stamp takes it down and rings its link's doorbell:
+  // ring()), and sleeps in
   // poll() on the links of the peers not yet posted. The links still
   // tell a peer's death (LinkError, "lost rank q", as any link would) and a
   // header that a peer running another call sends (a mismatch, as
@@ -76,7 +78,7 @@ class Mesh {
   // `post_bytes`: what each peer's post carries (its header and data), for
   // the wait report.
   void wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep,
-                   size_t post_bytes);
+                   uint64_t awaiting, size_t post_bytes);
   // Rings the doorbell of the link to `peer` (Channel::doorbell).
   void ring(int peer) { links_[peer]->channel().doorbell(); }
   // The current collective's header.

@@ -42,7 +42,7 @@ bool SegmentSmallAllReduce::all_posted(std::chrono::nanoseconds spin, bool yield
 
 void SegmentSmallAllReduce::finish() {
   const int p = ctx_.size();
-  ctx_.mesh.wait_posted([&](int q) { return posted(q); }, segment_.asleep(ctx_.rank()),
+  ctx_.mesh.wait_posted([&](int q) { return posted(q); }, segment_.asleep(ctx_.rank()), stamp_,
                         sizeof(Header) + data_.bytes());
   check_headers();
   if (data_.count > 0) {  // reduce the p posts, in rank order on every rank
@@ -57,15 +57,19 @@ void SegmentSmallAllReduce::finish() {
 }
 
 // The poster's half of the handshake of shm_ring.h: its stamp is stored; a
-// full fence; then a peer that raised its flag before that gets a doorbell
-// (the exchange takes the flag down, so one sleep costs one doorbell).
+// full fence; then a peer whose flag holds this exchange's stamp (it raised
+// it to wait for this exchange, or to glance at it) gets a doorbell on the
+// link it polls for this rank. Taking the flag down with a compare-exchange
+// makes one sleep cost one doorbell; a flag that names another exchange is
+// left alone, for that exchange's posters.
 void SegmentSmallAllReduce::wake_sleepers() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int q = 0; q < ctx_.size(); ++q) {
     if (q == ctx_.rank()) continue;
     std::atomic<uint64_t>& flag = segment_.asleep(q);
-    if (flag.load(std::memory_order_relaxed) != 0 &&
-        flag.exchange(0, std::memory_order_relaxed) != 0) {
+    uint64_t expected = stamp_;
+    if (flag.load(std::memory_order_relaxed) == stamp_ &&
+        flag.compare_exchange_strong(expected, 0, std::memory_order_relaxed)) {
       ctx_.mesh.ring(q);
     }
   }
@@ -73,9 +77,9 @@ void SegmentSmallAllReduce::wake_sleepers() {
 
 void glance_at_posts(GroupSegment& segment, const Mesh& mesh) {
   const int r = mesh.rank();
-  segment.asleep(r).store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint64_t next = segment.last_stamp() + 1;
+  segment.asleep(r).store(next, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   const Header& current = mesh.header();
   for (int q = 0; q < mesh.size(); ++q) {
     if (q == r) continue;

@@ -18,9 +18,10 @@
 // written, and a stamp, once seen, stays until all have read its post.
 //
 // Waiting (Mesh::wait_posted): a bounded spin on the peers' stamps, then a
-// sleep in poll() on the link of the first peer not yet posted; a poster
-// wakes sleepers through their `asleep` flag and a doorbell on the link
-// (the handshake of shm_ring.h: store, full fence, load on each side). The
+// sleep in poll() on the links of the peers not yet posted; a poster
+// wakes sleepers through their `asleep` flag, which holds the stamp of the
+// exchange they wait for, and a doorbell on the link (the handshake of
+// shm_ring.h: store, full fence, load on each side). The
 // link still carries a peer's death (EOF), so a dead peer fails the
 // collective as "lost rank q" within the group's timeout, as elsewhere.
 //
@@ -38,8 +39,8 @@
 namespace spmd::dist::tcp {
 
 // Before this rank sleeps in any other collective (Mesh::set_glance): raises
-// its `asleep` flag (so that a peer that posts wakes it), then looks at the
-// posts of the exchange this rank would do next. A peer that posted there
+// its `asleep` flag to the stamp of the exchange this rank would do next (so
+// that a peer that posts it wakes this rank), then looks at its posts. A peer that posted there
 // under the current sequence number runs an all_reduce where this rank runs
 // another call: it throws the mismatch (a LinkError), as a link's header
 // check would, instead of both waiting for the timeout.
