@@ -22,15 +22,10 @@
 #include <limits>
 
 #include "tensor/backend.h"
+#include "tensor/backend_tensor.h"
 
 namespace spmd {
 namespace {
-
-Tensor new_tensor(Backend& be, Device device, const Shape& shape, DType dtype) {
-  const size_t nbytes = size_t(shape.numel()) * element_size(dtype);
-  auto storage = std::make_shared<Storage>(be.allocate(nbytes, device), nbytes, device);
-  return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
-}
 
 Tensor view_as(const Tensor& t, const Shape& shape) {
   return Tensor(t.storage(), shape, contiguous_strides(shape), t.offset(), t.dtype());
@@ -56,7 +51,7 @@ Tensor first_column(const Tensor& t) {
 // t as a contiguous tensor of dtype `work` (t itself when it already is one).
 Tensor as_work(Backend& be, const Tensor& t, DType work) {
   if (t.dtype() == work && t.is_contiguous()) return t;
-  Tensor c = new_tensor(be, t.device(), t.shape(), work);
+  Tensor c = empty_on(be, t.device(), t.shape(), work);
   be.copy(t, c);
   return c;
 }
@@ -72,15 +67,15 @@ Dims dims_of(const Tensor& q, const Tensor& k) {
 Tensor masked_scores(Backend& be, const Dims& n, const Tensor& qw, const Tensor& kw, bool causal,
                      double scale) {
   const Device dev = qw.device();
-  Tensor scores = new_tensor(be, dev, {n.B, n.Hkv, n.g * n.T, n.S}, qw.dtype());
+  Tensor scores = empty_on(be, dev, {n.B, n.Hkv, n.g * n.T, n.S}, qw.dtype());
   be.matmul(view_as(qw, {n.B, n.Hkv, n.g * n.T, n.D}), transpose_last(kw), scores, scale, 0);
   if (!causal) return scores;
   // mask[i][j] = j > i, from two ranges compared with broadcasting.
-  Tensor rows = new_tensor(be, dev, {n.T, 1}, DType::kI64);
-  Tensor cols = new_tensor(be, dev, {1, n.S}, DType::kI64);
+  Tensor rows = empty_on(be, dev, {n.T, 1}, DType::kI64);
+  Tensor cols = empty_on(be, dev, {1, n.S}, DType::kI64);
   be.arange(rows, 0, 1);
   be.arange(cols, 0, 1);
-  Tensor mask = new_tensor(be, dev, {n.T, n.S}, DType::kBool);
+  Tensor mask = empty_on(be, dev, {n.T, n.S}, DType::kBool);
   be.binary(BinaryOp::kGt, Tensor(cols.storage(), {n.T, n.S}, {0, 1}, 0, DType::kI64),
             Tensor(rows.storage(), {n.T, n.S}, {1, 0}, 0, DType::kI64), mask);
   const Shape five{n.B, n.Hkv, n.g, n.T, n.S};
@@ -111,8 +106,8 @@ void check_attention_inputs(const Tensor& q, const Tensor& k, const Tensor& v, c
 // way back into the projections then need no copy. Other backends get a
 // contiguous (B, H, T, D) tensor.
 Tensor heads_tensor(Backend& be, const Tensor& like) {
-  if (!like.device().is_cpu()) return new_tensor(be, like.device(), like.shape(), like.dtype());
-  const Tensor t = new_tensor(
+  if (!like.device().is_cpu()) return empty_on(be, like.device(), like.shape(), like.dtype());
+  const Tensor t = empty_on(
       be, like.device(), {like.size(0), like.size(2), like.size(1), like.size(3)}, like.dtype());
   Shape shape = t.shape(), strides = t.strides();  // dims 1 and 2 swapped back (no copy)
   std::swap(shape[1], shape[2]);
@@ -136,14 +131,14 @@ void Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bool 
   const Tensor qw = as_work(*this, q, work), kw = as_work(*this, k, work);
   const Tensor vw = as_work(*this, v, work);
   Tensor scores = masked_scores(*this, n, qw, kw, causal, scale);
-  Tensor logp = new_tensor(*this, q.device(), scores.shape(), work);
+  Tensor logp = empty_on(*this, q.device(), scores.shape(), work);
   softmax(scores, logp, /*log=*/true);
   // Key 0 is visible to every query, so lse = scores[.., 0] - logp[.., 0].
-  Tensor lse_w = new_tensor(*this, q.device(), {n.B, n.Hkv, n.g * n.T}, work);
+  Tensor lse_w = empty_on(*this, q.device(), {n.B, n.Hkv, n.g * n.T}, work);
   binary(BinaryOp::kSub, first_column(scores), first_column(logp), lse_w);
   copy(view_as(lse_w, {n.B, n.H, n.T}), lse);
   unary(UnaryOp::kExp, logp, logp);  // now p
-  Tensor ow = new_tensor(*this, q.device(), {n.B, n.Hkv, n.g * n.T, n.D}, work);
+  Tensor ow = empty_on(*this, q.device(), {n.B, n.Hkv, n.g * n.T, n.D}, work);
   matmul(logp, vw, ow, 1, 0);
   copy(view_as(ow, {n.B, n.H, n.T, n.D}), out);
 }
@@ -160,20 +155,20 @@ void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tens
   const Tensor vw = as_work(*this, v, work), dow = as_work(*this, dout, work);
   const Shape stacked{n.B, n.Hkv, n.g * n.T, n.D};
   Tensor scores = masked_scores(*this, n, qw, kw, causal, scale);
-  Tensor p = new_tensor(*this, dev, scores.shape(), work);
+  Tensor p = empty_on(*this, dev, scores.shape(), work);
   softmax(scores, p, /*log=*/false);
 
-  Tensor dvw = new_tensor(*this, dev, {n.B, n.Hkv, n.S, n.D}, work);
+  Tensor dvw = empty_on(*this, dev, {n.B, n.Hkv, n.S, n.D}, work);
   matmul(transpose_last(p), view_as(dow, stacked), dvw, 1, 0);  // sums the g heads
   copy(dvw, dv);
-  Tensor dp = new_tensor(*this, dev, scores.shape(), work);
+  Tensor dp = empty_on(*this, dev, scores.shape(), work);
   matmul(view_as(dow, stacked), transpose_last(vw), dp, 1, 0);
   Tensor& ds = scores;  // the scores are no longer needed
   softmax_backward(dp, p, ds, /*log=*/false);
-  Tensor dqw = new_tensor(*this, dev, stacked, work);
+  Tensor dqw = empty_on(*this, dev, stacked, work);
   matmul(ds, kw, dqw, scale, 0);
   copy(view_as(dqw, {n.B, n.H, n.T, n.D}), dq);
-  Tensor dkw = new_tensor(*this, dev, {n.B, n.Hkv, n.S, n.D}, work);
+  Tensor dkw = empty_on(*this, dev, {n.B, n.Hkv, n.S, n.D}, work);
   matmul(transpose_last(ds), view_as(qw, stacked), dkw, scale, 0);
   copy(dkw, dk);
 }
@@ -188,7 +183,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v, boo
   Backend& be = backend_for({&q, &k, &v}, "attention");
   AttentionResult r;
   r.out = heads_tensor(be, q);
-  r.lse = new_tensor(be, q.device(), {q.size(0), q.size(1), q.size(2)}, DType::kF32);
+  r.lse = empty_on(be, q.device(), {q.size(0), q.size(1), q.size(2)}, DType::kF32);
   be.attention(q, k, v, causal, default_scale(q, scale), r.out, r.lse);
   return r;
 }

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "tensor/backend.h"
+#include "tensor/backend_tensor.h"
 #include "tensor/copy.h"
 #include "tensor/factory.h"
 #include "tensor/nn_ops.h"
@@ -23,12 +24,6 @@
 
 namespace spmd {
 namespace {
-
-Tensor new_tensor(Backend& be, Device device, const Shape& shape, DType dtype) {
-  const size_t nbytes = size_t(shape.numel()) * element_size(dtype);
-  auto storage = std::make_shared<Storage>(be.allocate(nbytes, device), nbytes, device);
-  return Tensor(std::move(storage), shape, contiguous_strides(shape), 0, dtype);
-}
 
 // bias (C) as a view of u's shape: stride 0 over the rows.
 Tensor bias_rows(const Tensor& bias, const Tensor& u) {
@@ -39,7 +34,7 @@ Tensor bias_rows(const Tensor& bias, const Tensor& u) {
 
 // u + bias, materialized.
 Tensor biased(Backend& be, const Tensor& u, const Tensor& bias) {
-  Tensor pre = new_tensor(be, u.device(), u.shape(), u.dtype());
+  Tensor pre = empty_on(be, u.device(), u.shape(), u.dtype());
   be.binary(BinaryOp::kAdd, u, bias_rows(bias, u), pre);
   return pre;
 }
