@@ -197,7 +197,9 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
 }
 
 void reduce_stage_gradients(const Parallelized& p) {
-  for (const auto& u : p.stage_units) u->reduce_gradients();
+  std::vector<dist::FsdpModule*> units;
+  for (const auto& u : p.stage_units) units.push_back(u.get());
+  dist::FsdpModule::reduce_gradients(units);
 }
 
 std::vector<std::pair<std::string, Tensor>> Parallelized::named_parameters() const {

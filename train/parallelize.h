@@ -135,7 +135,7 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
                          const TrainConfig& config);
 
 // The stages' FSDP gradients of the step's backwards, reduce-scattered into
-// the shards' (each unit in turn; nothing without stage_units). Collective
+// the shards' (all issued, then waited for; nothing without stage_units). Collective
 // over each stage's dp_shard (and dp_replicate) ranks.
 void reduce_stage_gradients(const Parallelized& p);
 

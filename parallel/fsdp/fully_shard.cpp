@@ -285,13 +285,19 @@ void FsdpModule::set_reshard_after_backward(bool reshard, bool recurse) {
   }
 }
 
-void FsdpModule::reduce_gradients() {
-  SPMD_CHECK(!autograd::backward_running(), "fsdp ", name_,
-             ": reduce_gradients during a backward; call it after the backwards");
-  group_->start_reduce();
-  group_->finish_reduce();
-  group_->reshard();
-  note_memory();
+void FsdpModule::reduce_gradients() { reduce_gradients(std::vector<FsdpModule*>{this}); }
+
+void FsdpModule::reduce_gradients(const std::vector<FsdpModule*>& units) {
+  for (const auto& u : units) {
+    SPMD_CHECK(!autograd::backward_running(), "fsdp ", u->name_,
+               ": reduce_gradients during a backward; call it after the backwards");
+    u->group_->start_reduce();
+  }
+  for (const auto& u : units) {
+    u->group_->finish_reduce();
+    u->group_->reshard();
+    u->note_memory();
+  }
 }
 void FsdpModule::set_prefetch(bool prefetch) { options_.prefetch = prefetch; }
 

@@ -131,6 +131,10 @@ class FsdpModule {
   // unit's shard (and replicate) group, every rank calling its units in the
   // same order.
   void reduce_gradients();
+  // reduce_gradients() of several units: every unit's reduction is issued
+  // before the first is waited for, so a unit's packing of its gradients
+  // overlaps the reduce-scatters of the units before it. Same REQUIRES.
+  static void reduce_gradients(const std::vector<FsdpModule*>& units);
 
   // The root's units in forward order (itself first); empty until a forward.
   const std::vector<FsdpModule*>& units() const { return units_; }
