@@ -50,6 +50,7 @@ struct Task {
   int pending = 0;
   TensorList grads;
   std::vector<bool> owned;  // grads[i] is a sum this engine allocated (safe to add into)
+  TensorList outputs;       // the weight pass: what the input pass computed, handed on unrun
 };
 
 class GraphTask {
@@ -72,6 +73,7 @@ class GraphTask {
       Task& task = tasks_.at(d.node.get());
       task.grads = std::move(d.grads);
       task.owned.assign(task.grads.size(), false);
+      task.outputs = std::move(d.outputs);
       hooks_ran_.insert(d.node.get());
       push_ready(d.node.get());
     }
@@ -117,12 +119,26 @@ class GraphTask {
     const std::vector<bool>* mask = mask_of(&node);
     const bool defer = deferred_ != nullptr && leaves_an_edge(node, mask);
     TensorList kept;  // the gradients it ran on, for the weight pass
-    TensorList outputs = call(node, std::move(grads), mask, defer ? &kept : nullptr);
+    // A weight pass hands on what the input pass computed for it, or runs the node.
+    TensorList outputs = !task.outputs.empty()
+                             ? std::move(task.outputs)
+                             : call(node, std::move(grads), mask, defer ? &kept : nullptr);
     if (defer && !kept.empty()) {
       std::vector<bool> rest(node.next_edges().size());
-      for (size_t i = 0; i < rest.size(); ++i)
+      bool computed = outputs.size() == rest.size();  // every edge left has its gradient
+      for (size_t i = 0; i < rest.size(); ++i) {
         rest[i] = node.next_edges()[i].valid() && !(*mask)[i];
-      deferred_->push_back({task.node, std::move(kept), std::move(rest)});
+        computed = computed && (!rest[i] || outputs[i].defined());
+      }
+      TensorList left;
+      if (computed) {  // the node need not run again: keep its weights' share, free the rest
+        left.resize(rest.size());
+        for (size_t i = 0; i < rest.size(); ++i)
+          if (rest[i]) left[i] = std::move(outputs[i]);
+        kept.clear();
+        if (!retain_graph_) node.release_saved();
+      }
+      deferred_->push_back({task.node, std::move(kept), std::move(rest), std::move(left)});
     } else if (!retain_graph_) {
       node.release_saved();
     }

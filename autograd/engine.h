@@ -23,10 +23,14 @@
 // else. WeightBackward::run() later runs those nodes again along the edges
 // left (the weights' side) and accumulates into the parameters. A node is
 // told which input gradients its pass wants (needs_input_grad), so a linear
-// computes dx in the first pass and dW in the second, each once; a node
-// that does not ask computes both each time and the engine drops the
-// unwanted one. What this costs: between the passes the kept nodes hold
-// their saved tensors (a linear's input, a norm's input and statistics).
+// computes dx in the first pass and dW in the second, each once. A node
+// whose one kernel gives every gradient (a fused norm's dx and gain, the
+// fused bias + GELU's du and bias) computes its weights' share in the first
+// pass anyway: the engine keeps that share for the weight pass, which then
+// only hands it on, and frees the node's saved tensors at once, so such a
+// node runs once. What this costs: between the passes the kept nodes hold
+// their saved tensors (a linear's input) or their weights' gradients (a
+// norm's gain, a bias: one row each).
 #pragma once
 
 #include <functional>
@@ -43,11 +47,15 @@ namespace spmd::autograd {
 void run_backward(const TensorList& roots, const TensorList& grads, bool retain_graph);
 
 // A node kept by an input pass for the weight pass: the gradients it ran
-// on, and the edges still to follow. Internal to the engine.
+// on, and the edges still to follow; or, when the input pass computed the
+// gradients of those edges too, these (`outputs`, one per edge) instead of
+// the gradients, and the node's saved tensors already freed. Internal to
+// the engine.
 struct DeferredNode {
   std::shared_ptr<Node> node;
   TensorList grads;
   std::vector<bool> mask;
+  TensorList outputs;
 };
 
 // The second half of a split backward (run_backward_input).

@@ -3,8 +3,9 @@
 // gives them and touches no weight; the weight pass then gives every weight
 // exactly what one backward gives it. Checked on a small network of linears,
 // a norm and a weight used twice against one ordinary backward; plus which
-// gradients each pass asks a node for, what the input pass keeps, a first
-// stage with no input (all the work in the weight pass), and the misuses.
+// gradients each pass asks a node for, what the input pass keeps, a node
+// that computes both gradients at once (run once), a first stage with no
+// input (all the work in the weight pass), and the misuses.
 #include <catch2/catch.hpp>
 #include <vector>
 
@@ -54,7 +55,26 @@ struct Probe : autograd::Function<Probe> {
   static autograd::TensorList backward(autograd::FunctionCtx& ctx,
                                        const autograd::TensorList& grads) {
     asked.push_back({ctx.needs_input_grad(0), ctx.needs_input_grad(1)});
-    return {grads[0], grads[0]};  // not the true gradients: only what is asked is checked
+    // Not the true gradients (only what is asked is checked), and only those asked for.
+    return {ctx.needs_input_grad(0) ? grads[0] : Tensor(),
+            ctx.needs_input_grad(1) ? grads[0] : Tensor()};
+  }
+};
+
+// x * w whose backward computes both gradients whatever is asked, as one
+// fused kernel does (a norm's dx and gain); counts its runs.
+struct Fused : autograd::Function<Fused> {
+  static constexpr const char* kName = "fused";
+  static inline int runs = 0;
+  static Tensor forward(autograd::FunctionCtx& ctx, const Tensor& x, const Tensor& w) {
+    ctx.save_for_backward({x, w});
+    return ops::mul(x, w);
+  }
+  static autograd::TensorList backward(autograd::FunctionCtx& ctx,
+                                       const autograd::TensorList& grads) {
+    ++runs;
+    const autograd::TensorList saved = ctx.saved_tensors();
+    return {ops::mul(grads[0], saved[1]), ops::mul(grads[0], saved[0])};
   }
 };
 
@@ -105,6 +125,22 @@ TEST_CASE("each pass asks a node only for its own gradients", "[autograd][split]
   Probe::asked.clear();
   backward(sum(Probe::apply(x, w)));  // an ordinary backward asks for both
   CHECK(Probe::asked == std::vector<std::vector<bool>>{{true, true}});
+}
+
+TEST_CASE("a node that computes its weight's gradient in the input pass runs once",
+          "[autograd][split]") {
+  Tensor x_ref = param({3}, 1), w_ref = param({3}, 2), x = param({3}, 1), w = param({3}, 2);
+  Fused::runs = 0;
+  backward(sum(mul(Fused::apply(x_ref, w_ref), x_ref)));  // the reference: one backward
+  REQUIRE(Fused::runs == 1);
+  autograd::WeightBackward weights = backward_input(sum(mul(Fused::apply(x, w), x)), {}, {x});
+  CHECK(Fused::runs == 2);
+  check_close(x.grad(), x_ref.grad());
+  CHECK_FALSE(w.grad().defined());  // kept for the weight pass, not yet accumulated
+  CHECK(weights.num_deferred() == 1);
+  backward_weight(weights);
+  CHECK(Fused::runs == 2);  // handed on, not run again
+  check_close(w.grad(), w_ref.grad());
 }
 
 TEST_CASE("split backward misuses are refused, naming the input", "[autograd][split][errors]") {
