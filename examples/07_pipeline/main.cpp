@@ -100,7 +100,7 @@ void print_plan(const pp::PipelineExecutor& executor, int64_t num_layers, const 
                 int v) {
   const int64_t L = num_layers;
   const int m = f.microbatches, S = p * v;
-  const std::vector<int64_t> starts = pp::split_layers(L, S);  // first block of stages 1..S-1
+  const std::vector<int64_t> starts = pp::split_layers_interleaved(L, p, v);  // of stages 1..S-1
   std::printf("config %s, untied head, %d stages over %lld blocks:", f.config.c_str(), S,
               (long long)L);
   for (int s = 0; s < S; ++s) {

@@ -177,6 +177,31 @@ TransformerStage split_model(std::shared_ptr<nn::Transformer> model, int index, 
   return TransformerStage(std::move(model), index, num_stages, first, end);
 }
 
+std::vector<int64_t> split_layers_interleaved(int64_t num_layers, int num_ranks,
+                                              int stages_per_rank) {
+  SPMD_CHECK(num_ranks >= 1 && stages_per_rank >= 1, "pipeline: ", num_ranks, " ranks x ",
+             stages_per_rank, " stages per rank; at least 1 x 1 is needed");
+  const int S = num_ranks * stages_per_rank;
+  std::vector<int64_t> starts = split_layers(num_layers, S);  // checks S <= num_layers
+  const int64_t base = num_layers / S, extra = num_layers % S;
+  if (stages_per_rank == 1 || extra == 0) return starts;
+  // The window of `extra` stages that take base + 1 blocks: the middle one, or
+  // of the two middle ones the one with more of its stages on rank 0.
+  auto on_rank0 = [&](int64_t k) {
+    int64_t n = 0;
+    for (int64_t s = k; s < k + extra; ++s) n += s % num_ranks == 0 ? 1 : 0;
+    return n;
+  };
+  const int64_t lo = (S - extra) / 2, hi = (S - extra + 1) / 2;
+  const int64_t first_heavy = on_rank0(hi) > on_rank0(lo) ? hi : lo;
+  int64_t at = 0;
+  for (int s = 0; s + 1 < S; ++s) {
+    at += base + (s >= first_heavy && s < first_heavy + extra ? 1 : 0);
+    starts[size_t(s)] = at;
+  }
+  return starts;
+}
+
 std::vector<TransformerStage> split_model_interleaved(
     std::shared_ptr<nn::Transformer> model, int rank, int num_ranks, int stages_per_rank,
     const std::vector<std::string>& split_points) {
@@ -184,10 +209,14 @@ std::vector<TransformerStage> split_model_interleaved(
              rank, " of ", num_ranks);
   SPMD_CHECK(stages_per_rank >= 1, "split_model_interleaved: ", stages_per_rank,
              " stages per rank; at least 1 is needed");
+  std::vector<std::string> points = split_points;
+  if (points.empty() && stages_per_rank > 1 && model != nullptr)  // as named split points
+    for (int64_t start :
+         split_layers_interleaved(model->config.n_layers, num_ranks, stages_per_rank))
+      points.push_back("layers." + std::to_string(start));
   std::vector<TransformerStage> stages;
   for (int i = 0; i < stages_per_rank; ++i)
-    stages.push_back(
-        split_model(model, rank + i * num_ranks, num_ranks * stages_per_rank, split_points));
+    stages.push_back(split_model(model, rank + i * num_ranks, num_ranks * stages_per_rank, points));
   return stages;
 }
 

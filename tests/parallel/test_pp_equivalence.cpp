@@ -148,6 +148,23 @@ TEST_CASE("the cuts: even by default, at split points when given", "[pp]") {
   CHECK(pp::split_layers(6, 4) == std::vector<int64_t>{2, 4, 5});  // the first stages one more
   CHECK(pp::split_layers(4, 1).empty());
   CHECK(pp::split_layers(8, 2, {"layers.3"}) == std::vector<int64_t>{3});
+  // Interleaved, the stages that take one more block are the middle ones:
+  // 6 blocks on 2 x 2 stages as 1, 2, 2, 1; 10 as 2, 3, 3, 2; one extra on
+  // rank 0's middle stage (1, 1, 2, 1); three starting at stage 0 (rank 0
+  // takes two of them).
+  CHECK(pp::split_layers_interleaved(6, 2, 2) == std::vector<int64_t>{1, 3, 5});
+  CHECK(pp::split_layers_interleaved(10, 2, 2) == std::vector<int64_t>{2, 5, 8});
+  CHECK(pp::split_layers_interleaved(5, 2, 2) == std::vector<int64_t>{1, 2, 4});
+  CHECK(pp::split_layers_interleaved(7, 2, 2) == std::vector<int64_t>{2, 4, 6});
+  CHECK(pp::split_layers_interleaved(8, 2, 2) == pp::split_layers(8, 4));  // they divide
+  CHECK(pp::split_layers_interleaved(7, 2, 1) == pp::split_layers(7, 2));  // one stage a rank
+  {
+    auto six = std::make_shared<nn::Transformer>(config(6), 1);
+    const std::vector<pp::TransformerStage> r0 = pp::split_model_interleaved(six, 0, 2, 2);
+    CHECK(r0[0].end_layer() == 1);    // stage 0: block 0
+    CHECK(r0[1].first_layer() == 3);  // stage 2: blocks 3, 4
+    CHECK(r0[1].end_layer() == 5);
+  }
   auto model = std::make_shared<nn::Transformer>(config(), 1);
   // The stages in a row are the model: their parameters are the model's, each once.
   size_t total = 0;
