@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -24,6 +25,10 @@ struct Block {
 class Registry {
  public:
   Registry() {
+    struct rlimit files {};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+      max_blocks_ = size_t(files.rlim_cur) / 2;
+    }
     // Only the forking thread lives on in the child; holding the lock across
     // fork() keeps the map whole there.
     pthread_atfork([] { registry().mu_.lock(); }, [] { registry().mu_.unlock(); },
@@ -31,6 +36,10 @@ class Registry {
   }
 
   void* map(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (blocks_.size() >= max_blocks_) return nullptr;  // leave descriptors to the rest
+    }
     const int fd = ::memfd_create("spmd-tensor", MFD_CLOEXEC);
     if (fd < 0) return nullptr;
     void* p = MAP_FAILED;
@@ -94,6 +103,7 @@ class Registry {
   std::mutex mu_;
   std::map<uintptr_t, Block> blocks_;  // block address -> block
   uint64_t serials_ = 0;
+  size_t max_blocks_ = size_t(1) << 20;  // half the descriptors this process may open
 };
 
 // Never destroyed: blocks freed during static destruction still find it.

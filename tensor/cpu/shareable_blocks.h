@@ -12,6 +12,11 @@
 // carries a serial, unique within the process, that tells a peer whether the
 // block it mapped earlier under that descriptor is still the one it sees.
 //
+// Each block holds a file descriptor, so at most half of the process's
+// limit on them (RLIMIT_NOFILE, when the registry is first used) are blocks;
+// beyond that map_shareable_block() refuses and the allocator hands out
+// ordinary blocks.
+//
 // After fork() the child's copies of the blocks would still share pages with
 // the parent (MAP_SHARED), unlike the copy-on-write private memory every
 // other tensor has; so in the child each block is copied into private memory

@@ -71,13 +71,15 @@ struct Tuning {
   // through posts in the segment, with no message (segment_small_all_reduce.h);
   // 0: recursive doubling over the rings.
   size_t shm_post_bytes = 4 << 10;
-  // In such a group, broadcast, all_gather, reduce_scatter and all_reduce of
-  // at least this many bytes (the tensor, all_gather's output,
-  // reduce_scatter's input) copy straight between the ranks' tensors when
-  // they all lie in shareable blocks (zero_copy.h); and from the group's
-  // creation on, this process's CPU blocks of at least this many bytes are
-  // shareable (tensor/cpu/allocator.h). 0: never.
-  size_t shm_zero_copy_bytes = 1 << 20;
+  // In such a group, broadcast, all_gather, reduce_scatter and all_reduce
+  // whose buffer read by the peers has at least this many bytes (the tensor,
+  // all_gather's or reduce_scatter's input) copy straight between the ranks'
+  // tensors when they all lie in shareable blocks (zero_copy.h); and from the
+  // group's creation on, this process's CPU blocks of at least this many
+  // bytes are shareable (tensor/cpu/allocator.h). 0: never. The default is
+  // the size from which the allocator caches blocks, twice its 128 KiB
+  // (docs/comm.md, "Zero copy").
+  size_t shm_zero_copy_bytes = 256 << 10;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,

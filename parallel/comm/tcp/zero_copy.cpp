@@ -129,7 +129,7 @@ bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span 
       broadcast(ctx, at, whole, root);
       break;
     case OpType::kAllGather: {
-      if (whole.bytes() < from) return false;
+      if (in.bytes() < from) return false;
       const char* block_r = whole.at(size_t(ctx.rank()) * in.count);
       const bool usable =
           in.data == block_r || !overlaps(whole.data, whole.bytes(), in.data, in.bytes());

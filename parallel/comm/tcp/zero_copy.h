@@ -65,9 +65,11 @@ namespace spmd::dist::tcp {
 constexpr size_t kZeroCopyPiece = size_t(128) << 10;
 
 // Runs the collective zero-copy when the group has it on (GroupSegment::
-// zero_copy_bytes() > 0), it is one of the four, of at least that many
-// bytes (the tensor, or all_gather's output, reduce_scatter's input; an
-// all_reduce also more than fits a post, segment_small_all_reduce.h), and
+// zero_copy_bytes() > 0), it is one of the four, the buffer its peers read
+// is of at least that many bytes (the tensor, all_gather's or
+// reduce_scatter's input: what must lie in a block that large to be
+// shareable), an all_reduce more than fits a post
+// (segment_small_all_reduce.h), and
 // every rank's buffers are shareable; returns whether it did. When the
 // descriptors say no it returns false after their barrier, and the caller
 // runs the staged path. Every rank decides alike. `whole` and `in` as for
