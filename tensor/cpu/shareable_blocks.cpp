@@ -78,7 +78,8 @@ class Registry {
     if (it == blocks_.begin()) return false;
     --it;  // the last block at or below p
     if (a >= it->first + it->second.bytes) return false;
-    *out = ShareableBlock{it->second.fd, it->second.serial, size_t(a - it->first), it->second.bytes};
+    *out =
+        ShareableBlock{it->second.fd, it->second.serial, size_t(a - it->first), it->second.bytes};
     return true;
   }
 
@@ -87,8 +88,8 @@ class Registry {
   // private pages with the same contents at the same address.
   void privatize_after_fork() {
     for (auto& [address, block] : blocks_) {
-      void* copy = ::mmap(nullptr, block.bytes, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      void* copy =
+          ::mmap(nullptr, block.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (copy != MAP_FAILED) {
         std::memcpy(copy, reinterpret_cast<void*>(address), block.bytes);
         ::mremap(copy, block.bytes, block.bytes, MREMAP_MAYMOVE | MREMAP_FIXED,

@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "harness.h"
-#include "survivors.h"
 #include "parallel/comm/init.h"
+#include "survivors.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/views.h"
 
@@ -59,8 +59,8 @@ bool shareable(const Tensor& t) {
 // A tensor in memory the allocator never saw (so not shareable).
 Tensor malloc_tensor(int64_t n) {
   const size_t bytes = size_t(n) * sizeof(float);
-  auto storage = std::make_shared<Storage>(DataPtr(std::malloc(bytes), std::free), bytes,
-                                           Device::cpu());
+  auto storage =
+      std::make_shared<Storage>(DataPtr(std::malloc(bytes), std::free), bytes, Device::cpu());
   return Tensor(storage, Shape{n}, Shape{1}, 0, DType::kF32);
 }
 
@@ -91,22 +91,26 @@ void four_collectives(ProcessGroup& g, const std::function<Tensor(int64_t)>& mak
   Tensor t = make(kN);
   fill_rank(t, r);
   g.all_reduce(t).wait();
-  expect_values(t, [&](int64_t i) { return sum_of(p, i); }, "all_reduce");
+  expect_values(
+      t, [&](int64_t i) { return sum_of(p, i); }, "all_reduce");
 
   Tensor b = make(kN);
   fill_rank(b, r);
   g.broadcast(b, 1).wait();
-  expect_values(b, [&](int64_t i) { return value(1, i); }, "broadcast from rank 1");
+  expect_values(
+      b, [&](int64_t i) { return value(1, i); }, "broadcast from rank 1");
 
   Tensor in = make(kN), out = make(kN * p);
   fill_rank(in, r);
   g.all_gather(out, in).wait();
-  expect_values(out, [&](int64_t i) { return value(int(i / kN), i % kN); }, "all_gather");
+  expect_values(
+      out, [&](int64_t i) { return value(int(i / kN), i % kN); }, "all_gather");
 
   Tensor whole = make(kN * p), mine = make(kN);
   fill_rank(whole, r);
   g.reduce_scatter(mine, whole).wait();
-  expect_values(mine, [&](int64_t i) { return sum_of(p, r * kN + i); }, "reduce_scatter");
+  expect_values(
+      mine, [&](int64_t i) { return sum_of(p, r * kN + i); }, "reduce_scatter");
 }
 
 }  // namespace
@@ -137,7 +141,8 @@ TEST_CASE("zero-copy in place and on views at an offset into a block", "[comm][s
     Tensor middle = ops::narrow(block, 0, kN, kN);
     fill_rank(middle, r);
     g.all_reduce(middle).wait();
-    expect_values(middle, [&](int64_t i) { return sum_of(p, i); }, "all_reduce of a view");
+    expect_values(
+        middle, [&](int64_t i) { return sum_of(p, i); }, "all_reduce of a view");
     expect(f32(block)[kN - 1] == -1.f && f32(block)[2 * kN] == -1.f,
            "all_reduce of a view wrote outside it");
 
@@ -145,14 +150,15 @@ TEST_CASE("zero-copy in place and on views at an offset into a block", "[comm][s
     Tensor in = ops::narrow(out, 0, r * kN, kN);
     fill_rank(in, r);
     g.all_gather(out, in).wait();
-    expect_values(out, [&](int64_t i) { return value(int(i / kN), i % kN); },
-                  "all_gather in place");
+    expect_values(
+        out, [&](int64_t i) { return value(int(i / kN), i % kN); }, "all_gather in place");
 
     Tensor whole = cpu_tensor(kN * p, DType::kF32);  // reduce_scatter in place: output = block r
     fill_rank(whole, r);
     Tensor own = ops::narrow(whole, 0, r * kN, kN);
     g.reduce_scatter(own, whole).wait();
-    expect_values(own, [&](int64_t i) { return sum_of(p, r * kN + i); }, "reduce_scatter in place");
+    expect_values(
+        own, [&](int64_t i) { return sum_of(p, r * kN + i); }, "reduce_scatter in place");
   }));
 }
 
@@ -186,8 +192,9 @@ TEST_CASE("a freed block's descriptor number reused by a new block: the serial t
            " (the freed one had ", a.fd, "): the case is not made");
     fill_rank(second, r + 10);
     g.all_gather(out, second).wait();
-    expect_values(out, [&](int64_t i) { return value(int(i / kN) + 10, i % kN); },
-                  "all_gather from a new block under an old descriptor number");
+    expect_values(
+        out, [&](int64_t i) { return value(int(i / kN) + 10, i % kN); },
+        "all_gather from a new block under an old descriptor number");
   }));
 }
 

@@ -92,8 +92,8 @@ void reduce_scatter(const Context& ctx, const std::vector<char*>& in, Span input
               output.count);
 }
 
-void all_reduce(const Context& ctx, GroupSegment& segment, const std::vector<char*>& at,
-                Span data, ReduceOp op) {
+void all_reduce(const Context& ctx, GroupSegment& segment, const std::vector<char*>& at, Span data,
+                ReduceOp op) {
   const int p = ctx.size(), r = ctx.rank();
   auto begin = [&](int k) { return part_begin(data.count, size_t(p), size_t(k)) * data.elem; };
   auto count = [&](int k) { return part_size(data.count, size_t(p), size_t(k)); };
@@ -101,8 +101,9 @@ void all_reduce(const Context& ctx, GroupSegment& segment, const std::vector<cha
   for (int q = 0; q < p; ++q) parts[q] = at[q] + begin(r);
   char* own = data.data + begin(r);
   reduce_from(ctx, op, data.dtype, data.elem, own, own, parts, count(r));  // part r, reduced
-  segment_barrier(ctx, segment);  // every part reduced
-  for (int k = 1; k < p; ++k) {   // every other part, from the rank that reduced it
+  // Every part reduced; then every other part, from the rank that reduced it.
+  segment_barrier(ctx, segment);
+  for (int k = 1; k < p; ++k) {
     const int q = mod(r + k, p);
     copy(data.data + begin(q), at[q] + begin(q), count(q) * data.elem);
   }
