@@ -3,7 +3,8 @@
 // blocks (seen in its own /proc/self/maps) and the four collectives give the
 // hand-worked values, in place too and for views at an offset into a block;
 // one rank's tensor in memory it cannot share sends every rank down the
-// staged path (nothing mapped, values right); a block freed and a new one
+// staged path (nothing mapped, values right); copies of 8 MiB and more at
+// unaligned addresses (the non-temporal stores) are right; a block freed and a new one
 // under the same descriptor number is told apart by its serial; a rank
 // killed in a zero-copy all_reduce fails the others fast, naming it, with
 // nothing left in /dev/shm. The whole collective table runs zero-copy too
@@ -159,6 +160,28 @@ TEST_CASE("zero-copy in place and on views at an offset into a block", "[comm][s
     g.reduce_scatter(own, whole).wait();
     expect_values(
         own, [&](int64_t i) { return sum_of(p, r * kN + i); }, "reduce_scatter in place");
+  }));
+}
+
+TEST_CASE("zero-copy copies of 8 MiB and more (non-temporal stores), at unaligned addresses",
+          "[comm][shm]") {
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    const int64_t n = (int64_t(8) << 20) / 4 + 7;  // a little over 8 MiB of f32, per block
+    Tensor block = cpu_tensor(p * n + 2, DType::kF32);
+    Tensor out = ops::narrow(block, 0, 1, p * n);  // 4 bytes past the block's start
+    Tensor in = cpu_tensor(n + 1, DType::kF32);
+    Tensor mine = ops::narrow(in, 0, 1, n);
+    expect(shareable(out) && shareable(mine), "not shareable");
+    fill_rank(mine, r);
+    g.all_gather(out, mine).wait();
+    expect_values(
+        out, [&](int64_t i) { return value(int(i / n), i % n); }, "all_gather");
+    Tensor b = ops::narrow(block, 0, 1, 2 * n);
+    fill_rank(b, r);
+    g.broadcast(b, 0).wait();
+    expect_values(
+        b, [&](int64_t i) { return value(0, i); }, "broadcast");
   }));
 }
 
