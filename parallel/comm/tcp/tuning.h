@@ -76,9 +76,9 @@ struct Tuning {
   // all_gather's or reduce_scatter's input) copy straight between the ranks'
   // tensors when they all lie in shareable blocks (zero_copy.h); and from the
   // group's creation on, this process's CPU blocks of at least this many
-  // bytes are shareable (tensor/cpu/allocator.h). 0: never. The default is
-  // the size from which the allocator caches blocks, twice its 128 KiB
-  // (docs/comm.md, "Zero copy").
+  // bytes are shareable (tensor/cpu/allocator.h). 0: never. Zero copy beat
+  // the staged paths from 64 KiB up (docs/comm.md, "Measured"); the default
+  // is higher because every shareable block holds a file descriptor.
   size_t shm_zero_copy_bytes = 256 << 10;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
