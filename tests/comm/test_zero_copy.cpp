@@ -4,7 +4,8 @@
 // hand-worked values, in place too and for views at an offset into a block;
 // one rank's tensor in memory it cannot share sends every rank down the
 // staged path (nothing mapped, values right); copies of 8 MiB and more at
-// unaligned addresses (the non-temporal stores) are right; a block freed and a new one
+// unaligned addresses (the non-temporal stores) are right; no rank returns
+// while a peer still reads its buffer; a block freed and a new one
 // under the same descriptor number is told apart by its serial; a rank
 // killed in a zero-copy all_reduce fails the others fast, naming it, with
 // nothing left in /dev/shm. The whole collective table runs zero-copy too
@@ -182,6 +183,22 @@ TEST_CASE("zero-copy copies of 8 MiB and more (non-temporal stores), at unaligne
     g.broadcast(b, 0).wait();
     expect_values(
         b, [&](int64_t i) { return value(0, i); }, "broadcast");
+  }));
+}
+
+TEST_CASE("no rank returns while a peer still reads its buffer", "[comm][shm]") {
+  SmallZeroCopy on;
+  REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    const int64_t n = 64 << 10;  // 256 KiB of f32 per rank
+    Tensor in = cpu_tensor(n, DType::kF32), out = cpu_tensor(n * p, DType::kF32);
+    for (int k = 0; k < 20; ++k) {
+      fill_rank(in, r + k);
+      g.all_gather(out, in).wait();
+      std::fill_n(f32(in), n, -1.f);  // at once: a peer still reading would see it
+      expect_values(
+          out, [&](int64_t i) { return value(int(i / n) + k, i % n); }, str_cat("all_gather ", k));
+    }
   }));
 }
 
