@@ -1,9 +1,12 @@
 // The caching host allocator (allocator.h): size classes, a free list per
-// class, a cap on what the cache may hold.
+// class (apart for shareable blocks), a cap on what the cache may hold.
 #include "tensor/cpu/allocator.h"
 
 #include <sys/mman.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <map>
@@ -11,6 +14,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "tensor/cpu/shareable_blocks.h"
 
 namespace spmd::cpu {
 namespace {
@@ -19,6 +23,9 @@ constexpr size_t kAlignment = 64;                 // a cache line, the widest ve
 constexpr size_t kMinCached = size_t(128) << 10;  // 128 KiB: glibc's mmap threshold (allocator.h)
 constexpr size_t kMinRounded = size_t(1) << 20;   // 1 MiB: classes coarser than the alignment
 constexpr size_t kHugePage = size_t(2) << 20;     // 2 MiB transparent huge pages
+
+// Blocks of at least this many bytes are shareable (0: none); share_host_blocks_from.
+std::atomic<size_t> share_from{0};
 
 // The size a request is served at: below kMinRounded a multiple of the
 // alignment (a step's mid-sized activations repeat their exact sizes);
@@ -38,19 +45,26 @@ class HostAllocator {
     cap_ = size_t(env ? std::strtoull(env, nullptr, 10) : 2048) << 20;
   }
 
-  void* allocate(size_t size) {
-    if (size >= kMinCached) {
+  // A block of `size` bytes (a size class); *shared says whether it is a
+  // shareable one, which release() must be told.
+  void* allocate(size_t size, bool* shared) {
+    const size_t from = share_from.load(std::memory_order_relaxed);
+    *shared = from > 0 && size >= from;
+    auto& cache = *shared ? free_shared_ : free_;
+    if (size >= kMinCached || *shared) {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(size);
-      if (it != free_.end()) {
+      auto it = cache.find(size);
+      if (it != cache.end()) {
         void* p = it->second;
-        free_.erase(it);
+        cache.erase(it);
         stats_.cached -= size;
         note_allocated(size);
         return p;
       }
     }
-    void* p = system_allocate(size);
+    void* p = *shared ? detail::map_shareable_block(page_rounded(size)) : nullptr;
+    if (p == nullptr) *shared = false;  // refused (no descriptor left): an ordinary block
+    if (p == nullptr) p = system_allocate(size);
     if (p == nullptr) {  // give the cache back and try once more
       empty_cache();
       p = system_allocate(size);
@@ -61,27 +75,29 @@ class HostAllocator {
     return p;
   }
 
-  void release(void* p, size_t size) {
+  void release(void* p, size_t size, bool shared) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.allocated -= size;
-      if (size >= kMinCached && stats_.cached + size <= cap_) {
-        free_.emplace(size, p);
+      if ((size >= kMinCached || shared) && stats_.cached + size <= cap_) {
+        (shared ? free_shared_ : free_).emplace(size, p);
         stats_.cached += size;
         return;
       }
     }
-    std::free(p);
+    free_block(p, size, shared);
   }
 
   void empty_cache() {
-    std::multimap<size_t, void*> blocks;
+    std::multimap<size_t, void*> blocks, shared;
     {
       std::lock_guard<std::mutex> lock(mu_);
       blocks.swap(free_);
+      shared.swap(free_shared_);
       stats_.cached = 0;
     }
-    for (auto& [size, p] : blocks) std::free(p);
+    for (auto& [size, p] : blocks) free_block(p, size, false);
+    for (auto& [size, p] : shared) free_block(p, size, true);
   }
 
   HostMemoryStats stats() {
@@ -103,13 +119,24 @@ class HostAllocator {
     return p;
   }
 
+  static size_t page_rounded(size_t size) {
+    static const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+    return (size + page - 1) / page * page;
+  }
+
+  static void free_block(void* p, size_t size, bool shared) {
+    if (shared) return detail::unmap_shareable_block(p, page_rounded(size));
+    std::free(p);
+  }
+
   void note_allocated(size_t size) {
     stats_.allocated += size;
     stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
   }
 
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // size class -> cached blocks
+  std::multimap<size_t, void*> free_;         // size class -> cached blocks
+  std::multimap<size_t, void*> free_shared_;  // the same, of shareable blocks
   HostMemoryStats stats_;
   size_t cap_ = 0;
 };
@@ -124,7 +151,16 @@ HostAllocator& allocator() {
 
 DataPtr allocate_host(size_t nbytes) {
   const size_t size = size_class(nbytes);
-  return DataPtr(allocator().allocate(size), [size](void* p) { allocator().release(p, size); });
+  bool shared = false;
+  void* p = allocator().allocate(size, &shared);
+  return DataPtr(p, [size, shared](void* q) { allocator().release(q, size, shared); });
+}
+
+void share_host_blocks_from(size_t min_bytes) {
+  if (min_bytes == 0) return;
+  size_t now = share_from.load();
+  while ((now == 0 || min_bytes < now) && !share_from.compare_exchange_weak(now, min_bytes)) {
+  }
 }
 
 void empty_host_cache() { allocator().empty_cache(); }

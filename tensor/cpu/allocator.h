@@ -21,6 +21,15 @@
 // cached from 128 KiB it is 65 MB (bench/train_bench.cpp's peak_alloc_mb
 // and peak_rss_mb, docs/cpu.md).
 //
+// Shareable blocks: once share_host_blocks_from(min) was called, blocks of at
+// least `min` bytes are memory files another process can map
+// (shareable_blocks.h), cached apart from the others; the communicator turns
+// this on for a group whose ranks share a host, so its collectives can copy
+// straight between the ranks' tensors. They get no huge pages (shared memory's
+// transparent huge pages are off by default, /sys/kernel/mm/
+// transparent_hugepage/shmem_enabled), which docs/comm.md measures. When the
+// system refuses one (no file descriptor left), the block is an ordinary one.
+//
 // Thread-safe. The cap is SPMD_CPU_CACHE_MB (default 2048); 0 disables caching.
 #pragma once
 
@@ -46,5 +55,20 @@ HostMemoryStats host_memory_stats();
 // Starts the peak over from what is allocated now (as
 // torch.cuda.reset_peak_memory_stats), to measure one phase of a program.
 void reset_host_peak_memory();
+
+// Where a pointer lies in a shareable block.
+struct ShareableBlock {
+  int fd = -1;          // the block's memory file, in this process
+  uint64_t serial = 0;  // unique within this process: fd numbers are reused
+  size_t offset = 0;    // of the pointer from the block's start
+  size_t bytes = 0;     // the whole block
+};
+// From now on, blocks of at least min_bytes are shareable (the smallest
+// threshold asked for wins; 0 asks nothing). Blocks allocated before stay as
+// they are.
+void share_host_blocks_from(size_t min_bytes);
+// The shareable block that `p` points into (anywhere inside it: tensors are
+// views at offsets), or false when it lies in none.
+bool find_shareable_block(const void* p, ShareableBlock* block);
 
 }  // namespace spmd::cpu

@@ -8,6 +8,7 @@
 #include "parallel/comm/tcp/shm_ring.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
+#include "tensor/cpu/allocator.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -38,6 +39,7 @@ size_t total_bytes(int size, size_t slot_bytes, size_t post_bytes) {
 std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::string& group,
                                                     int rank, int size, size_t slot_bytes,
                                                     size_t post_bytes, bool links_shm,
+                                                    size_t zero_copy_bytes,
                                                     std::chrono::milliseconds timeout) {
   SPMD_CHECK(slot_bytes > 0 && slot_bytes % kCacheLine == 0, "shared segment slot of ", slot_bytes,
              " bytes: must be a positive multiple of ", kCacheLine);
@@ -87,15 +89,33 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
   }
   // Every rank says whether it has the segment mapped ("1"), and whether its
   // links are all shared memory too ("2"); the segment is used only if all
-  // have it, the posts only if all say "2".
-  const char mine = !why.empty() ? '0' : links_shm ? '2' : '1';
-  store.set(str_cat(group, "/shm_segment_ok/", rank), std::string(1, mine));
+  // have it, the posts only if all say "2". A second letter says whether the
+  // rank mapped every peer's probe ("z"): zero copy only if all did.
+  std::unique_ptr<MappingProbe> probe;
+  bool zero_copy = zero_copy_bytes > 0 && why.empty();
   bool all = true, posts = post_bytes > 0;
   try {
+    if (zero_copy_bytes > 0) {  // every rank asks alike (the settings agree: transport.h)
+      probe = std::make_unique<MappingProbe>();
+      store.set(str_cat(group, "/zero_copy_probe/", rank), probe->text());
+      for (int r = 0; r < size; ++r) {
+        if (r == rank) continue;
+        const Bytes text = store.get(str_cat(group, "/zero_copy_probe/", r), timeout);
+        std::string no;
+        if (zero_copy && !MappingProbe::check(std::string(text.begin(), text.end()), &no)) {
+          SPMD_LOG_WARN("group ", group, ": no zero copy with rank ", r, " (", no, ")");
+          zero_copy = false;
+        }
+      }
+    }
+    const char mine = !why.empty() ? '0' : links_shm ? '2' : '1';
+    store.set(str_cat(group, "/shm_segment_ok/", rank),
+              std::string{mine, zero_copy ? 'z' : '-'});
     for (int r = 0; r < size && all; ++r) {
       const Bytes ok = store.get(str_cat(group, "/shm_segment_ok/", r), timeout);
-      all = ok.size() == 1 && (ok[0] == '1' || ok[0] == '2');
+      all = ok.size() == 2 && (ok[0] == '1' || ok[0] == '2');
       posts &= all && ok[0] == '2';
+      zero_copy &= all && ok[1] == 'z';
     }
   } catch (...) {
     if (rank == 0 && s.base) ::shm_unlink(s.name.c_str());
@@ -111,8 +131,9 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
     unmap_segment(s);
     return nullptr;
   }
-  return std::unique_ptr<GroupSegment>(
-      new GroupSegment(std::move(s), size, slot_bytes, post_bytes, posts));
+  if (zero_copy) cpu::share_host_blocks_from(zero_copy_bytes);
+  return std::unique_ptr<GroupSegment>(new GroupSegment(std::move(s), size, slot_bytes, post_bytes,
+                                                        posts, zero_copy ? zero_copy_bytes : 0));
 }
 
 GroupSegment::~GroupSegment() { unmap_segment(segment_); }

@@ -28,6 +28,12 @@
 // never write a slot while another reads it: the algorithm's barriers (over
 // the links) order every access.
 //
+// Zero copy (zero_copy.h): when asked (zero_copy_bytes > 0), the ranks
+// also check, through the store, that each can map the others' memory
+// (MappingProbe, peer_memory.h); if all can, the group copies large
+// collectives straight between the ranks' tensors, and this process's large
+// CPU blocks become shareable from then on (cpu::share_host_blocks_from).
+//
 // Thread-safety: none; the thread running the group's collective.
 #pragma once
 
@@ -37,6 +43,7 @@
 #include <memory>
 #include <string>
 
+#include "parallel/comm/tcp/peer_memory.h"
 #include "parallel/comm/tcp/shm_ring.h"
 #include "parallel/comm/tcp/shm_segment.h"
 #include "parallel/comm/tcp/wire.h"
@@ -58,11 +65,13 @@ class GroupSegment {
  public:
   // Every rank of the group calls it. slot_bytes: a multiple of 64;
   // post_bytes: the data a post holds (0: no posts); links_shm: every link
-  // of this rank to a peer is shared memory. Null when some rank could not
-  // make or map the segment.
+  // of this rank to a peer is shared memory; zero_copy_bytes: the smallest
+  // zero-copy collective (0: none). Null when some rank could not make or
+  // map the segment.
   static std::unique_ptr<GroupSegment> connect(Store& store, const std::string& group, int rank,
                                                int size, size_t slot_bytes, size_t post_bytes,
-                                               bool links_shm, std::chrono::milliseconds timeout);
+                                               bool links_shm, size_t zero_copy_bytes,
+                                               std::chrono::milliseconds timeout);
   ~GroupSegment();
   GroupSegment(const GroupSegment&) = delete;
   GroupSegment& operator=(const GroupSegment&) = delete;
@@ -85,19 +94,29 @@ class GroupSegment {
   // The stamp of the last exchange this rank began (0: none yet).
   uint64_t last_stamp() const { return stamps_; }
 
+  // The smallest collective that goes zero-copy; 0 when the group has no
+  // zero copy (not asked, or some rank cannot map its peers' memory).
+  size_t zero_copy_bytes() const { return zero_copy_bytes_; }
+  // The peers' buffers mapped here, for zero copy.
+  PeerMemory& peer_memory() { return peer_memory_; }
+
  private:
-  GroupSegment(SharedSegment segment, int size, size_t slot_bytes, size_t post_bytes, bool posts)
+  GroupSegment(SharedSegment segment, int size, size_t slot_bytes, size_t post_bytes, bool posts,
+               size_t zero_copy_bytes)
       : segment_(std::move(segment)),
         size_(size),
         slot_bytes_(slot_bytes),
         post_bytes_(post_bytes),
-        posts_(posts) {}
+        posts_(posts),
+        zero_copy_bytes_(zero_copy_bytes) {}
   char* base() const { return static_cast<char*>(segment_.base); }
 
   SharedSegment segment_;
   int size_;
   size_t slot_bytes_, post_bytes_;
   bool posts_;
+  size_t zero_copy_bytes_;
+  PeerMemory peer_memory_;
   uint64_t turn_ = 0, stamps_ = 0;
 };
 

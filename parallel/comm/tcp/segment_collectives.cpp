@@ -7,6 +7,7 @@
 
 #include "parallel/comm/tcp/reduce.h"
 #include "parallel/comm/tcp/segment_small_all_reduce.h"
+#include "parallel/comm/tcp/zero_copy.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -26,6 +27,16 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
                     int root, ReduceOp op) {
   const size_t p = size_t(ctx.size());
   const Tuning& t = ctx.tuning;
+  if (type == OpType::kAllGather && whole.bytes() >= t.segment_min_bytes) {  // in the segment
+    char* mine = whole.at(size_t(ctx.rank()) * in.count);  // this rank's block
+    const bool overlap =
+        mine != in.data && mine < in.data + in.bytes() && in.data < mine + in.bytes();
+    if (overlap) {  // moved whole first; else the algorithm copies it (piece by piece)
+      std::memmove(mine, in.data, in.bytes());
+      in.data = mine;
+    }
+  }
+  if (run_zero_copy(ctx, segment, type, whole, in, root, op)) return true;
   switch (type) {
     case OpType::kAllReduce:
       if (whole.bytes() <= segment.post_bytes()) {
@@ -42,18 +53,10 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
       if (p < 3 || whole.bytes() < t.segment_min_bytes) return false;
       SegmentBroadcast(ctx, segment, whole, root).run();
       return true;
-    case OpType::kAllGather: {
+    case OpType::kAllGather:
       if (whole.bytes() < t.segment_min_bytes) return false;
-      char* mine = whole.at(size_t(ctx.rank()) * in.count);  // this rank's block
-      const bool overlap =
-          mine != in.data && mine < in.data + in.bytes() && in.data < mine + in.bytes();
-      if (overlap) {  // moved whole first; else SegmentAllGather copies it piece by piece
-        std::memmove(mine, in.data, in.bytes());
-        in.data = mine;
-      }
       SegmentAllGather(ctx, segment, whole, in).run();
       return true;
-    }
     case OpType::kReduceScatter:
       if (in.bytes() < t.segment_min_bytes || segment.slot_bytes() < (p - 1) * in.elem) {
         return false;

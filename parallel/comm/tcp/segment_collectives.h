@@ -40,7 +40,8 @@
 
 namespace spmd::dist::tcp {
 
-// Runs the collective in the segment when it is one of the segment's (the
+// Runs the collective zero-copy when every rank's buffers allow it
+// (zero_copy.h), else in the segment when it is one of the segment's (the
 // four above) and large enough (Tuning: all_reduce above
 // small_all_reduce_bytes, the others from segment_min_bytes; broadcast only
 // on 3 ranks or more), and the slots can hold a piece of it, or when it is

@@ -70,7 +70,8 @@ void TcpProcessGroup::connect() {
       if (peer != rank()) links_shm &= std::string_view(links[peer]->channel().kind()) == "shm";
     }
     segment_ = GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes,
-                                     tuning_.shm_post_bytes, links_shm, timeout());
+                                     tuning_.shm_post_bytes, links_shm,
+                                     tuning_.shm_zero_copy_bytes, timeout());
   }
   group_hash_ = group_hash(name());
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));

@@ -24,7 +24,8 @@ std::string settings(const TransportChoice& c) {
   return str_cat("SPMD_TRANSPORT=", transport_name(c.transport),
                  " SPMD_TRANSPORT_HOST_SPLIT=", c.host_split, " SPMD_SHM_SLOT_BYTES=", c.slot_bytes,
                  " SPMD_SHM_SEGMENT_MIN_BYTES=", c.segment_min_bytes,
-                 " SPMD_SHM_POST_BYTES=", c.post_bytes);
+                 " SPMD_SHM_POST_BYTES=", c.post_bytes,
+                 " SPMD_SHM_ZERO_COPY_BYTES=", c.zero_copy_bytes);
 }
 
 }  // namespace
@@ -115,6 +116,7 @@ GroupChannels connect_channels(Store& store, const std::string& group, int rank,
   choice.slot_bytes = tuning.shm_slot_bytes;
   choice.segment_min_bytes = tuning.segment_min_bytes;
   choice.post_bytes = tuning.shm_post_bytes;
+  choice.zero_copy_bytes = tuning.shm_zero_copy_bytes;
   MeshSockets sockets =
       connect_mesh(store, group, rank, size, timeout, route_hint, tuning.send_buffer_bytes);
   ShmPlan plan;

@@ -39,6 +39,7 @@ struct TransportChoice {
   size_t slot_bytes = 0;         // SPMD_SHM_SLOT_BYTES (tuning.h), which must also agree
   size_t segment_min_bytes = 0;  // SPMD_SHM_SEGMENT_MIN_BYTES (tuning.h), likewise
   size_t post_bytes = 0;         // SPMD_SHM_POST_BYTES (tuning.h), likewise
+  size_t zero_copy_bytes = 0;    // SPMD_SHM_ZERO_COPY_BYTES (tuning.h), likewise
 };
 
 // SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT; InvalidArgument on a bad value.

@@ -71,12 +71,21 @@ struct Tuning {
   // through posts in the segment, with no message (segment_small_all_reduce.h);
   // 0: recursive doubling over the rings.
   size_t shm_post_bytes = 4 << 10;
+  // In such a group, broadcast, all_gather, reduce_scatter and all_reduce
+  // whose buffer read by the peers has at least this many bytes (the tensor,
+  // all_gather's or reduce_scatter's input) copy straight between the ranks'
+  // tensors when they all lie in shareable blocks (zero_copy.h); and from the
+  // group's creation on, this process's CPU blocks of at least this many
+  // bytes are shareable (tensor/cpu/allocator.h). 0: never. Zero copy beat
+  // the staged paths from 64 KiB up (docs/comm.md, "Measured"); the default
+  // is higher because every shareable block holds a file descriptor.
+  size_t shm_zero_copy_bytes = 256 << 10;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
   // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US, SPMD_TCP_SPIN_YIELD (0 or
   // 1), SPMD_TCP_START_AFTER_US, SPMD_SHM_RING_BYTES, SPMD_SHM_SLOT_BYTES,
-  // SPMD_SHM_SEGMENT_MIN_BYTES and SPMD_SHM_POST_BYTES.
+  // SPMD_SHM_SEGMENT_MIN_BYTES, SPMD_SHM_POST_BYTES and SPMD_SHM_ZERO_COPY_BYTES.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).

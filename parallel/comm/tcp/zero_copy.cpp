@@ -1,0 +1,195 @@
+// The zero-copy collectives (see the header): the descriptors' exchange,
+// then the four algorithms, each a short loop over its peers' mapped buffers.
+#include "parallel/comm/tcp/zero_copy.h"
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "parallel/comm/tcp/peer_memory.h"
+#include "parallel/comm/tcp/reduce.h"
+#include "parallel/comm/tcp/segment_all_reduce.h"
+
+namespace spmd::dist::tcp {
+namespace {
+
+// Copies of at least this many bytes use non-temporal stores (below).
+constexpr size_t kStreamBytes = size_t(8) << 20;
+
+// memcpy, but a copy of kStreamBytes or more (twice the L2 cache) writes
+// with non-temporal stores, which skip reading each destination line into
+// the cache before overwriting it; glibc streams only above 114 MiB here.
+// One core alone copied 1.3-1.6x memcpy's bandwidth so from 4 to 16 MiB;
+// inside the collectives, both cores copying at once, it paid clearly only
+// from 8 MiB copies on (docs/comm.md, "Measured"). The sfence orders those
+// weakly ordered stores before the barrier that publishes them.
+void copy(char* dst, const char* src, size_t bytes) {
+#if defined(__SSE2__)
+  if (bytes >= kStreamBytes) {
+    const size_t head = (16 - uintptr_t(dst) % 16) % 16;  // up to dst's first 16-byte boundary
+    std::memcpy(dst, src, head);
+    size_t i = head;
+    for (; i + 64 <= bytes; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    std::memcpy(dst + i, src + i, bytes - i);
+    _mm_sfence();
+    return;
+  }
+#endif
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
+bool overlaps(const char* a, size_t a_bytes, const char* b, size_t b_bytes) {
+  return a < b + b_bytes && b < a + a_bytes;
+}
+
+// Publishes `mine` in this rank's slot of the next set, runs the barrier,
+// and returns every rank's buffer as an address here (this rank's: `data`),
+// or an empty vector when some rank's is not shareable.
+std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* data, size_t bytes,
+                            bool usable) {
+  const int p = ctx.size(), r = ctx.rank();
+  const BufferDescriptor mine = usable ? describe_buffer(data, bytes) : BufferDescriptor{};
+  const int set = segment.next_set();
+  std::memcpy(segment.slot(set, r), &mine, sizeof mine);
+  segment_barrier(ctx, segment);  // every descriptor written (release) and visible (acquire)
+  std::vector<BufferDescriptor> all(p);
+  bool shareable = true;
+  for (int q = 0; q < p; ++q) {
+    std::memcpy(&all[q], segment.slot(set, q), sizeof all[q]);
+    shareable &= all[q].shareable();
+  }
+  if (!shareable) return {};
+  std::vector<char*> at(p);
+  for (int q = 0; q < p; ++q) at[q] = q == r ? data : segment.peer_memory().address(q, all[q]);
+  return at;
+}
+
+// out = own (op) each peer's piece, a piece at a time; then / p for kAvg.
+// peers: the p buffers (this rank's too), each at the range reduced.
+void reduce_from(const Context& ctx, ReduceOp op, DType dtype, size_t elem, char* out,
+                 const char* own, const std::vector<const char*>& peers, size_t count) {
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t per = std::max<size_t>(1, kZeroCopyPiece / elem);
+  for (size_t first = 0; first < count; first += per) {
+    const size_t n = std::min(per, count - first), at = first * elem;
+    for (int k = 1; k < p; ++k) {
+      combine(op, dtype, out + at, k == 1 ? own + at : out + at, peers[mod(r + k, p)] + at, n);
+    }
+    if (op == ReduceOp::kAvg) divide(dtype, out + at, n, p);
+  }
+}
+
+void broadcast(const Context& ctx, const std::vector<char*>& at, Span data, int root) {
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t n = data.count, last = size_t(p - 1);
+  const size_t split = part_begin(n, size_t(p), last) * data.elem;  // parts 0..p-2 | part p-1
+  if (r != root) {
+    copy(data.data, at[root], split);
+  } else {
+    for (int q = 0; q < p; ++q) {
+      if (q != root) copy(at[q] + split, data.data + split, data.bytes() - split);
+    }
+  }
+}
+
+void all_gather(const Context& ctx, const std::vector<char*>& in, Span output, Span input) {
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t m = input.count;
+  char* mine = output.at(size_t(r) * m);
+  if (mine != input.data) copy(mine, input.data, input.bytes());
+  for (int k = 1; k < p; ++k) {
+    const int q = mod(r + k, p);
+    copy(output.at(size_t(q) * m), in[q], input.bytes());
+  }
+}
+
+void reduce_scatter(const Context& ctx, const std::vector<char*>& in, Span input, Span output,
+                    ReduceOp op) {
+  const int p = ctx.size(), r = ctx.rank();
+  const size_t block = size_t(r) * output.bytes();
+  std::vector<const char*> blocks(p);
+  for (int q = 0; q < p; ++q) blocks[q] = in[q] + block;
+  reduce_from(ctx, op, output.dtype, output.elem, output.data, input.data + block, blocks,
+              output.count);
+}
+
+void all_reduce(const Context& ctx, GroupSegment& segment, const std::vector<char*>& at, Span data,
+                ReduceOp op) {
+  const int p = ctx.size(), r = ctx.rank();
+  auto begin = [&](int k) { return part_begin(data.count, size_t(p), size_t(k)) * data.elem; };
+  auto count = [&](int k) { return part_size(data.count, size_t(p), size_t(k)); };
+  std::vector<const char*> parts(p);
+  for (int q = 0; q < p; ++q) parts[q] = at[q] + begin(r);
+  char* own = data.data + begin(r);
+  reduce_from(ctx, op, data.dtype, data.elem, own, own, parts, count(r));  // part r, reduced
+  // Every part reduced; then every other part, from the rank that reduced it.
+  segment_barrier(ctx, segment);
+  for (int k = 1; k < p; ++k) {
+    const int q = mod(r + k, p);
+    copy(data.data + begin(q), at[q] + begin(q), count(q) * data.elem);
+  }
+}
+
+}  // namespace
+
+bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span whole, Span in,
+                   int root, ReduceOp op) {
+  const size_t from = segment.zero_copy_bytes();
+  if (from == 0) return false;
+  std::vector<char*> at;
+  switch (type) {
+    case OpType::kAllReduce:  // those that fit a post are the posts' (they may start inline)
+      if (whole.bytes() < from || whole.bytes() <= segment.post_bytes()) return false;
+      at = exchange(ctx, segment, whole.data, whole.bytes(), true);
+      if (at.empty()) return false;
+      all_reduce(ctx, segment, at, whole, op);
+      break;
+    case OpType::kBroadcast:
+      if (whole.bytes() < from) return false;
+      at = exchange(ctx, segment, whole.data, whole.bytes(), true);
+      if (at.empty()) return false;
+      broadcast(ctx, at, whole, root);
+      break;
+    case OpType::kAllGather: {
+      if (in.bytes() < from) return false;
+      const char* block_r = whole.at(size_t(ctx.rank()) * in.count);
+      const bool usable =
+          in.data == block_r || !overlaps(whole.data, whole.bytes(), in.data, in.bytes());
+      at = exchange(ctx, segment, in.data, in.bytes(), usable);
+      if (at.empty()) return false;
+      all_gather(ctx, at, whole, in);
+      break;
+    }
+    case OpType::kReduceScatter: {
+      if (in.bytes() < from) return false;
+      const char* block_r = in.at(size_t(ctx.rank()) * whole.count);
+      const bool usable =
+          whole.data == block_r || !overlaps(whole.data, whole.bytes(), in.data, in.bytes());
+      at = exchange(ctx, segment, in.data, in.bytes(), usable);
+      if (at.empty()) return false;
+      reduce_scatter(ctx, at, in, whole, op);
+      break;
+    }
+    default:
+      return false;
+  }
+  segment_barrier(ctx, segment);  // no rank leaves while a peer still reads its buffer
+  ctx.mesh.finish();
+  return true;
+}
+
+}  // namespace spmd::dist::tcp

@@ -1,0 +1,263 @@
+// Zero-copy collectives (parallel/comm/tcp/zero_copy.h) in real processes:
+// with every rank's tensor in a shareable block, each rank maps its peers'
+// blocks (seen in its own /proc/self/maps) and the four collectives give the
+// hand-worked values, in place too and for views at an offset into a block;
+// one rank's tensor in memory it cannot share sends every rank down the
+// staged path (nothing mapped, values right); copies of 8 MiB and more at
+// unaligned addresses (the non-temporal stores) are right; no rank returns
+// while a peer still reads its buffer; a block freed and a new one
+// under the same descriptor number is told apart by its serial; a rank
+// killed in a zero-copy all_reduce fails the others fast, naming it, with
+// nothing left in /dev/shm. The whole collective table runs zero-copy too
+// (test_comm_collectives_zerocopy).
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "harness.h"
+#include "parallel/comm/init.h"
+#include "survivors.h"
+#include "tensor/cpu/allocator.h"
+#include "tensor/views.h"
+
+using namespace spmd;
+using namespace spmd::dist;
+using namespace spmd::dist::testing;
+
+namespace {
+
+// Zero copy from 4 KiB for one test case (the forked ranks inherit it).
+class SmallZeroCopy {
+ public:
+  SmallZeroCopy() { ::setenv("SPMD_SHM_ZERO_COPY_BYTES", "4096", 1); }
+  ~SmallZeroCopy() { ::unsetenv("SPMD_SHM_ZERO_COPY_BYTES"); }
+};
+
+// The shareable tensor blocks of other processes this process maps: memory
+// files named spmd-tensor that are not this process's own blocks.
+int peer_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:spmd-tensor") == std::string::npos) continue;
+    const uintptr_t start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    cpu::ShareableBlock b;
+    if (!cpu::find_shareable_block(reinterpret_cast<void*>(start), &b)) ++n;
+  }
+  return n;
+}
+
+bool shareable(const Tensor& t) {
+  cpu::ShareableBlock b;
+  return cpu::find_shareable_block(t.raw_data(), &b);
+}
+
+// A tensor in memory the allocator never saw (so not shareable).
+Tensor malloc_tensor(int64_t n) {
+  const size_t bytes = size_t(n) * sizeof(float);
+  auto storage =
+      std::make_shared<Storage>(DataPtr(std::malloc(bytes), std::free), bytes, Device::cpu());
+  return Tensor(storage, Shape{n}, Shape{1}, 0, DType::kF32);
+}
+
+float* f32(const Tensor& t) { return static_cast<float*>(t.raw_data()); }
+
+// Rank r's element i: small integers, so every sum is exact.
+float value(int r, int64_t i) { return float(r * 1000 + i % 997); }
+
+void fill_rank(const Tensor& t, int r) {
+  for (int64_t i = 0; i < t.numel(); ++i) f32(t)[i] = value(r, i);
+}
+
+// The sum over p ranks of value(., i).
+float sum_of(int p, int64_t i) { return float(1000 * p * (p - 1) / 2 + p * (i % 997)); }
+
+void expect_values(const Tensor& t, const std::function<float(int64_t)>& want,
+                   const std::string& what) {
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    expect(f32(t)[i] == want(i), what, ": element ", i, " is ", f32(t)[i], ", not ", want(i));
+  }
+}
+
+constexpr int64_t kN = 5003;  // 20 KiB of f32, an odd count: uneven parts
+
+// The four collectives on tensors made by `make`, checked by hand.
+void four_collectives(ProcessGroup& g, const std::function<Tensor(int64_t)>& make) {
+  const int p = g.size(), r = g.rank();
+  Tensor t = make(kN);
+  fill_rank(t, r);
+  g.all_reduce(t).wait();
+  expect_values(
+      t, [&](int64_t i) { return sum_of(p, i); }, "all_reduce");
+
+  Tensor b = make(kN);
+  fill_rank(b, r);
+  g.broadcast(b, 1).wait();
+  expect_values(
+      b, [&](int64_t i) { return value(1, i); }, "broadcast from rank 1");
+
+  Tensor in = make(kN), out = make(kN * p);
+  fill_rank(in, r);
+  g.all_gather(out, in).wait();
+  expect_values(
+      out, [&](int64_t i) { return value(int(i / kN), i % kN); }, "all_gather");
+
+  Tensor whole = make(kN * p), mine = make(kN);
+  fill_rank(whole, r);
+  g.reduce_scatter(mine, whole).wait();
+  expect_values(
+      mine, [&](int64_t i) { return sum_of(p, r * kN + i); }, "reduce_scatter");
+}
+
+}  // namespace
+
+TEST_CASE("zero-copy collectives read the peers' own tensors and get the values", "[comm][shm]") {
+  SmallZeroCopy on;
+  for (int world : {2, 3}) {
+    REQUIRE_NOTHROW(run_world(world, [](ProcessGroup& g) {
+      const int before = peer_mappings();
+      four_collectives(g, [](int64_t n) {
+        Tensor t = cpu_tensor(n, DType::kF32);
+        expect(shareable(t), "a tensor of ", n, " f32 is not in a shareable block");
+        return t;
+      });
+      expect(peer_mappings() >= before + g.size() - 1, "rank ", g.rank(), " mapped ",
+             peer_mappings() - before, " peer blocks: the collectives did not go zero-copy");
+    }));
+  }
+}
+
+TEST_CASE("zero-copy in place and on views at an offset into a block", "[comm][shm]") {
+  SmallZeroCopy on;
+  REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    // A view in the middle of a block, with sentinels on both sides.
+    Tensor block = cpu_tensor(3 * kN, DType::kF32);
+    std::fill_n(f32(block), 3 * kN, -1.f);
+    Tensor middle = ops::narrow(block, 0, kN, kN);
+    fill_rank(middle, r);
+    g.all_reduce(middle).wait();
+    expect_values(
+        middle, [&](int64_t i) { return sum_of(p, i); }, "all_reduce of a view");
+    expect(f32(block)[kN - 1] == -1.f && f32(block)[2 * kN] == -1.f,
+           "all_reduce of a view wrote outside it");
+
+    Tensor out = cpu_tensor(kN * p, DType::kF32);  // all_gather in place: input = block r
+    Tensor in = ops::narrow(out, 0, r * kN, kN);
+    fill_rank(in, r);
+    g.all_gather(out, in).wait();
+    expect_values(
+        out, [&](int64_t i) { return value(int(i / kN), i % kN); }, "all_gather in place");
+
+    Tensor whole = cpu_tensor(kN * p, DType::kF32);  // reduce_scatter in place: output = block r
+    fill_rank(whole, r);
+    Tensor own = ops::narrow(whole, 0, r * kN, kN);
+    g.reduce_scatter(own, whole).wait();
+    expect_values(
+        own, [&](int64_t i) { return sum_of(p, r * kN + i); }, "reduce_scatter in place");
+  }));
+}
+
+TEST_CASE("zero-copy copies of 8 MiB and more (non-temporal stores), at unaligned addresses",
+          "[comm][shm]") {
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    const int64_t n = (int64_t(8) << 20) / 4 + 7;  // a little over 8 MiB of f32, per block
+    Tensor block = cpu_tensor(p * n + 2, DType::kF32);
+    Tensor out = ops::narrow(block, 0, 1, p * n);  // 4 bytes past the block's start
+    Tensor in = cpu_tensor(n + 1, DType::kF32);
+    Tensor mine = ops::narrow(in, 0, 1, n);
+    expect(shareable(out) && shareable(mine), "not shareable");
+    fill_rank(mine, r);
+    g.all_gather(out, mine).wait();
+    expect_values(
+        out, [&](int64_t i) { return value(int(i / n), i % n); }, "all_gather");
+    Tensor b = ops::narrow(block, 0, 1, 2 * n);
+    fill_rank(b, r);
+    g.broadcast(b, 0).wait();
+    expect_values(
+        b, [&](int64_t i) { return value(0, i); }, "broadcast");
+  }));
+}
+
+TEST_CASE("no rank returns while a peer still reads its buffer", "[comm][shm]") {
+  SmallZeroCopy on;
+  REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    const int64_t n = 64 << 10;  // 256 KiB of f32 per rank
+    Tensor in = cpu_tensor(n, DType::kF32), out = cpu_tensor(n * p, DType::kF32);
+    for (int k = 0; k < 20; ++k) {
+      fill_rank(in, r + k);
+      g.all_gather(out, in).wait();
+      std::fill_n(f32(in), n, -1.f);  // at once: a peer still reading would see it
+      expect_values(
+          out, [&](int64_t i) { return value(int(i / n) + k, i % n); }, str_cat("all_gather ", k));
+    }
+  }));
+}
+
+TEST_CASE("one rank's tensor not shareable: every rank takes the staged path", "[comm][shm]") {
+  SmallZeroCopy on;
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    const int before = peer_mappings();
+    four_collectives(g, [&](int64_t n) {
+      return g.rank() == 1 ? malloc_tensor(n) : cpu_tensor(n, DType::kF32);
+    });
+    expect(peer_mappings() == before, "rank ", g.rank(), " mapped a peer's block");
+  }));
+}
+
+TEST_CASE("a freed block's descriptor number reused by a new block: the serial tells them apart",
+          "[comm][shm]") {
+  SmallZeroCopy on;
+  REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    Tensor out = cpu_tensor(kN * p, DType::kF32);
+    Tensor first = cpu_tensor(kN, DType::kF32);
+    fill_rank(first, r);
+    g.all_gather(out, first).wait();  // each peer maps `first`
+    cpu::ShareableBlock a, b;
+    expect(cpu::find_shareable_block(first.raw_data(), &a), "not shareable");
+    first = Tensor();
+    cpu::empty_host_cache();  // `first`'s block unmapped, its descriptor closed
+    Tensor second = cpu_tensor(kN, DType::kF32);
+    expect(cpu::find_shareable_block(second.raw_data(), &b), "not shareable");
+    expect(a.fd == b.fd && a.serial != b.serial, "the new block has descriptor ", b.fd,
+           " (the freed one had ", a.fd, "): the case is not made");
+    fill_rank(second, r + 10);
+    g.all_gather(out, second).wait();
+    expect_values(
+        out, [&](int64_t i) { return value(int(i / kN) + 10, i % kN); },
+        "all_gather from a new block under an old descriptor number");
+  }));
+}
+
+TEST_CASE("a rank killed in a zero-copy all_reduce fails the others fast, naming it",
+          "[comm][shm][failure]") {
+  const int world = 3, victim = 1;
+  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+    auto g = join(rank, world, store, std::chrono::seconds(10));
+    g->barrier().wait();
+    Tensor big = floats(16 << 20, 1.f);  // 64 MiB, long enough to be killed in the middle
+    if (!shareable(big)) return report("the tensor is not shareable: not zero-copy");
+    Work w = g->all_reduce(big);
+    if (rank == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ::kill(::getpid(), SIGKILL);
+    }
+    report_outcome([&] { w.wait(); });
+  });
+  check_survivors_failed(outcomes, victim, {"all_reduce #1 in group world", "rank 1"});
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("spmd-", 0) != 0) continue;
+    const int pid = std::atoi(name.c_str() + 5);
+    CHECK_FALSE((pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH));  // left by a dead rank
+  }
+}
