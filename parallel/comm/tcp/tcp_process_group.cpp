@@ -257,7 +257,8 @@ void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
 }
 
 // The header every rank checks, and the deadline.
-Mesh::Clock::time_point TcpProcessGroup::begin_on_host(const CommOp& op) {
+Mesh::Clock::time_point TcpProcessGroup::begin_on_host(const CommOp& op,
+                                                       Mesh::Clock::time_point now) {
   Header h;
   h.op = op.type;
   h.dtype = held_tensor(op).defined() ? held_tensor(op).dtype() : DType::kF32;
@@ -271,7 +272,7 @@ Mesh::Clock::time_point TcpProcessGroup::begin_on_host(const CommOp& op) {
                                               : 0;
   announced_ = false;
   current_seq_ = op.seq;
-  const auto now = Mesh::Clock::now();
+  if (now == Mesh::Clock::time_point{}) now = Mesh::Clock::now();
   mesh_->begin(h, now + timeout(), now);
   return now;
 }

@@ -86,8 +86,10 @@ class TcpProcessGroup final : public ProcessGroup,
   void run(Queued& item);
   void execute(Queued& item);
   void execute_on_host(CommOp& op, char* data, char* input);
-  // Returns the time it read, at which the collective's deadline counts.
-  tcp::Mesh::Clock::time_point begin_on_host(const CommOp& op);
+  // The collective's deadline counts from `now` (the epoch: reads the
+  // clock); returns that time.
+  tcp::Mesh::Clock::time_point begin_on_host(const CommOp& op,
+                                             tcp::Mesh::Clock::time_point now = {});
   void end_on_host(const CommOp& op);
   std::optional<Work> start_inline(CommOp& op);
   void execute_staged(Queued& item);

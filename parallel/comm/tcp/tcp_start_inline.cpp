@@ -38,7 +38,9 @@ std::optional<Work> TcpProcessGroup::start_inline(CommOp& op) {
             element_size(t.dtype())};
   std::shared_ptr<Queued> item;
   try {
-    const auto now = begin_on_host(op);  // one clock read: the deadline and the spin's end
+    // One clock read (issue()'s, when the flight recorder took one): the
+    // deadline and the spin's end.
+    const auto now = begin_on_host(op, op.issued_at);
     SegmentSmallAllReduce exchange(ctx, *segment_, data, op.reduce_op);
     exchange.post();
     const SpinPolicy spin = tuning_.spin();
