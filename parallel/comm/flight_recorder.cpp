@@ -87,8 +87,8 @@ uint64_t FlightRecorder::issued(const CommOp& op) {
   e.bytes = bytes;
   e.dtype = t.defined() ? std::string(dtype_name(t.dtype())) : std::string();
   e.state = FlightEntry::State::kPending;
-  e.issued_us = op.issued_at == std::chrono::steady_clock::time_point{} ? now_us()
-                                                                        : us_of(op.issued_at);
+  e.issued_us =
+      op.issued_at == std::chrono::steady_clock::time_point{} ? now_us() : us_of(op.issued_at);
   e.ended_us = 0;
   if (is_collective(op.type)) collective_ids_[op.seq % collective_ids_.size()] = id;
   return id;
@@ -151,8 +151,9 @@ std::string FlightRecorder::to_json(int global_rank, const std::string& group, i
                    {"issued_us", e.issued_us},
                    {"ended_us", e.ended_us}});
   }
-  nlohmann::json doc = {{"rank", global_rank},      {"group", group},   {"group_rank", group_rank},
-                        {"group_size", group_size}, {"reason", reason}, {"dumped_us", wall_now_us()},
+  nlohmann::json doc = {{"rank", global_rank},      {"group", group},
+                        {"group_rank", group_rank}, {"group_size", group_size},
+                        {"reason", reason},         {"dumped_us", wall_now_us()},
                         {"ops", std::move(ops)}};
   return doc.dump(1);
 }

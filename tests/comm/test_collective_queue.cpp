@@ -224,7 +224,8 @@ TEST_CASE("claims on one thread and queued collectives on another never run at o
     }
   });
   for (int i = 0; i < 2000; ++i) {
-    auto entry = q.push(enter, [] {}, "test collective");
+    auto entry = q.push(
+        enter, [] {}, "test collective");
     if (i % 2) q.run_through(entry);  // half run by this waiter (when free), half by the worker
   }
   const auto until = std::chrono::steady_clock::now() + 5s;

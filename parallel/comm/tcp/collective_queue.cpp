@@ -103,8 +103,7 @@ void CollectiveQueue::stop() {
 void CollectiveQueue::worker_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    if (!queue_.empty() && (stopping_ || queue_.front()->due <= Clock::now()) &&
-        start_running()) {
+    if (!queue_.empty() && (stopping_ || queue_.front()->due <= Clock::now()) && start_running()) {
       run_front(lock);
       continue;
     }

@@ -114,7 +114,7 @@ class CollectiveQueue {
   std::atomic<bool> stopping_{false};
 
   std::chrono::microseconds start_after_;
-  std::mutex mu_;  // guards everything below
+  std::mutex mu_;      // guards everything below
   WakeupTimer timer_;  // the worker sleeps on it
   std::deque<EntryPtr> queue_;
   std::thread worker_;

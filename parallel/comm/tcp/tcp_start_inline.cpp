@@ -63,12 +63,12 @@ std::optional<Work> TcpProcessGroup::start_inline(CommOp& op) {
   }
   queue_->release(item);
   if (!item) return Work::completed(std::move(op.description));  // op is done with
-  item->work.set_runner([group = weak_from_this(),
-                         weak = std::weak_ptr<CollectiveQueue::Entry>(item)] {
-    auto g = group.lock();
-    auto e = weak.lock();
-    return g && e && g->queue_->run_through(e);
-  });
+  item->work.set_runner(
+      [group = weak_from_this(), weak = std::weak_ptr<CollectiveQueue::Entry>(item)] {
+        auto g = group.lock();
+        auto e = weak.lock();
+        return g && e && g->queue_->run_through(e);
+      });
   return item->work;
 }
 
