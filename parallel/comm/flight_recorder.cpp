@@ -16,11 +16,20 @@ namespace {
 
 bool is_collective(OpType op) { return op != OpType::kSend && op != OpType::kRecv; }
 
-int64_t now_us() {
+int64_t us_of(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+int64_t now_us() { return us_of(std::chrono::steady_clock::now()); }  // the ring's clock
+
+int64_t wall_now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+// What to add to a steady-clock time to put it on the wall clock, now.
+int64_t wall_offset_us() { return wall_now_us() - now_us(); }
 
 }  // namespace
 
@@ -78,7 +87,8 @@ uint64_t FlightRecorder::issued(const CommOp& op) {
   e.bytes = bytes;
   e.dtype = t.defined() ? std::string(dtype_name(t.dtype())) : std::string();
   e.state = FlightEntry::State::kPending;
-  e.issued_us = now_us();
+  e.issued_us =
+      op.issued_at == std::chrono::steady_clock::time_point{} ? now_us() : us_of(op.issued_at);
   e.ended_us = 0;
   if (is_collective(op.type)) collective_ids_[op.seq % collective_ids_.size()] = id;
   return id;
@@ -106,10 +116,19 @@ void FlightRecorder::end_locked(uint64_t id, bool ok, int64_t t) {
 }
 
 std::vector<FlightEntry> FlightRecorder::snapshot() const {
-  std::lock_guard lock(mu_);
   std::vector<FlightEntry> out;
-  const uint64_t kept = std::min<uint64_t>(next_id_, ring_.size());
-  for (uint64_t id = next_id_ - kept; id < next_id_; ++id) out.push_back(ring_[id % ring_.size()]);
+  {
+    std::lock_guard lock(mu_);
+    const uint64_t kept = std::min<uint64_t>(next_id_, ring_.size());
+    for (uint64_t id = next_id_ - kept; id < next_id_; ++id) {
+      out.push_back(ring_[id % ring_.size()]);
+    }
+  }
+  const int64_t offset = wall_offset_us();
+  for (FlightEntry& e : out) {
+    e.issued_us += offset;
+    if (e.ended_us != 0) e.ended_us += offset;
+  }
   return out;
 }
 
@@ -132,8 +151,9 @@ std::string FlightRecorder::to_json(int global_rank, const std::string& group, i
                    {"issued_us", e.issued_us},
                    {"ended_us", e.ended_us}});
   }
-  nlohmann::json doc = {{"rank", global_rank},      {"group", group},   {"group_rank", group_rank},
-                        {"group_size", group_size}, {"reason", reason}, {"dumped_us", now_us()},
+  nlohmann::json doc = {{"rank", global_rank},      {"group", group},
+                        {"group_rank", group_rank}, {"group_size", group_size},
+                        {"reason", reason},         {"dumped_us", wall_now_us()},
                         {"ops", std::move(ops)}};
   return doc.dump(1);
 }

@@ -10,6 +10,11 @@
 // SPMD_FLIGHT_RECORDER=0 turns it off; SPMD_FLIGHT_RECORDER_SIZE sets how
 // many operations it keeps (default 64). Times are wall-clock microseconds
 // since the epoch, so that dumps of several nodes can be laid side by side.
+// The ring keeps the steady clock's (the issue time is the op's issued_at,
+// which the backend reuses: one clock read for both) and snapshot() moves
+// them onto the wall clock by the offset between the two clocks at that
+// moment: exact unless the wall clock was stepped between an op and the
+// dump, and then off by the step.
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once

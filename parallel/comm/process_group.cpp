@@ -179,6 +179,7 @@ Work ProcessGroup::issue(CommOp op) {
   if (ledger) desync_->record(op, call_site_);
   const CommSpan span(op, name());  // SPMD_TRACE: the op from issue to completion
   if (!recorder_ && !ledger) return span.end_with(launch(std::move(op)));
+  if (recorder_) op.issued_at = std::chrono::steady_clock::now();
   const uint64_t recorder_id = recorder_ ? recorder_->issued(op) : 0;
   const uint64_t id = p2p ? recorder_id : op.seq | Recording::kCollective;  // Recording's ids
   Work work = launch(std::move(op));

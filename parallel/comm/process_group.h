@@ -95,6 +95,10 @@ struct CommOp {
   std::vector<size_t> send_counts, recv_counts;
   std::vector<size_t> send_offsets, recv_offsets;
   std::string description;  // "all_reduce #5 in group world"
+  // When issue() read the clock for the flight recorder (the epoch when the
+  // recorder is off): a backend that starts the op at once counts from it
+  // instead of reading the clock again.
+  std::chrono::steady_clock::time_point issued_at{};
 };
 
 class ProcessGroup {

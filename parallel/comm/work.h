@@ -8,8 +8,12 @@
 //
 // A Work is a shared handle: copies name the same operation. Thread-safety:
 // any thread may wait on or poll a Work; the backend completes it once.
+// Once complete, a Work is read without its mutex (an atomic `done`, stored
+// with release after the error and the callbacks): waiting on, polling or
+// observing one that finished at the call takes no lock.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -32,6 +36,9 @@ class Work {
   // A pending Work that the backend will complete. `description` names it in
   // errors ("all_reduce #5 in group world"); `default_timeout` bounds wait().
   Work(std::string description, Duration default_timeout);
+  // An operation that the backend finished, successfully, before returning
+  // its Work (the TCP backend's small all_reduce started at the call).
+  static Work completed(std::string description);
 
   // Blocks until the operation has finished and rethrows its error if it
   // failed. Waits at most the default timeout the backend gave (its own
@@ -85,7 +92,9 @@ class Work {
     Duration default_timeout{};
     mutable std::mutex mu;
     std::condition_variable cv;
-    bool done = false;
+    // Written under mu with release; read with acquire without mu. Once
+    // true, error is fixed and the callbacks have run.
+    std::atomic<bool> done{false};
     bool completing = false;  // complete() has begun (the first outcome wins)
     std::exception_ptr error;
     std::vector<std::function<void()>> callbacks;

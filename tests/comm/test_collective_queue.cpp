@@ -184,3 +184,57 @@ TEST_CASE("no claim while a collective is queued; a claim that ends lets the que
   q.stop();
   CHECK_FALSE(q.try_claim());  // stopped
 }
+
+TEST_CASE("a collective queued during a claim that leaves nothing is started once it ends",
+          "[comm][queue]") {
+  // The worker, woken at once for it, finds the queue claimed and sleeps
+  // again: the release (which takes no lock when nothing is queued) must
+  // see it and set the timer.
+  CollectiveQueue q(0us);
+  Log log;
+  REQUIRE(q.try_claim());
+  log.push(q, 0);
+  std::this_thread::sleep_for(5ms);
+  {
+    std::lock_guard lock(log.mu);
+    CHECK(log.order.empty());  // not while claimed
+  }
+  q.release();
+  CHECK(log.wait_completed(1));
+}
+
+TEST_CASE("claims on one thread and queued collectives on another never run at once",
+          "[comm][queue]") {
+  CollectiveQueue q(0us);
+  std::atomic<int> active{0}, overlaps{0}, claimed{0};
+  auto enter = [&] {  // a collective: counts any other inside it meanwhile
+    if (active.fetch_add(1) != 0) overlaps.fetch_add(1);
+    for (int k = 0; k < 100; ++k) {
+      if (active.load() != 1) overlaps.fetch_add(1);
+    }
+    active.fetch_sub(1);
+  };
+  std::atomic<bool> stop{false};
+  std::thread claimer([&] {
+    while (!stop.load()) {
+      if (!q.try_claim()) continue;
+      enter();
+      claimed.fetch_add(1);
+      q.release();
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    auto entry = q.push(
+        enter, [] {}, "test collective");
+    if (i % 2) q.run_through(entry);  // half run by this waiter (when free), half by the worker
+  }
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (claimed.load() < 100 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+  stop = true;
+  claimer.join();
+  q.stop();
+  CHECK(overlaps.load() == 0);
+  CHECK(claimed.load() >= 100);
+}

@@ -56,6 +56,34 @@ TEST_CASE("flight recorder: the last N operations, oldest first, with their ends
   CHECK(doc["ops"][0]["op"] == "all_reduce");
 }
 
+TEST_CASE("flight recorder: times on the wall clock, an op's issue time taken from the op",
+          "[comm][flight]") {
+  // The ring keeps the steady clock's times; a snapshot puts them on the
+  // wall clock (the dumps of several nodes are laid side by side).
+  auto wall_us = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  FlightRecorder rec(4);
+  const int64_t before = wall_us();
+  const uint64_t now_id = rec.issued(op_of(OpType::kAllReduce, 0));
+  CommOp earlier = op_of(OpType::kAllReduce, 1);
+  earlier.issued_at = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+  rec.issued(earlier);
+  rec.ended(now_id, true);
+  const int64_t after = wall_us();
+  const auto kept = rec.snapshot();
+  REQUIRE(kept.size() == 2);
+  CHECK(kept[0].issued_us >= before - 1000);  // within the clocks' rounding and a step
+  CHECK(kept[0].issued_us <= after + 1000);
+  CHECK(kept[0].ended_us >= kept[0].issued_us);
+  CHECK(kept[0].ended_us <= after + 1000);
+  CHECK(kept[1].issued_us >= before - 10'001'000);  // the op's own time, 10 s ago
+  CHECK(kept[1].issued_us <= after - 9'999'000);
+  CHECK(kept[1].ended_us == 0);  // pending
+}
+
 TEST_CASE("flight recorder: a collective ended by its sequence number", "[comm][flight]") {
   FlightRecorder rec(3);
   rec.issued(op_of(OpType::kAllReduce, 0));

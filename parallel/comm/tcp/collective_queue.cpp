@@ -36,6 +36,7 @@ void CollectiveQueue::push(const EntryPtr& entry, const std::string& description
   std::lock_guard lock(mu_);
   SPMD_CHECK(!stopping_, description, ": the group has been shut down");
   queue_.push_back(entry);
+  set_queue_size_locked();
   // A timer already set fires no later than this one is due (the worker then
   // sets it again for the first in line), so most launches cost no syscall.
   timer_.arm_by(entry->due);
@@ -44,7 +45,7 @@ void CollectiveQueue::push(const EntryPtr& entry, const std::string& description
 bool CollectiveQueue::run_through(const EntryPtr& entry) {
   std::unique_lock lock(mu_);
   bool ran = false;
-  while (!ran && !entry->done && !running_ && !queue_.empty()) {
+  while (!ran && !entry->done && !queue_.empty() && start_running()) {
     ran = queue_.front() == entry;
     run_front(lock);
   }
@@ -62,27 +63,36 @@ bool CollectiveQueue::run_through(const EntryPtr& entry) {
   return ran;
 }
 
+// Without the lock (the header's "Claiming"): take running_, then look
+// again at queued_ and stopping_; one queued or a stop begun meanwhile
+// gives the claim back.
 bool CollectiveQueue::try_claim() {
-  std::lock_guard lock(mu_);
-  if (running_ || stopping_ || !queue_.empty()) return false;
-  running_ = true;
-  return true;
+  if (queued_.load() != 0 || stopping_.load() || !start_running()) return false;
+  if (queued_.load() == 0 && !stopping_.load()) return true;
+  release();
+  return false;
 }
 
 void CollectiveQueue::release(const EntryPtr& rest) {
-  std::lock_guard lock(mu_);
-  running_ = false;
-  if (rest) {
-    rest->due = Clock::now() + start_after_;
-    queue_.push_front(rest);
+  if (!rest) {
+    running_.store(false);
+    // Nothing queued meanwhile and no stop: nothing for the timer to do.
+    if (queued_.load() == 0 && !stopping_.load()) return;
+    std::lock_guard lock(mu_);
+    return schedule_locked();
   }
+  std::lock_guard lock(mu_);
+  rest->due = Clock::now() + start_after_;
+  queue_.push_front(rest);
+  set_queue_size_locked();
+  running_.store(false);
   schedule_locked();
 }
 
 void CollectiveQueue::stop() {
   {
     std::lock_guard lock(mu_);
-    stopping_ = true;
+    stopping_.store(true);
     schedule_locked();
   }
   if (worker_.joinable()) worker_.join();
@@ -93,7 +103,7 @@ void CollectiveQueue::stop() {
 void CollectiveQueue::worker_loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    if (!running_ && !queue_.empty() && (stopping_ || queue_.front()->due <= Clock::now())) {
+    if (!queue_.empty() && (stopping_ || queue_.front()->due <= Clock::now()) && start_running()) {
       run_front(lock);
       continue;
     }
@@ -106,16 +116,23 @@ void CollectiveQueue::worker_loop() {
   }
 }
 
-// Runs the first collective in line on this thread; lets the next one go
-// before completing this one's Work. `lock` is held on entry and on return.
+// Takes running_ for this thread, unless another (a claimer) has it.
+bool CollectiveQueue::start_running() {
+  bool expected = false;
+  return running_.compare_exchange_strong(expected, true);
+}
+
+// Runs the first collective in line on this thread, which has taken
+// running_ (start_running); lets the next one go before completing this
+// one's Work. `lock` is held on entry and on return.
 void CollectiveQueue::run_front(std::unique_lock<std::mutex>& lock) {
   EntryPtr entry = std::move(queue_.front());
   queue_.pop_front();
-  running_ = true;
+  set_queue_size_locked();
   lock.unlock();
   entry->run();
   lock.lock();
-  running_ = false;
+  running_.store(false);
   entry->done = true;
   lock.unlock();
   entry->complete();

@@ -23,9 +23,11 @@
 // compute (a DDP bucket) starts at most start_after late. The figures:
 // docs/comm.md, "Measured".
 //
-// Thread-safety: every method may be called from any thread.
+// Thread-safety: every method may be called from any thread. try_claim()
+// and a release() with nothing left take no lock (below, "Claiming").
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -80,26 +82,41 @@ class CollectiveQueue {
   // (the small all_reduce through the group segment's posts, which often
   // ends before the call returns): true when nothing is queued or running;
   // the queue then counts it as running until release(), so nothing else
-  // starts meanwhile and the issue order holds.
+  // starts meanwhile and the issue order holds. Takes no lock.
   bool try_claim();
   // Ends a claim. `rest`, when given, is what is left of the claimed
   // collective: it goes first in line, to be run by its waiter or the
-  // worker like any other.
+  // worker like any other. Without `rest` and with nothing queued meanwhile,
+  // takes no lock.
   void release(const EntryPtr& rest = nullptr);
   // Lets the worker run everything queued at once, then joins it.
   void stop();
 
  private:
   void worker_loop();
+  bool start_running();
   void run_front(std::unique_lock<std::mutex>& lock);
+  void set_queue_size_locked() { queued_.store(queue_.size()); }
   void schedule_locked();
 
+  // Claiming. running_ says a thread runs a collective; whoever sets it
+  // does so with a compare-exchange (start_running, try_claim), so of a
+  // claimer, which holds no lock, and a thread under mu_ only one wins.
+  // queued_ mirrors queue_.size() and stopping_ is set under mu_, so that
+  // a claimer can read both without it. All three are sequentially
+  // consistent: a releaser stores running_ = false, then loads queued_ and
+  // stopping_; a thread that queues or stops stores those, then (under mu_)
+  // loads running_. Of the two, one sees the other's store (as the rings'
+  // handshake, shm_ring.h), so a collective queued during a claim is never
+  // left without its timer.
+  std::atomic<bool> running_{false};
+  std::atomic<size_t> queued_{0};
+  std::atomic<bool> stopping_{false};
+
   std::chrono::microseconds start_after_;
-  std::mutex mu_;  // guards everything below
+  std::mutex mu_;      // guards everything below
   WakeupTimer timer_;  // the worker sleeps on it
   std::deque<EntryPtr> queue_;
-  bool running_ = false;  // a thread is running a collective
-  bool stopping_ = false;
   std::thread worker_;
 };
 

@@ -32,9 +32,9 @@ Link& Mesh::link(int peer) {
   return *l;
 }
 
-void Mesh::begin(const Header& header, Clock::time_point deadline) {
+void Mesh::begin(const Header& header, Clock::time_point deadline, Clock::time_point now) {
   header_ = header;
-  start_ = Clock::now();
+  start_ = now;
   deadline_ = deadline;
   slow_called_ = false;
   next_report_ = start_ + report_every_;

@@ -29,8 +29,10 @@ bool SegmentSmallAllReduce::posted(int peer) const {
   return segment_.post(set_, peer).stamp.load(std::memory_order_acquire) == stamp_;
 }
 
-bool SegmentSmallAllReduce::all_posted(std::chrono::nanoseconds spin, bool yield) const {
-  const auto give_up = std::chrono::steady_clock::now() + spin;
+// The posts are looked at before the clock is read: in a stream of calls
+// the peers' often have come already.
+bool SegmentSmallAllReduce::all_posted(std::chrono::steady_clock::time_point give_up,
+                                       bool yield) const {
   int q = 1;
   for (;;) {
     while (q < ctx_.size() && posted((ctx_.rank() + q) % ctx_.size())) ++q;

@@ -116,15 +116,17 @@ Work TcpProcessGroup::launch(CommOp op) {
     SPMD_CHECK(op.input.device() == op.tensor.device(), op.description, ": output on ",
                op.tensor.device(), " but input on ", op.input.device());
   }
-  Work work(op.description, Work::Duration::max());
 #if SPMD_WITH_CUDA
   if (on_gpu && !staging_) staging_ = std::make_unique<HostStaging>();  // on the issuing thread
 #endif
+  if (!on_gpu) {
+    if (std::optional<Work> started = start_inline(op)) return *std::move(started);
+  }
+  Work work(op.description, Work::Duration::max());
   if (op.type == OpType::kSend || op.type == OpType::kRecv) {
     launch_p2p(std::move(op), work);
     return work;
   }
-  if (!on_gpu && start_inline(op, work)) return work;
   auto item = std::make_shared<Queued>(*this, std::move(op), work);
 #if SPMD_WITH_CUDA
   if (on_gpu) item->mark = std::make_shared<StreamMark>(held_tensor(item->op));
@@ -256,7 +258,8 @@ void TcpProcessGroup::execute_on_host(CommOp& op, char* data, char* input) {
 }
 
 // The header every rank checks, and the deadline.
-void TcpProcessGroup::begin_on_host(const CommOp& op) {
+Mesh::Clock::time_point TcpProcessGroup::begin_on_host(const CommOp& op,
+                                                       Mesh::Clock::time_point now) {
   Header h;
   h.op = op.type;
   h.dtype = held_tensor(op).defined() ? held_tensor(op).dtype() : DType::kF32;
@@ -270,7 +273,9 @@ void TcpProcessGroup::begin_on_host(const CommOp& op) {
                                               : 0;
   announced_ = false;
   current_seq_ = op.seq;
-  mesh_->begin(h, Mesh::Clock::now() + timeout());
+  if (now == Mesh::Clock::time_point{}) now = Mesh::Clock::now();
+  mesh_->begin(h, now + timeout(), now);
+  return now;
 }
 
 void TcpProcessGroup::end_on_host(const CommOp& op) {

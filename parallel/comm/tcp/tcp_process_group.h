@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "parallel/comm/process_group.h"
 #include "parallel/comm/tcp/collective_queue.h"
@@ -85,9 +86,12 @@ class TcpProcessGroup final : public ProcessGroup,
   void run(Queued& item);
   void execute(Queued& item);
   void execute_on_host(CommOp& op, char* data, char* input);
-  void begin_on_host(const CommOp& op);
+  // The collective's deadline counts from `now` (the epoch: reads the
+  // clock); returns that time.
+  tcp::Mesh::Clock::time_point begin_on_host(const CommOp& op,
+                                             tcp::Mesh::Clock::time_point now = {});
   void end_on_host(const CommOp& op);
-  bool start_inline(CommOp& op, const Work& work);
+  std::optional<Work> start_inline(CommOp& op);
   void execute_staged(Queued& item);
   void run_algorithm(CommOp& op, char* data, char* input);
   void run_alone(CommOp& op, char* data, char* input);

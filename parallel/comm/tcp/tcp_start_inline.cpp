@@ -2,6 +2,7 @@
 // all_reduce through a one-host group's posts (segment_small_all_reduce.h).
 // The rest of the group is in tcp_process_group.cpp.
 #include <algorithm>
+#include <optional>
 
 #include "parallel/comm/tcp/group_segment.h"
 #include "parallel/comm/tcp/segment_small_all_reduce.h"
@@ -15,20 +16,21 @@ using namespace tcp;  // NOLINT: this file is the backend's own
 // the group is queued or running, starts on the issuing thread: it posts
 // this rank's part and spins a moment (at most kIssueSpin) for the peers'.
 // When they have come (in a stream of collectives the peers are seldom far
-// apart) it reduces and returns a completed Work: no queue entry, no runner,
-// nothing for a waiter to do. Else what is left goes first in the queue, for
-// the waiter or the worker to finish as any collective. Either way the call
-// returns at once (within the spin): a caller that issues it before a
-// point-to-point exchange it depends on is not blocked.
-bool TcpProcessGroup::start_inline(CommOp& op, const Work& work) {
+// apart) it reduces and returns a Work made complete (Work::completed: no
+// queue entry, no runner, no lock for a waiter to take). Else what is left
+// goes first in the queue, for the waiter or the worker to finish as any
+// collective. Either way the call returns at once (within the spin): a
+// caller that issues it before a point-to-point exchange it depends on is
+// not blocked. Returns nothing when the collective is not one for here.
+std::optional<Work> TcpProcessGroup::start_inline(CommOp& op) {
   constexpr auto kIssueSpin = std::chrono::microseconds(3);
   if (!segment_ || op.type != OpType::kAllReduce || !op.tensor.defined() ||
       op.tensor.nbytes() > segment_->post_bytes() || !queue_ || !queue_->try_claim()) {
-    return false;
+    return std::nullopt;
   }
   if (!aborted_.empty()) {  // the queued path fails it, as any later collective
     queue_->release();
-    return false;
+    return std::nullopt;
   }
   const Tensor& t = op.tensor;
   Context ctx{*mesh_, workspace_, tuning_};
@@ -36,35 +38,38 @@ bool TcpProcessGroup::start_inline(CommOp& op, const Work& work) {
             element_size(t.dtype())};
   std::shared_ptr<Queued> item;
   try {
-    begin_on_host(op);
+    // One clock read (issue()'s, when the flight recorder took one): the
+    // deadline and the spin's end.
+    const auto now = begin_on_host(op, op.issued_at);
     SegmentSmallAllReduce exchange(ctx, *segment_, data, op.reduce_op);
     exchange.post();
     const SpinPolicy spin = tuning_.spin();
-    if (exchange.all_posted(std::min<std::chrono::nanoseconds>(kIssueSpin, spin.budget),
+    if (exchange.all_posted(now + std::min<std::chrono::nanoseconds>(kIssueSpin, spin.budget),
                             spin.yield)) {
       exchange.finish();
       end_on_host(op);
     } else {
+      Work work(op.description, Work::Duration::max());
       item = std::make_shared<Queued>(*this, std::move(op), work);
       item->rest = std::make_unique<SegmentSmallAllReduce>(exchange);
     }
   } catch (...) {
-    std::exception_ptr error = fail(op, std::current_exception());
+    const CommOp& failed = item ? item->op : op;  // item took op (only bad_alloc comes after)
+    std::exception_ptr error = fail(failed, std::current_exception());
     queue_->release();
+    Work work(failed.description, Work::Duration::max());
     work.complete(error);
-    return true;
+    return work;
   }
   queue_->release(item);
-  if (!item) {
-    work.complete();
-    return true;
-  }
-  work.set_runner([group = weak_from_this(), weak = std::weak_ptr<CollectiveQueue::Entry>(item)] {
-    auto g = group.lock();
-    auto e = weak.lock();
-    return g && e && g->queue_->run_through(e);
-  });
-  return true;
+  if (!item) return Work::completed(std::move(op.description));  // op is done with
+  item->work.set_runner(
+      [group = weak_from_this(), weak = std::weak_ptr<CollectiveQueue::Entry>(item)] {
+        auto g = group.lock();
+        auto e = weak.lock();
+        return g && e && g->queue_->run_through(e);
+      });
+  return item->work;
 }
 
 }  // namespace spmd::dist
