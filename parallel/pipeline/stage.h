@@ -86,8 +86,8 @@ TransformerStage split_model(std::shared_ptr<nn::Transformer> model, int index, 
 
 // The default cut of num_layers blocks into num_ranks x stages_per_rank
 // stages of an interleaved pipeline (stage s on rank s % p), as split_layers
-// gives it: as even as they go, but the r stages that take one more block
-// when the stages do not divide the blocks are the middle ones (of the
+// gives it: as even as they go, but the num_layers % (num_ranks x
+// stages_per_rank) stages that take one more block are the middle ones (of the
 // two middle windows, the one that gives rank 0 more of them), not the
 // first. Simulated under the interleaved schedule with each stage's time
 // its blocks (docs/pipeline.md), 6 blocks on 2 x 2 stages, m = 16: blocks

@@ -88,6 +88,21 @@ class HostAllocator {
     free_block(p, size, shared);
   }
 
+  // Frees the ordinary cached blocks of at least min_bytes: from now on
+  // blocks of their sizes come from the shareable cache, so these would
+  // never be handed out again, yet count against the cap.
+  void drop_cached_from(size_t min_bytes) {
+    std::multimap<size_t, void*> blocks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto first = free_.lower_bound(min_bytes);
+      for (auto it = first; it != free_.end(); ++it) stats_.cached -= it->first;
+      blocks.insert(first, free_.end());
+      free_.erase(first, free_.end());
+    }
+    for (auto& [size, p] : blocks) free_block(p, size, false);
+  }
+
   void empty_cache() {
     std::multimap<size_t, void*> blocks, shared;
     {
@@ -161,6 +176,7 @@ void share_host_blocks_from(size_t min_bytes) {
   size_t now = share_from.load();
   while ((now == 0 || min_bytes < now) && !share_from.compare_exchange_weak(now, min_bytes)) {
   }
+  if (now == 0 || min_bytes < now) allocator().drop_cached_from(min_bytes);
 }
 
 void empty_host_cache() { allocator().empty_cache(); }

@@ -65,7 +65,8 @@ struct ShareableBlock {
 };
 // From now on, blocks of at least min_bytes are shareable (the smallest
 // threshold asked for wins; 0 asks nothing). Blocks allocated before stay as
-// they are.
+// they are; the cache gives back its ordinary blocks of those sizes, which
+// would never be handed out again.
 void share_host_blocks_from(size_t min_bytes);
 // The shareable block that `p` points into (anywhere inside it: tensors are
 // views at offsets), or false when it lies in none.

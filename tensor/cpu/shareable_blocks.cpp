@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -35,11 +36,12 @@ class Registry {
                    [] { registry().privatize_after_fork(); });
   }
 
+  // Under the lock throughout, so that a fork() from another thread never
+  // finds a mapped block missing from the map (its child would keep it
+  // shared).
   void* map(size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (blocks_.size() >= max_blocks_) return nullptr;  // leave descriptors to the rest
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (blocks_.size() >= max_blocks_) return nullptr;  // leave descriptors to the rest
     const int fd = ::memfd_create("spmd-tensor", MFD_CLOEXEC);
     if (fd < 0) return nullptr;
     void* p = MAP_FAILED;
@@ -50,7 +52,6 @@ class Registry {
       ::close(fd);
       return nullptr;
     }
-    std::lock_guard<std::mutex> lock(mu_);
     blocks_[uintptr_t(p)] = Block{fd, ++serials_, bytes};
     return p;
   }
@@ -85,20 +86,32 @@ class Registry {
 
  private:
   // In the child of fork(), single-threaded, the lock held: each block gets
-  // private pages with the same contents at the same address.
+  // private pages with the same contents at the same address. A child that
+  // cannot have them stops here: going on, its writes would land in the
+  // parent's tensors. (It cannot throw from a fork handler; write(2) and
+  // abort() are what is safe there.)
   void privatize_after_fork() {
     for (auto& [address, block] : blocks_) {
+      void* at = reinterpret_cast<void*>(address);
       void* copy =
           ::mmap(nullptr, block.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (copy != MAP_FAILED) {
-        std::memcpy(copy, reinterpret_cast<void*>(address), block.bytes);
-        ::mremap(copy, block.bytes, block.bytes, MREMAP_MAYMOVE | MREMAP_FIXED,
-                 reinterpret_cast<void*>(address));
+      if (copy == MAP_FAILED) die("no memory for a private copy of a shareable tensor block");
+      std::memcpy(copy, at, block.bytes);
+      if (::mremap(copy, block.bytes, block.bytes, MREMAP_MAYMOVE | MREMAP_FIXED, at) != at) {
+        die("mremap of a shareable tensor block's private copy failed");
       }
       ::close(block.fd);
     }
     blocks_.clear();
     mu_.unlock();
+  }
+
+  [[noreturn]] static void die(const char* what) {
+    static const char prefix[] = "spmd: in the child of fork(): ";
+    (void)!::write(STDERR_FILENO, prefix, sizeof prefix - 1);
+    (void)!::write(STDERR_FILENO, what, std::strlen(what));
+    (void)!::write(STDERR_FILENO, "\n", 1);
+    std::abort();
   }
 
   std::mutex mu_;

@@ -20,7 +20,10 @@
 // After fork() the child's copies of the blocks would still share pages with
 // the parent (MAP_SHARED), unlike the copy-on-write private memory every
 // other tensor has; so in the child each block is copied into private memory
-// at its address and forgotten (it is no longer shareable there).
+// at its address and forgotten (it is no longer shareable there): a fork()
+// copies every shareable byte at once (posix_spawn does not: it runs no fork
+// handlers), and a child that cannot get the memory for it aborts with a
+// message rather than share its parent's tensors.
 //
 // Thread-safe. Internal to the CPU allocator (allocator.h), which decides
 // which blocks are shareable.

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
@@ -67,5 +68,23 @@ TEST_CASE("shareable blocks are private again in a child of fork()", "[tensor][a
           if (f32(t)[0] != 1.f || f32(t)[12345] != 1.f) return 3;  // the child's write came through
           cpu::ShareableBlock b;
           return cpu::find_shareable_block(t.raw_data(), &b) ? 0 : 4;  // still shareable here
+        }) == 0);
+}
+
+TEST_CASE("shareable blocks: switching them on gives back the cached ordinary blocks they replace",
+          "[tensor][allocator]") {
+  CHECK(in_child([] {
+          cpu::empty_host_cache();
+          { Tensor t = ops::empty(Shape{int64_t(1) << 18}, {DType::kF32}); }  // 1 MiB, cached
+          { Tensor t = ops::empty(Shape{int64_t(1) << 16}, {DType::kF32}); }  // 256 KiB, cached
+          const size_t before = cpu::host_memory_stats().cached;
+          if (before < (size_t(5) << 18)) return 1;  // both cached
+          cpu::share_host_blocks_from(size_t(512) << 10);
+          const size_t after = cpu::host_memory_stats().cached;
+          if (before - after != (size_t(1) << 20)) return 2;  // the 1 MiB block only
+          Tensor t = ops::empty(Shape{int64_t(1) << 18}, {DType::kF32});
+          cpu::ShareableBlock b;
+          if (!cpu::find_shareable_block(t.raw_data(), &b)) return 3;  // a new, shareable one
+          return 0;
         }) == 0);
 }

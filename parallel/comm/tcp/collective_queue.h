@@ -105,10 +105,12 @@ class CollectiveQueue {
   // queued_ mirrors queue_.size() and stopping_ is set under mu_, so that
   // a claimer can read both without it. All three are sequentially
   // consistent: a releaser stores running_ = false, then loads queued_ and
-  // stopping_; a thread that queues or stops stores those, then (under mu_)
-  // loads running_. Of the two, one sees the other's store (as the rings'
-  // handshake, shm_ring.h), so a collective queued during a claim is never
-  // left without its timer.
+  // stopping_; a thread that queues or stops stores those and arms the
+  // worker's timer whatever running_ holds, and the worker, woken, takes
+  // running_ by its compare-exchange. So either the releaser sees the new
+  // entry (or the stop) and hands it on, or the worker's compare-exchange
+  // comes after the release and wins: a collective queued during a claim is
+  // never left without its timer.
   std::atomic<bool> running_{false};
   std::atomic<size_t> queued_{0};
   std::atomic<bool> stopping_{false};
