@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -200,6 +201,37 @@ TEST_CASE("no rank returns while a peer still reads its buffer", "[comm][shm]") 
           out, [&](int64_t i) { return value(int(i / n) + k, i % n); }, str_cat("all_gather ", k));
     }
   }));
+}
+
+TEST_CASE("the mappings one collective uses are never evicted before it ends", "[comm][shm]") {
+  SmallZeroCopy on;
+  // Limits so small that every collective on 3 ranks needs more than they
+  // allow: each must keep its own mappings, and evict the last one's.
+  for (const char* limit : {"SPMD_SHM_MAX_MAPPINGS=1", "SPMD_SHM_MAX_MAPPED_BYTES=4096"}) {
+    INFO(limit);
+    ::putenv(const_cast<char*>(limit));
+    REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+      const int p = g.size(), r = g.rank();
+      std::vector<Tensor> kept;  // alive, so that each round's tensors are new blocks
+      for (int k = 0; k < 3; ++k) {
+        four_collectives(g, [&](int64_t n) {
+          kept.push_back(cpu_tensor(n, DType::kF32));
+          return kept.back();
+        });
+        Tensor in = cpu_tensor(kN, DType::kF32), out = cpu_tensor(kN * p, DType::kF32);
+        kept.push_back(in);
+        kept.push_back(out);
+        fill_rank(in, r + k);
+        g.all_gather(out, in).wait();
+        expect_values(
+            out, [&](int64_t i) { return value(int(i / kN) + k, i % kN); },
+            str_cat("all_gather ", k));
+        expect(peer_mappings() == p - 1, "rank ", r, " maps ", peer_mappings(),
+               " peer blocks after an all_gather: the earlier ones were not evicted");
+      }
+    }));
+    ::unsetenv(std::string(limit, std::strchr(limit, '=')).c_str());
+  }
 }
 
 TEST_CASE("one rank's tensor not shareable: every rank takes the staged path", "[comm][shm]") {

@@ -73,8 +73,10 @@ std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* dat
     shareable &= all[q].shareable();
   }
   if (!shareable) return {};
+  PeerMemory& memory = segment.peer_memory();
+  memory.begin_collective();  // what it maps now stays mapped until this collective ends
   std::vector<char*> at(p);
-  for (int q = 0; q < p; ++q) at[q] = q == r ? data : segment.peer_memory().address(q, all[q]);
+  for (int q = 0; q < p; ++q) at[q] = q == r ? data : memory.address(q, all[q]);
   return at;
 }
 
