@@ -9,11 +9,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "parallel/comm/tcp/peer_memory.h"
 #include "parallel/comm/tcp/reduce.h"
 #include "parallel/comm/tcp/segment_all_reduce.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -56,9 +59,17 @@ bool overlaps(const char* a, size_t a_bytes, const char* b, size_t b_bytes) {
   return a < b + b_bytes && b < a + a_bytes;
 }
 
+// Where in its slot a rank says whether it mapped all its peers' buffers:
+// just past its descriptor, which the peers may still be reading then.
+constexpr size_t kMappedAt = sizeof(BufferDescriptor);
+static_assert(kMappedAt < 64, "a slot has at least 64 bytes");
+
 // Publishes `mine` in this rank's slot of the next set, runs the barrier,
-// and returns every rank's buffer as an address here (this rank's: `data`),
-// or an empty vector when some rank's is not shareable.
+// maps every peer's buffer, says in its slot whether it could, runs a second
+// barrier, and returns every rank's buffer as an address here (this rank's:
+// `data`); or an empty vector when some rank's is not shareable, or some
+// rank could not map a peer's (EMFILE, ENOMEM, vm.max_map_count): then all
+// take the staged path, having decided alike from what all published.
 std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* data, size_t bytes,
                             bool usable) {
   const int p = ctx.size(), r = ctx.rank();
@@ -76,7 +87,26 @@ std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* dat
   PeerMemory& memory = segment.peer_memory();
   memory.begin_collective();  // what it maps now stays mapped until this collective ends
   std::vector<char*> at(p);
-  for (int q = 0; q < p; ++q) at[q] = q == r ? data : memory.address(q, all[q]);
+  std::string why;
+  for (int q = 0; q < p && why.empty(); ++q) {
+    try {
+      at[q] = q == r ? data : memory.address(q, all[q]);
+    } catch (const CommError& e) {
+      why = e.what();
+    }
+  }
+  segment.slot(set, r)[kMappedAt] = why.empty() ? 1 : 0;
+  segment_barrier(ctx, segment);
+  bool mapped = true;
+  for (int q = 0; q < p; ++q) mapped &= segment.slot(set, q)[kMappedAt] == 1;
+  if (!why.empty()) {
+    static bool warned = false;  // once a process: the next failure is likely the same
+    if (!warned) {
+      warned = true;
+      SPMD_LOG_WARN(why, "; this collective, and any other that cannot map, takes the staged path");
+    }
+  }
+  if (!mapped) return {};
   return at;
 }
 
