@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/comm/tcp/byte_ranges.h"
 #include "parallel/comm/tcp/peer_memory.h"
 #include "parallel/comm/tcp/reduce.h"
 #include "parallel/comm/tcp/segment_all_reduce.h"
@@ -52,11 +53,7 @@ void copy(char* dst, const char* src, size_t bytes) {
     return;
   }
 #endif
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-}
-
-bool overlaps(const char* a, size_t a_bytes, const char* b, size_t b_bytes) {
-  return a < b + b_bytes && b < a + a_bytes;
+  copy_bytes(dst, src, bytes);
 }
 
 // Where in its slot a rank says whether it mapped all its peers' buffers:
