@@ -7,6 +7,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -96,12 +97,9 @@ std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* dat
   segment_barrier(ctx, segment);
   bool mapped = true;
   for (int q = 0; q < p; ++q) mapped &= segment.slot(set, q)[kMappedAt] == 1;
-  if (!why.empty()) {
-    static bool warned = false;  // once a process: the next failure is likely the same
-    if (!warned) {
-      warned = true;
-      SPMD_LOG_WARN(why, "; this collective, and any other that cannot map, takes the staged path");
-    }
+  static std::atomic<bool> warned{false};  // once a process (any group's thread): likely the same
+  if (!why.empty() && !warned.exchange(true)) {
+    SPMD_LOG_WARN(why, "; this collective, and any other that cannot map, takes the staged path");
   }
   if (!mapped) return {};
   return at;
