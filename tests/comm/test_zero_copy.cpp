@@ -3,20 +3,29 @@
 // blocks (seen in its own /proc/self/maps) and the four collectives give the
 // hand-worked values, in place too and for views at an offset into a block;
 // one rank's tensor in memory it cannot share sends every rank down the
-// staged path (nothing mapped, values right); copies of 8 MiB and more at
-// unaligned addresses (the non-temporal stores) are right; no rank returns
-// while a peer still reads its buffer; a block freed and a new one
+// staged path (nothing mapped, values right), and so does one rank that
+// cannot map its peers' blocks (out of descriptors), with no hang; limits on
+// the cached mappings too small for one collective never unmap what it uses;
+// copies of 8 MiB and more at unaligned addresses (the non-temporal stores)
+// are right; no rank returns while a peer still reads its buffer; a block
+// freed and a new one
 // under the same descriptor number is told apart by its serial; a rank
 // killed in a zero-copy all_reduce fails the others fast, naming it, with
 // nothing left in /dev/shm. The whole collective table runs zero-copy too
 // (test_comm_collectives_zerocopy).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -202,6 +211,37 @@ TEST_CASE("no rank returns while a peer still reads its buffer", "[comm][shm]") 
   }));
 }
 
+TEST_CASE("the mappings one collective uses are never evicted before it ends", "[comm][shm]") {
+  SmallZeroCopy on;
+  // Limits so small that every collective on 3 ranks needs more than they
+  // allow: each must keep its own mappings, and evict the last one's.
+  for (const char* limit : {"SPMD_SHM_MAX_MAPPINGS=1", "SPMD_SHM_MAX_MAPPED_BYTES=4096"}) {
+    INFO(limit);
+    ::putenv(const_cast<char*>(limit));
+    REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+      const int p = g.size(), r = g.rank();
+      std::vector<Tensor> kept;  // alive, so that each round's tensors are new blocks
+      for (int k = 0; k < 3; ++k) {
+        four_collectives(g, [&](int64_t n) {
+          kept.push_back(cpu_tensor(n, DType::kF32));
+          return kept.back();
+        });
+        Tensor in = cpu_tensor(kN, DType::kF32), out = cpu_tensor(kN * p, DType::kF32);
+        kept.push_back(in);
+        kept.push_back(out);
+        fill_rank(in, r + k);
+        g.all_gather(out, in).wait();
+        expect_values(
+            out, [&](int64_t i) { return value(int(i / kN) + k, i % kN); },
+            str_cat("all_gather ", k));
+        expect(peer_mappings() == p - 1, "rank ", r, " maps ", peer_mappings(),
+               " peer blocks after an all_gather: the earlier ones were not evicted");
+      }
+    }));
+    ::unsetenv(std::string(limit, std::strchr(limit, '=')).c_str());
+  }
+}
+
 TEST_CASE("one rank's tensor not shareable: every rank takes the staged path", "[comm][shm]") {
   SmallZeroCopy on;
   REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
@@ -210,6 +250,62 @@ TEST_CASE("one rank's tensor not shareable: every rank takes the staged path", "
       return g.rank() == 1 ? malloc_tensor(n) : cpu_tensor(n, DType::kF32);
     });
     expect(peer_mappings() == before, "rank ", g.rank(), " mapped a peer's block");
+  }));
+}
+
+// While alive, every descriptor number this process may use is taken, so
+// open() fails with EMFILE: a peer's block cannot be mapped.
+class NoFreeDescriptors {
+ public:
+  NoFreeDescriptors() {
+    ::getrlimit(RLIMIT_NOFILE, &old_);
+    int highest = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      highest = std::max(highest, std::atoi(e.path().filename().c_str()));
+    }
+    rlimit low = old_;
+    low.rlim_cur = rlim_t(highest) + 1;
+    ::setrlimit(RLIMIT_NOFILE, &low);
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fillers_.push_back(fd);
+    expect(errno == EMFILE, "open() did not run out of descriptors: ", std::strerror(errno));
+  }
+  ~NoFreeDescriptors() {
+    for (int fd : fillers_) ::close(fd);
+    ::setrlimit(RLIMIT_NOFILE, &old_);
+  }
+
+ private:
+  rlimit old_{};
+  std::vector<int> fillers_;
+};
+
+TEST_CASE("one rank cannot map its peers' blocks: every rank takes the staged path, no hang",
+          "[comm][shm]") {
+  SmallZeroCopy on;
+  REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank(), failing = 2;  // not broadcast's root (rank 1)
+    std::vector<Tensor> made;  // made first: no new descriptor is to be had later
+    for (int64_t n : {kN, kN, kN, kN * p, kN * p, kN}) made.push_back(cpu_tensor(n, DType::kF32));
+    const int before = peer_mappings();
+    {
+      std::unique_ptr<NoFreeDescriptors> none;
+      if (r == failing) none = std::make_unique<NoFreeDescriptors>();
+      size_t next = 0;
+      four_collectives(g, [&](int64_t n) {
+        expect(made[next].numel() == n, "the tensors were made in another order");
+        return made[next++];
+      });
+      if (r == failing) {
+        expect(peer_mappings() == before, "rank ", r, " mapped a peer's block with no descriptor");
+      }
+    }
+    // The failure was this collective's only: with descriptors again, zero copy.
+    Tensor t = cpu_tensor(kN, DType::kF32);
+    fill_rank(t, r);
+    g.all_reduce(t).wait();
+    expect_values(
+        t, [&](int64_t i) { return sum_of(p, i); }, "all_reduce after");
+    expect(peer_mappings() >= before + p - 1, "rank ", r, " did not go zero-copy again");
   }));
 }
 
@@ -244,16 +340,21 @@ TEST_CASE("a rank killed in a zero-copy all_reduce fails the others fast, naming
   auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
     auto g = join(rank, world, store, std::chrono::seconds(10));
     g->barrier().wait();
-    Tensor big = floats(16 << 20, 1.f);  // 64 MiB, long enough to be killed in the middle
+    Tensor big = floats(4 << 20, 1.f);  // 16 MiB: zero-copy
     if (!shareable(big)) return report("the tensor is not shareable: not zero-copy");
-    Work w = g->all_reduce(big);
-    if (rank == victim) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      ::kill(::getpid(), SIGKILL);
+    if (rank == victim) {  // dies while every rank loops on all_reduces, whatever their speed
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        ::kill(::getpid(), SIGKILL);
+      }).detach();
     }
-    report_outcome([&] { w.wait(); });
+    // Until one fails; the group's timeout (10 s) bounds each, this loop all.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    report_outcome([&] {
+      while (std::chrono::steady_clock::now() < until) g->all_reduce(big).wait();
+    });
   });
-  check_survivors_failed(outcomes, victim, {"all_reduce #1 in group world", "rank 1"});
+  check_survivors_failed(outcomes, victim, {"all_reduce #", "in group world", "rank 1"});
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
     const std::string name = e.path().filename().string();
     if (name.rfind("spmd-", 0) != 0) continue;

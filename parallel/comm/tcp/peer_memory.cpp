@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <random>
 #include <sstream>
 
@@ -92,6 +94,20 @@ bool MappingProbe::check(const std::string& text, std::string* why) {
   return seen == cookie;
 }
 
+PeerMemory::Limits PeerMemory::Limits::from_env() {
+  Limits limits;
+  for (auto [name, value] : {std::pair{"SPMD_SHM_MAX_MAPPINGS", &limits.max_mappings},
+                             std::pair{"SPMD_SHM_MAX_MAPPED_BYTES", &limits.max_mapped_bytes}}) {
+    const char* text = std::getenv(name);
+    if (!text || !*text) continue;
+    char* end = nullptr;
+    const long long v = std::strtoll(text, &end, 10);
+    SPMD_CHECK(*end == '\0' && v >= 0, name, "='", text, "' is not an integer >= 0");
+    *value = size_t(v);
+  }
+  return limits;
+}
+
 PeerMemory::~PeerMemory() {
   for (const Mapping& m : mappings_) ::munmap(m.base, m.bytes);
 }
@@ -103,28 +119,37 @@ char* PeerMemory::address(int peer, const BufferDescriptor& d) {
     if (m.peer != peer || m.fd != d.fd) continue;
     if (m.serial == d.serial && m.bytes == d.block_bytes) {
       m.last_used = uses_;
+      m.collective = collective_;
       return m.base + d.offset;
     }
     drop(i);  // the peer closed that block; its number now names another
     break;    // (at most one mapping per (peer, fd))
   }
-  while (!mappings_.empty() &&
-         (mappings_.size() >= kMaxMappings || mapped_bytes_ + d.block_bytes > kMaxMappedBytes)) {
-    size_t oldest = 0;
-    for (size_t i = 1; i < mappings_.size(); ++i) {
-      if (mappings_[i].last_used < mappings_[oldest].last_used) oldest = i;
-    }
-    drop(oldest);
-  }
+  evict_for(d.block_bytes);
   std::string why;
   void* base = map_process_file(d.pid, d.fd, d.block_bytes, &why);
   if (base == nullptr) {
     SPMD_THROW(CommError, "zero-copy: cannot map the buffer of rank ", peer, ": ", why);
   }
-  mappings_.push_back(
-      Mapping{peer, d.fd, d.serial, static_cast<char*>(base), d.block_bytes, uses_});
+  mappings_.push_back(Mapping{peer, d.fd, d.serial, static_cast<char*>(base), d.block_bytes,
+                              uses_, collective_});
   mapped_bytes_ += d.block_bytes;
   return static_cast<char*>(base) + d.offset;
+}
+
+void PeerMemory::evict_for(size_t bytes) {
+  while (mappings_.size() >= limits_.max_mappings ||
+         mapped_bytes_ + bytes > limits_.max_mapped_bytes) {
+    size_t oldest = mappings_.size();
+    for (size_t i = 0; i < mappings_.size(); ++i) {
+      if (mappings_[i].collective == collective_) continue;  // in use now
+      if (oldest == mappings_.size() || mappings_[i].last_used < mappings_[oldest].last_used) {
+        oldest = i;
+      }
+    }
+    if (oldest == mappings_.size()) return;  // all in use: this collective exceeds the limits
+    drop(oldest);
+  }
 }
 
 void PeerMemory::drop(size_t i) {

@@ -7,15 +7,18 @@
 // /proc/<pid>/fd/<fd> and maps it MAP_SHARED: the same pages, so a copy from
 // the mapping reads the owner's tensor with no kernel copy in between.
 //
-// Mappings are cached per (peer, serial), a bounded number (least recently
+// Mappings are cached, one per (peer, fd), a bounded number (least recently
 // used goes first), since a training step hands the same blocks to every
 // collective (the allocator caches them). A descriptor number is reused once
-// its block is freed, so a cached mapping is used only when the serial
-// matches, and one of the same (peer, fd) with another serial is dropped at
-// once: that block is gone from the owner. A mapping keeps its block's pages
-// alive after the owner freed it, until it is dropped; a peer that dies
-// leaves its mapped pages readable (no SIGBUS), so a copy in progress ends
-// and the next barrier names the dead peer.
+// its block is freed, so a cached mapping is used only when its serial
+// matches too, and one of the same (peer, fd) with another serial is dropped
+// at once: that block is gone from the owner. The mappings a collective
+// asked for since its begin_collective() are never evicted: it still reads
+// or writes them; when it needs more than the limits allow, it exceeds them,
+// and the next collective evicts down to them again. A mapping keeps its
+// block's pages alive after the owner freed it, until it is dropped; a peer
+// that dies leaves its mapped pages readable (no SIGBUS), so a copy in
+// progress ends and the next barrier names the dead peer.
 //
 // Thread-safety: none; the thread running the group's collective.
 #pragma once
@@ -71,18 +74,31 @@ class MappingProbe {
 
 class PeerMemory {
  public:
-  PeerMemory() = default;
+  // The cache's bounds: mappings, and the bytes they map.
+  struct Limits {
+    size_t max_mappings = 64;
+    size_t max_mapped_bytes = size_t(4) << 30;
+    // The defaults, overridden by SPMD_SHM_MAX_MAPPINGS and
+    // SPMD_SHM_MAX_MAPPED_BYTES (small ones make the tests evict).
+    static Limits from_env();
+  };
+
+  explicit PeerMemory(Limits limits = Limits::from_env()) : limits_(limits) {}
   ~PeerMemory();
   PeerMemory(const PeerMemory&) = delete;
   PeerMemory& operator=(const PeerMemory&) = delete;
+
+  // A collective begins: the mappings address() hands out from now until the
+  // next call stay mapped until then.
+  void begin_collective() { ++collective_; }
 
   // The address here of the buffer `d` that rank `peer` published, its block
   // mapped now or earlier. REQUIRES: d.shareable(). Throws CommError naming
   // the peer when the block cannot be mapped.
   char* address(int peer, const BufferDescriptor& d);
 
-  static constexpr size_t kMaxMappings = 64;
-  static constexpr size_t kMaxMappedBytes = size_t(4) << 30;
+  // The blocks mapped now.
+  size_t mappings() const { return mappings_.size(); }
 
  private:
   struct Mapping {
@@ -92,12 +108,17 @@ class PeerMemory {
     char* base;
     size_t bytes;
     uint64_t last_used;
+    uint64_t collective;  // the last that asked for it
   };
   void drop(size_t i);
+  // Drops the least recently used mappings that no collective in progress
+  // uses until `bytes` more fit the limits, or none is left to drop.
+  void evict_for(size_t bytes);
 
+  Limits limits_;
   std::vector<Mapping> mappings_;
   size_t mapped_bytes_ = 0;
-  uint64_t uses_ = 0;
+  uint64_t uses_ = 0, collective_ = 0;
 };
 
 }  // namespace spmd::dist::tcp

@@ -2,18 +2,12 @@
 #include "parallel/comm/tcp/segment_all_reduce.h"
 
 #include <algorithm>
-#include <cstring>
 
+#include "parallel/comm/tcp/byte_ranges.h"
 #include "parallel/comm/tcp/reduce.h"
 #include "parallel/comm/tcp/segment_small_all_reduce.h"
 
 namespace spmd::dist::tcp {
-namespace {
-// memcpy that accepts an empty range with null pointers (an empty part).
-void copy(char* dst, const char* src, size_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-}
-}  // namespace
 
 void SegmentAllReduce::run() {
   const int p = ctx_.size(), r = ctx_.rank();
@@ -29,7 +23,7 @@ void SegmentAllReduce::run() {
     char* chunk = data_.at(first);
     char* mine = segment_.slot(set, r);
     for (int k = 0; k < p; ++k) {  // 1. copy in the parts the others reduce
-      if (k != r) copy(part(k, mine), part(k, chunk), bytes(k));
+      if (k != r) copy_bytes(part(k, mine), part(k, chunk), bytes(k));
     }
     segment_barrier(ctx_, segment_);  // 2.
     char* own = part(r, chunk);       // 3. reduce part r into the tensor
@@ -38,10 +32,10 @@ void SegmentAllReduce::run() {
       combine(op_, data_.dtype, own, own, part(r, segment_.slot(set, mod(r + k, p))), count);
     }
     if (op_ == ReduceOp::kAvg) divide(data_.dtype, own, count, p);
-    copy(part(r, mine), own, bytes(r));  // and into the slot, for the others
+    copy_bytes(part(r, mine), own, bytes(r));  // and into the slot, for the others
     segment_barrier(ctx_, segment_);     // 4.
     for (int k = 0; k < p; ++k) {        // 5. copy out the parts the others reduced
-      if (k != r) copy(part(k, chunk), part(k, segment_.slot(set, k)), bytes(k));
+      if (k != r) copy_bytes(part(k, chunk), part(k, segment_.slot(set, k)), bytes(k));
     }
   }
   ctx_.mesh.finish();

@@ -5,17 +5,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "parallel/comm/tcp/byte_ranges.h"
 #include "parallel/comm/tcp/reduce.h"
 #include "parallel/comm/tcp/segment_small_all_reduce.h"
 #include "parallel/comm/tcp/zero_copy.h"
 
 namespace spmd::dist::tcp {
 namespace {
-
-// memcpy that accepts an empty range with null pointers (an empty tensor).
-void copy(char* dst, const char* src, size_t bytes) {
-  if (bytes > 0) std::memcpy(dst, src, bytes);
-}
 
 // Chunks of up to `per` elements covering `count`: at least one, so that an
 // empty collective still runs its barrier (and its header check).
@@ -29,8 +25,7 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
   const Tuning& t = ctx.tuning;
   if (type == OpType::kAllGather && whole.bytes() >= t.segment_min_bytes) {  // in the segment
     char* mine = whole.at(size_t(ctx.rank()) * in.count);  // this rank's block
-    const bool overlap =
-        mine != in.data && mine < in.data + in.bytes() && in.data < mine + in.bytes();
+    const bool overlap = mine != in.data && overlaps(mine, in.bytes(), in.data, in.bytes());
     if (overlap) {  // moved whole first; else the algorithm copies it (piece by piece)
       std::memmove(mine, in.data, in.bytes());
       in.data = mine;
@@ -75,9 +70,9 @@ void SegmentBroadcast::run() {
   for (size_t k = 0; k < chunks; ++k) {
     const size_t first = k * per, n = std::min(per, data_.count - first);
     char* slot = segment_.slot(segment_.next_set(), root_);
-    if (r == root_) copy(slot, data_.at(first), n * elem);  // the root copies in,
+    if (r == root_) copy_bytes(slot, data_.at(first), n * elem);  // the root copies in,
     segment_barrier(ctx_, segment_);
-    if (r != root_) copy(data_.at(first), slot, n * elem);  // the others copy out
+    if (r != root_) copy_bytes(data_.at(first), slot, n * elem);  // the others copy out
   }
   ctx_.mesh.finish();
 }
@@ -90,14 +85,14 @@ void SegmentAllGather::run() {
   for (size_t k = 0; k < chunks; ++k) {
     const size_t first = k * per, n = std::min(per, m - first);
     const int set = segment_.next_set();
-    copy(segment_.slot(set, r), input_.at(first), n * elem);  // this rank's piece in,
+    copy_bytes(segment_.slot(set, r), input_.at(first), n * elem);  // this rank's piece in,
     if (mine != input_.data) {  // and into its own block while it is in cache
-      copy(mine + first * elem, input_.at(first), n * elem);
+      copy_bytes(mine + first * elem, input_.at(first), n * elem);
     }
     segment_barrier(ctx_, segment_);
     for (int q = 1; q < p; ++q) {  // every other rank's piece out
       const int from = mod(r + q, p);
-      copy(output_.at(size_t(from) * m + first), segment_.slot(set, from), n * elem);
+      copy_bytes(output_.at(size_t(from) * m + first), segment_.slot(set, from), n * elem);
     }
   }
   ctx_.mesh.finish();
@@ -116,7 +111,7 @@ void SegmentReduceScatter::run() {
     char* slot = segment_.slot(set, r);
     for (int b = 0, at = 0; b < p; ++b) {  // every other block's piece in
       if (b == r) continue;
-      copy(slot + size_t(at++) * n * elem, input_.at(size_t(b) * m + first), n * elem);
+      copy_bytes(slot + size_t(at++) * n * elem, input_.at(size_t(b) * m + first), n * elem);
     }
     segment_barrier(ctx_, segment_);
     char* out = output_.at(first);

@@ -7,13 +7,18 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "parallel/comm/tcp/byte_ranges.h"
 #include "parallel/comm/tcp/peer_memory.h"
 #include "parallel/comm/tcp/reduce.h"
 #include "parallel/comm/tcp/segment_all_reduce.h"
+#include "runtime/error.h"
+#include "runtime/logging.h"
 
 namespace spmd::dist::tcp {
 namespace {
@@ -49,16 +54,20 @@ void copy(char* dst, const char* src, size_t bytes) {
     return;
   }
 #endif
-  if (bytes > 0) std::memcpy(dst, src, bytes);
+  copy_bytes(dst, src, bytes);
 }
 
-bool overlaps(const char* a, size_t a_bytes, const char* b, size_t b_bytes) {
-  return a < b + b_bytes && b < a + a_bytes;
-}
+// Where in its slot a rank says whether it mapped all its peers' buffers:
+// just past its descriptor, which the peers may still be reading then.
+constexpr size_t kMappedAt = sizeof(BufferDescriptor);
+static_assert(kMappedAt < 64, "a slot has at least 64 bytes");
 
 // Publishes `mine` in this rank's slot of the next set, runs the barrier,
-// and returns every rank's buffer as an address here (this rank's: `data`),
-// or an empty vector when some rank's is not shareable.
+// maps every peer's buffer, says in its slot whether it could, runs a second
+// barrier, and returns every rank's buffer as an address here (this rank's:
+// `data`); or an empty vector when some rank's is not shareable, or some
+// rank could not map a peer's (EMFILE, ENOMEM, vm.max_map_count): then all
+// take the staged path, having decided alike from what all published.
 std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* data, size_t bytes,
                             bool usable) {
   const int p = ctx.size(), r = ctx.rank();
@@ -73,8 +82,26 @@ std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* dat
     shareable &= all[q].shareable();
   }
   if (!shareable) return {};
+  PeerMemory& memory = segment.peer_memory();
+  memory.begin_collective();  // what it maps now stays mapped until this collective ends
   std::vector<char*> at(p);
-  for (int q = 0; q < p; ++q) at[q] = q == r ? data : segment.peer_memory().address(q, all[q]);
+  std::string why;
+  for (int q = 0; q < p && why.empty(); ++q) {
+    try {
+      at[q] = q == r ? data : memory.address(q, all[q]);
+    } catch (const CommError& e) {
+      why = e.what();
+    }
+  }
+  segment.slot(set, r)[kMappedAt] = why.empty() ? 1 : 0;
+  segment_barrier(ctx, segment);
+  bool mapped = true;
+  for (int q = 0; q < p; ++q) mapped &= segment.slot(set, q)[kMappedAt] == 1;
+  static std::atomic<bool> warned{false};  // once a process (any group's thread): likely the same
+  if (!why.empty() && !warned.exchange(true)) {
+    SPMD_LOG_WARN(why, "; this collective, and any other that cannot map, takes the staged path");
+  }
+  if (!mapped) return {};
   return at;
 }
 

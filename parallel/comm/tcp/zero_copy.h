@@ -10,11 +10,16 @@
 // its own slot of the segment the descriptor of the buffer its peers read
 // (BufferDescriptor, or "not shareable"), then a barrier (segment_barrier:
 // release before, acquire after), then each rank reads every descriptor and
-// decides from them alone, so alike on every rank: zero-copy when all are
-// shareable, else the staged path of the slots (which then runs as it always
-// did; the descriptors cost it one barrier). Each ends with a barrier, so
-// that no rank returns, and reuses or frees its buffer, while a peer still
-// reads it or writes it.
+// decides from them alone, so alike on every rank: when some is not
+// shareable, the staged path of the slots (which then runs as it always did;
+// the descriptors cost it one barrier). Else each rank maps every peer's
+// buffer, writes into its slot whether it could (a mapping may fail: EMFILE,
+// ENOMEM, vm.max_map_count), and a second barrier lets every rank read what
+// all wrote: zero-copy when all could, else the staged path, so no rank
+// waits for a peer that left for the other path, nor writes into the tensor
+// of a rank that already returned (the rank that could not map warns, once a
+// process). Each ends with a barrier, so that no rank returns, and reuses or
+// frees its buffer, while a peer still reads it or writes it.
 //
 // p ranks, rank r; the buffers read by peers are named; the steps between
 // barriers (|) in order:
@@ -70,9 +75,9 @@ constexpr size_t kZeroCopyPiece = size_t(128) << 10;
 // reduce_scatter's input: what must lie in a block that large to be
 // shareable), an all_reduce more than fits a post
 // (segment_small_all_reduce.h), and
-// every rank's buffers are shareable; returns whether it did. When the
-// descriptors say no it returns false after their barrier, and the caller
-// runs the staged path. Every rank decides alike. `whole` and `in` as for
+// every rank's buffers are shareable and mapped; returns whether it did.
+// When the descriptors, or the ranks' mappings, say no it returns false
+// after their barrier(s), and the caller runs the staged path. Every rank decides alike. `whole` and `in` as for
 // run_in_segment (segment_collectives.h).
 bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span whole, Span in,
                    int root, ReduceOp op);
