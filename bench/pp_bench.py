@@ -4,10 +4,11 @@
 The small transformer (untied head, 6 blocks, T 256) with a global batch of
 --batch sequences: one process (--single), then the pipeline on --world
 ranks for each schedule and microbatch count, --threads threads per rank.
-The single run and the pipeline run alternate for --rounds rounds, so that
-a noisy machine slows both alike; each figure is the median over rounds,
-and the speed ratio the median of the rounds' pairwise ratios against the
-single run of the same round. Printed per row: tokens/s, the measured
+Within a round each schedule runs right after a single run of its own, for
+--rounds rounds, so that a machine whose speed drifts from one minute to
+the next (this one's moved by up to 40%) slows both sides of a pair alike;
+each figure is the median over rounds, and a schedule's speed ratio the
+median of its pairwise ratios against the single run just before it. Printed per row: tokens/s, the measured
 bubble beside the schedule's simulated one ((p-1)/(m+p-1) for GPipe and
 1F1B), the most (stage, microbatch) pairs a rank holds (which
 activation memory follows) and each rank's activation peak (the
@@ -49,14 +50,21 @@ def main():
     bench = os.path.join(args.build, "bench", "spmd-bench-pp")
     common = ["--threads", str(args.threads), "--steps", str(args.steps), "--batch", str(args.batch)]
     single = [bench, "--single"] + common
-    pipeline = [os.path.join(args.build, "launcher", "spmdrun"), "--standalone",
-                "--nproc-per-node", str(args.world), bench, "--schedules", args.schedules,
+
+    def pipeline(schedule):
+        return [os.path.join(args.build, "launcher", "spmdrun"), "--standalone",
+                "--nproc-per-node", str(args.world), bench, "--schedules", schedule,
                 "--microbatches", args.microbatches] + common
-    singles, rows = [], {}
+
+    singles, rows, paired = [], {}, {}  # paired: (schedule, m) -> the single run before each
     for r in range(args.rounds):
-        singles.append(run(single, env)[0])
-        for res in run(pipeline, env):
-            rows.setdefault((res["schedule"], int(res["m"])), []).append(res)
+        for schedule in args.schedules.split(","):
+            before = run(single, env)[0]
+            singles.append(before)
+            for res in run(pipeline(schedule), env):
+                key = (res["schedule"], int(res["m"]))
+                rows.setdefault(key, []).append(res)
+                paired.setdefault(key, []).append(before)
         print(f"round {r}: done", file=sys.stderr)
 
     def med(results, key):
@@ -64,7 +72,7 @@ def main():
 
     print(f"\nsmall transformer (untied head), global batch {args.batch}, {args.world} stages x "
           f"{args.threads} thread(s), one process x {args.threads}; median of {args.rounds} "
-          f"interleaved rounds\n")
+          f"rounds, each schedule paired with the single run just before it\n")
     def per_rank(results, key):  # per rank, the median over rounds
         per = [[float(v) for v in str(x[key]).split(",")] for x in results]
         return " / ".join(f"{statistics.median(col):.0f}" for col in zip(*per))
@@ -76,7 +84,7 @@ def main():
           f"— | — | 1 | {per_rank(singles, 'act_mb')} | {per_rank(singles, 'cpu_ms')} | 1.00 |")
     for (name, m), results in rows.items():
         ratio = statistics.median(float(x["tokens_per_s"]) / float(s["tokens_per_s"])
-                                  for x, s in zip(results, singles))
+                                  for x, s in zip(results, paired[(name, m)]))
         print(f"| {name} | {m} | {med(results, 'tokens_per_s'):,.0f} | {med(results, 'step_ms'):.0f} | "
               f"{med(results, 'bubble'):.3f} | {results[0]['predicted']} | {results[0]['in_flight']} | "
               f"{per_rank(results, 'act_mb')} | {per_rank(results, 'cpu_ms')} | {ratio:.2f} |")
