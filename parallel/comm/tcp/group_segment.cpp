@@ -37,10 +37,11 @@ size_t total_bytes(int size, size_t slot_bytes, size_t post_bytes) {
 }  // namespace
 
 std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::string& group,
-                                                    int rank, int size, size_t slot_bytes,
-                                                    size_t post_bytes, bool links_shm,
-                                                    size_t zero_copy_bytes,
+                                                    int rank, int size, const Tuning& tuning,
+                                                    bool links_shm,
                                                     std::chrono::milliseconds timeout) {
+  const size_t slot_bytes = tuning.shm_slot_bytes, post_bytes = tuning.shm_post_bytes;
+  const size_t zero_copy_bytes = tuning.shm_zero_copy_bytes;
   SPMD_CHECK(slot_bytes > 0 && slot_bytes % kCacheLine == 0, "shared segment slot of ", slot_bytes,
              " bytes: must be a positive multiple of ", kCacheLine);
   const std::string who = "group " + group;
@@ -133,7 +134,10 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
   }
   if (zero_copy) cpu::share_host_blocks_from(zero_copy_bytes);
   return std::unique_ptr<GroupSegment>(new GroupSegment(std::move(s), size, slot_bytes, post_bytes,
-                                                        posts, zero_copy ? zero_copy_bytes : 0));
+                                                        posts, zero_copy ? zero_copy_bytes : 0,
+                                                        PeerMemory::Limits{
+                                                            tuning.shm_max_mappings,
+                                                            tuning.shm_max_mapped_bytes}));
 }
 
 GroupSegment::~GroupSegment() { unmap_segment(segment_); }

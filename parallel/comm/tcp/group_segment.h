@@ -46,6 +46,7 @@
 #include "parallel/comm/tcp/peer_memory.h"
 #include "parallel/comm/tcp/shm_ring.h"
 #include "parallel/comm/tcp/shm_segment.h"
+#include "parallel/comm/tcp/tuning.h"
 #include "parallel/comm/tcp/wire.h"
 #include "runtime/store.h"
 
@@ -63,14 +64,14 @@ static_assert(sizeof(Post) == 40, "a post's data starts 40 bytes into its line")
 
 class GroupSegment {
  public:
-  // Every rank of the group calls it. slot_bytes: a multiple of 64;
-  // post_bytes: the data a post holds (0: no posts); links_shm: every link
-  // of this rank to a peer is shared memory; zero_copy_bytes: the smallest
-  // zero-copy collective (0: none). Null when some rank could not make or
-  // map the segment.
+  // Every rank of the group calls it. From `tuning`: shm_slot_bytes (a
+  // multiple of 64), shm_post_bytes (the data a post holds; 0: no posts),
+  // shm_zero_copy_bytes (the smallest zero-copy collective; 0: none) and the
+  // bounds on the peers' blocks mapped. links_shm: every link of this rank
+  // to a peer is shared memory. Null when some rank could not make or map
+  // the segment.
   static std::unique_ptr<GroupSegment> connect(Store& store, const std::string& group, int rank,
-                                               int size, size_t slot_bytes, size_t post_bytes,
-                                               bool links_shm, size_t zero_copy_bytes,
+                                               int size, const Tuning& tuning, bool links_shm,
                                                std::chrono::milliseconds timeout);
   ~GroupSegment();
   GroupSegment(const GroupSegment&) = delete;
@@ -102,13 +103,14 @@ class GroupSegment {
 
  private:
   GroupSegment(SharedSegment segment, int size, size_t slot_bytes, size_t post_bytes, bool posts,
-               size_t zero_copy_bytes)
+               size_t zero_copy_bytes, PeerMemory::Limits mapping_limits)
       : segment_(std::move(segment)),
         size_(size),
         slot_bytes_(slot_bytes),
         post_bytes_(post_bytes),
         posts_(posts),
-        zero_copy_bytes_(zero_copy_bytes) {}
+        zero_copy_bytes_(zero_copy_bytes),
+        peer_memory_(mapping_limits) {}
   char* base() const { return static_cast<char*>(segment_.base); }
 
   SharedSegment segment_;

@@ -94,20 +94,6 @@ bool MappingProbe::check(const std::string& text, std::string* why) {
   return seen == cookie;
 }
 
-PeerMemory::Limits PeerMemory::Limits::from_env() {
-  Limits limits;
-  for (auto [name, value] : {std::pair{"SPMD_SHM_MAX_MAPPINGS", &limits.max_mappings},
-                             std::pair{"SPMD_SHM_MAX_MAPPED_BYTES", &limits.max_mapped_bytes}}) {
-    const char* text = std::getenv(name);
-    if (!text || !*text) continue;
-    char* end = nullptr;
-    const long long v = std::strtoll(text, &end, 10);
-    SPMD_CHECK(*end == '\0' && v >= 0, name, "='", text, "' is not an integer >= 0");
-    *value = size_t(v);
-  }
-  return limits;
-}
-
 PeerMemory::~PeerMemory() {
   for (const Mapping& m : mappings_) ::munmap(m.base, m.bytes);
 }

@@ -76,14 +76,11 @@ class PeerMemory {
  public:
   // The cache's bounds: mappings, and the bytes they map.
   struct Limits {
-    size_t max_mappings = 64;
-    size_t max_mapped_bytes = size_t(4) << 30;
-    // The defaults, overridden by SPMD_SHM_MAX_MAPPINGS and
-    // SPMD_SHM_MAX_MAPPED_BYTES (small ones make the tests evict).
-    static Limits from_env();
+    size_t max_mappings;
+    size_t max_mapped_bytes;
   };
 
-  explicit PeerMemory(Limits limits = Limits::from_env()) : limits_(limits) {}
+  explicit PeerMemory(Limits limits) : limits_(limits) {}
   ~PeerMemory();
   PeerMemory(const PeerMemory&) = delete;
   PeerMemory& operator=(const PeerMemory&) = delete;

@@ -69,9 +69,8 @@ void TcpProcessGroup::connect() {
     for (int peer = 0; peer < size(); ++peer) {
       if (peer != rank()) links_shm &= std::string_view(links[peer]->channel().kind()) == "shm";
     }
-    segment_ = GroupSegment::connect(store(), name(), rank(), size(), tuning_.shm_slot_bytes,
-                                     tuning_.shm_post_bytes, links_shm,
-                                     tuning_.shm_zero_copy_bytes, timeout());
+    segment_ = GroupSegment::connect(store(), name(), rank(), size(), tuning_, links_shm,
+                                     timeout());
   }
   group_hash_ = group_hash(name());
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));

@@ -63,6 +63,8 @@ Tuning Tuning::from_env() {
   override_from("SPMD_SHM_SEGMENT_MIN_BYTES", t.segment_min_bytes, 0);
   override_from("SPMD_SHM_POST_BYTES", t.shm_post_bytes, 0);
   override_from("SPMD_SHM_ZERO_COPY_BYTES", t.shm_zero_copy_bytes, 0);
+  override_from("SPMD_SHM_MAX_MAPPINGS", t.shm_max_mappings, 0);
+  override_from("SPMD_SHM_MAX_MAPPED_BYTES", t.shm_max_mapped_bytes, 0);
   SPMD_CHECK(t.shm_post_bytes <= (1 << 20), "SPMD_SHM_POST_BYTES=", t.shm_post_bytes,
              " is more than 1 MiB (posts are for small all_reduces)");
   SPMD_CHECK(t.shm_slot_bytes % 64 == 0, "SPMD_SHM_SLOT_BYTES=", t.shm_slot_bytes,

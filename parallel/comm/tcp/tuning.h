@@ -80,12 +80,18 @@ struct Tuning {
   // the staged paths from 64 KiB up (docs/comm.md, "Measured"); the default
   // is higher because every shareable block holds a file descriptor.
   size_t shm_zero_copy_bytes = 256 << 10;
+  // Bounds on the peers' blocks a group keeps mapped for zero copy
+  // (peer_memory.h): mappings, and the bytes they map. Small ones make the
+  // tests evict.
+  size_t shm_max_mappings = 64;
+  size_t shm_max_mapped_bytes = size_t(4) << 30;
 
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
   // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US, SPMD_TCP_SPIN_YIELD (0 or
   // 1), SPMD_TCP_START_AFTER_US, SPMD_SHM_RING_BYTES, SPMD_SHM_SLOT_BYTES,
-  // SPMD_SHM_SEGMENT_MIN_BYTES, SPMD_SHM_POST_BYTES and SPMD_SHM_ZERO_COPY_BYTES.
+  // SPMD_SHM_SEGMENT_MIN_BYTES, SPMD_SHM_POST_BYTES, SPMD_SHM_ZERO_COPY_BYTES,
+  // SPMD_SHM_MAX_MAPPINGS and SPMD_SHM_MAX_MAPPED_BYTES.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).

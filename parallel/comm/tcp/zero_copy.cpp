@@ -171,48 +171,57 @@ void all_reduce(const Context& ctx, GroupSegment& segment, const std::vector<cha
   }
 }
 
+// Whether `block`, this rank's block of `whole` in size, is either that very
+// block of `whole` (in place) or lies apart from all of it.
+bool in_place_or_apart(const Context& ctx, Span whole, Span block) {
+  return block.data == whole.at(size_t(ctx.rank()) * block.count) ||
+         !overlaps(whole.data, whole.bytes(), block.data, block.bytes());
+}
+
 }  // namespace
 
 bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span whole, Span in,
                    int root, ReduceOp op) {
-  const size_t from = segment.zero_copy_bytes();
-  if (from == 0) return false;
-  std::vector<char*> at;
+  // The buffer the peers read: all_reduce's and broadcast's tensor,
+  // all_gather's and reduce_scatter's input; and whether it can be shared
+  // (an all_gather's input, or a reduce_scatter's output, either is this
+  // rank's block of the other tensor or lies apart from it).
+  Span shared = whole;
+  bool usable = true;
   switch (type) {
     case OpType::kAllReduce:  // those that fit a post are the posts' (they may start inline)
-      if (whole.bytes() < from || whole.bytes() <= segment.post_bytes()) return false;
-      at = exchange(ctx, segment, whole.data, whole.bytes(), true);
-      if (at.empty()) return false;
+      if (whole.bytes() <= segment.post_bytes()) return false;
+      break;
+    case OpType::kBroadcast:
+      break;
+    case OpType::kAllGather:
+      shared = in;
+      usable = in_place_or_apart(ctx, whole, in);
+      break;
+    case OpType::kReduceScatter:
+      shared = in;
+      usable = in_place_or_apart(ctx, in, whole);
+      break;
+    default:
+      return false;
+  }
+  const size_t from = segment.zero_copy_bytes();
+  if (from == 0 || shared.bytes() < from) return false;
+  const std::vector<char*> at = exchange(ctx, segment, shared.data, shared.bytes(), usable);
+  if (at.empty()) return false;
+  switch (type) {
+    case OpType::kAllReduce:
       all_reduce(ctx, segment, at, whole, op);
       break;
     case OpType::kBroadcast:
-      if (whole.bytes() < from) return false;
-      at = exchange(ctx, segment, whole.data, whole.bytes(), true);
-      if (at.empty()) return false;
       broadcast(ctx, at, whole, root);
       break;
-    case OpType::kAllGather: {
-      if (in.bytes() < from) return false;
-      const char* block_r = whole.at(size_t(ctx.rank()) * in.count);
-      const bool usable =
-          in.data == block_r || !overlaps(whole.data, whole.bytes(), in.data, in.bytes());
-      at = exchange(ctx, segment, in.data, in.bytes(), usable);
-      if (at.empty()) return false;
+    case OpType::kAllGather:
       all_gather(ctx, at, whole, in);
       break;
-    }
-    case OpType::kReduceScatter: {
-      if (in.bytes() < from) return false;
-      const char* block_r = in.at(size_t(ctx.rank()) * whole.count);
-      const bool usable =
-          whole.data == block_r || !overlaps(whole.data, whole.bytes(), in.data, in.bytes());
-      at = exchange(ctx, segment, in.data, in.bytes(), usable);
-      if (at.empty()) return false;
+    default:  // kReduceScatter
       reduce_scatter(ctx, at, in, whole, op);
       break;
-    }
-    default:
-      return false;
   }
   segment_barrier(ctx, segment);  // no rank leaves while a peer still reads its buffer
   ctx.mesh.finish();
