@@ -267,10 +267,8 @@ void FsdpModule::reshard() { group_->reshard(); }
 
 void FsdpModule::set_requires_gradient_sync(bool sync, bool recurse) {
   sync_gradients_ = sync;
-  if (!recurse) return;
-  for (auto& [path, m] : module_->named_modules()) {
-    if (m == module_) continue;
-    if (auto u = lookup(m)) u->sync_gradients_ = sync;
+  if (recurse) {
+    for (const auto& u : units_below()) u->sync_gradients_ = sync;
   }
 }
 
@@ -278,10 +276,8 @@ void FsdpModule::set_reshard_after_forward(bool reshard) { options_.reshard_afte
 
 void FsdpModule::set_reshard_after_backward(bool reshard, bool recurse) {
   reshard_after_backward_ = reshard;
-  if (!recurse) return;
-  for (auto& [path, m] : module_->named_modules()) {
-    if (m == module_) continue;
-    if (auto u = lookup(m)) u->reshard_after_backward_ = reshard;
+  if (recurse) {
+    for (const auto& u : units_below()) u->reshard_after_backward_ = reshard;
   }
 }
 
@@ -299,7 +295,17 @@ void FsdpModule::reduce_gradients(const std::vector<FsdpModule*>& units) {
     u->note_memory();
   }
 }
+
 void FsdpModule::set_prefetch(bool prefetch) { options_.prefetch = prefetch; }
+
+std::vector<std::shared_ptr<FsdpModule>> FsdpModule::units_below() const {
+  std::vector<std::shared_ptr<FsdpModule>> below;
+  for (auto& [path, m] : module_->named_modules()) {
+    if (m == module_) continue;
+    if (auto u = lookup(m)) below.push_back(std::move(u));
+  }
+  return below;
+}
 
 void FsdpModule::note_memory() {
   FsdpModule* root = root_ != nullptr ? root_ : this;

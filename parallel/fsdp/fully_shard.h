@@ -156,6 +156,10 @@ class FsdpModule {
   void post_backward();
   void end_of_backward();  // the root's, queued at its pre-backward
   void lazy_init_as_root();
+  // The units below this one (not itself), in named_modules() order. Not
+  // units_: that is the root's, and is empty until the first forward, while
+  // the setters that recurse are called before it.
+  std::vector<std::shared_ptr<FsdpModule>> units_below() const;
   void note_memory();
   FsdpModule* neighbour(int step) const;  // the unit `step` places after this one in order
 
