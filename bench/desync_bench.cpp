@@ -27,6 +27,7 @@
 #include <numeric>
 #include <vector>
 
+#include "bench/step_stats.h"
 #include "parallel/comm/desync_check.h"
 #include "parallel/comm/init.h"
 #include "parallel/comm/process_group.h"
@@ -36,6 +37,8 @@
 
 using namespace spmd;
 using Clock = std::chrono::steady_clock;
+
+using spmd::bench::median;
 
 namespace {
 
@@ -52,11 +55,6 @@ double time_all_reduce(dist::ProcessGroup& g, const Tensor& t, int iters) {
   const auto start = Clock::now();
   for (int i = 0; i < iters; ++i) g.all_reduce(t).wait();
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count() / iters;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Nanoseconds per DesyncCheck::record() and completed() of a small

@@ -2,14 +2,13 @@
 // comparison a failing rank makes.
 #include "parallel/comm/desync_check.h"
 
-#include <time.h>
-
 #include <cstdlib>
 
 #include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/progress.h"
+#include "runtime/trace.h"
 
 namespace spmd::dist {
 
@@ -39,13 +38,6 @@ void describe_tensor(const CommOp& op, LedgerCall& c) {
   c.dims = shape.begin();
 }
 
-// The wall clock in microseconds since the epoch.
-int64_t wall_us() {
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  return int64_t(now.tv_sec) * 1000000 + now.tv_nsec / 1000;
-}
-
 }  // namespace
 
 bool DesyncCheck::enabled_by_env() {
@@ -61,7 +53,7 @@ DesyncCheck::DesyncCheck(std::shared_ptr<Store> store, std::string prefix, std::
       rank_(rank),
       size_(size),
       interval_(interval_from_env()),
-      tick_us_(wall_us()),
+      tick_us_(trace_now_us()),
       published_(UINT64_MAX) {
   publisher_ = std::thread([this] { publisher_loop(); });
 }
@@ -196,7 +188,7 @@ void DesyncCheck::publisher_loop() {
   while (!stop_) {
     cv_.wait_for(lock, interval_, [&] { return stop_; });
     if (stop_) break;
-    tick_us_.store(wall_us(), std::memory_order_relaxed);
+    tick_us_.store(trace_now_us(), std::memory_order_relaxed);
     const bool ledger_changed = !final_ && ledger_.count() != published_;
     lock.unlock();
     try {
