@@ -24,12 +24,14 @@ namespace {
 // the stage (as_module()) the root over them, which holds the embeddings or
 // the norm and head. A middle stage has no parameters but its blocks', so
 // each of its blocks is a root of its own. The executor's backwards only
-// accumulate the units' full gradients (sync off, as PyTorch's pipelining
-// sets on all but the last microbatch); the trainer reduce-scatters them
-// once per step, after the last backward (reduce_stage_gradients). Under
-// ZB-H1 a weight pass runs after its microbatch's backward and reads the
-// weights (a norm's gain), so the units then stay gathered for the whole
-// step (neither resharded after forward nor after backward).
+// accumulate the units' full gradients (sync off for every microbatch); the
+// trainer reduce-scatters them once per step, after the last backward, every
+// unit's issued before the first wait (reduce_stage_gradients). PyTorch's
+// pipelining instead turns sync on for the last microbatch, whose backward
+// then overlaps the reductions; here they follow the step's compute. Under
+// ZB-H1 a weight pass runs after its microbatch's backward and accumulates
+// into the gathered parameters' gradients, so the units then stay gathered
+// for the whole step (neither resharded after forward nor after backward).
 std::vector<std::shared_ptr<dist::FsdpModule>> shard_stages(
     const std::vector<std::shared_ptr<dist::pp::TransformerStage>>& stages,
     const dist::DeviceMesh& mesh, const dist::FsdpOptions& o, bool split_backward) {
