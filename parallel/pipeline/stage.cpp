@@ -162,19 +162,30 @@ std::vector<int64_t> split_layers(int64_t num_layers, int num_stages,
   return starts;
 }
 
-TransformerStage split_model(std::shared_ptr<nn::Transformer> model, int index, int num_stages,
-                             const std::vector<std::string>& split_points) {
-  SPMD_CHECK(model != nullptr, "split_model: no model");
+namespace {
+
+// Stage `index` of `num_stages` of `model`, the stages starting at `starts`
+// (split_layers' cut).
+TransformerStage stage_at(std::shared_ptr<nn::Transformer> model, int index, int num_stages,
+                          const std::vector<int64_t>& starts) {
   SPMD_CHECK(num_stages == 1 || !model->config.tie_embeddings, "split_model: the head is tied ",
              "to the embedding (tie_embeddings), which would span the first and the last of ",
              num_stages, " stages; untie it to pipeline this model");
-  const std::vector<int64_t> starts =
-      split_layers(model->config.n_layers, num_stages, split_points);
   SPMD_CHECK(index >= 0 && index < num_stages, "split_model: stage ", index, " is not in [0, ",
              num_stages, ")");
   const int64_t first = index == 0 ? 0 : starts[size_t(index - 1)];
   const int64_t end = index + 1 == num_stages ? model->config.n_layers : starts[size_t(index)];
   return TransformerStage(std::move(model), index, num_stages, first, end);
+}
+
+}  // namespace
+
+TransformerStage split_model(std::shared_ptr<nn::Transformer> model, int index, int num_stages,
+                             const std::vector<std::string>& split_points) {
+  SPMD_CHECK(model != nullptr, "split_model: no model");
+  const int64_t n_layers = model->config.n_layers;
+  return stage_at(std::move(model), index, num_stages,
+                  split_layers(n_layers, num_stages, split_points));
 }
 
 std::vector<int64_t> split_layers_interleaved(int64_t num_layers, int num_ranks,
@@ -209,14 +220,15 @@ std::vector<TransformerStage> split_model_interleaved(
              rank, " of ", num_ranks);
   SPMD_CHECK(stages_per_rank >= 1, "split_model_interleaved: ", stages_per_rank,
              " stages per rank; at least 1 is needed");
-  std::vector<std::string> points = split_points;
-  if (points.empty() && stages_per_rank > 1 && model != nullptr)  // as named split points
-    for (int64_t start :
-         split_layers_interleaved(model->config.n_layers, num_ranks, stages_per_rank))
-      points.push_back("layers." + std::to_string(start));
+  SPMD_CHECK(model != nullptr, "split_model: no model");
+  const int S = num_ranks * stages_per_rank;
+  const int64_t n_layers = model->config.n_layers;
+  const std::vector<int64_t> starts =
+      split_points.empty() ? split_layers_interleaved(n_layers, num_ranks, stages_per_rank)
+                           : split_layers(n_layers, S, split_points);
   std::vector<TransformerStage> stages;
   for (int i = 0; i < stages_per_rank; ++i)
-    stages.push_back(split_model(model, rank + i * num_ranks, num_ranks * stages_per_rank, points));
+    stages.push_back(stage_at(model, rank + i * num_ranks, S, starts));
   return stages;
 }
 
