@@ -215,10 +215,8 @@ TEST_CASE("a rank killed by SIGKILL over shared memory: the others fail fast, no
     if (mapped_segments() != 2 * (world - 1) + 1) report("not over shared memory");
     Tensor big = floats(16 << 20, 1.f);
     Work w = g->all_reduce(big);
-    if (rank == victim) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      ::kill(::getpid(), SIGKILL);
-    }
+    // At once: zero copy finished a 64 MiB all_reduce within a 20 ms pause.
+    if (rank == victim) ::kill(::getpid(), SIGKILL);
     report_outcome([&] { w.wait(); });
   });
   // Well within the 10 s timeout.
