@@ -10,9 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace spmd::dist::tcp {
 
@@ -190,17 +187,6 @@ std::vector<int> Mesh::heard_from() const {
 
 // --- Waiting for posts in shared memory ---------------------------------------------
 
-namespace {
-// A spinning core's hint that it waits, where the spin does not yield (x86's
-// pause: the loop leaves the pipeline to the other hyperthread, and exits
-// without a memory-order misprediction when the line changes).
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
-}
-}  // namespace
-
 // Peers are awaited in ring order from rank + 1; k is the first not yet
 // seen (those before it have posted, and posts stay until every rank has
 // read them: segment_small_all_reduce.h). The spin is spin_while_waiting's:
@@ -213,7 +199,7 @@ void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint6
     while (k < size_ && posted((rank_ + k) % size_)) ++k;
     return k == size_;
   };
-  if (all_posted()) return;
+  if (poll_hot(all_posted, kHotPolls)) return;
   if (spin_.budget.count() > 0) {
     auto give_up = Clock::now() + spin_.budget;
     for (;;) {
