@@ -7,9 +7,9 @@
 // cannot map its peers' blocks (out of descriptors), with no hang; limits on
 // the cached mappings too small for one collective never unmap what it uses;
 // copies of 8 MiB and more at unaligned addresses (the non-temporal stores)
-// are right; no rank returns while a peer still reads its buffer; a block
-// freed and a new one
-// under the same descriptor number is told apart by its serial; a rank
+// are right; no rank returns while a peer still reads or writes its buffer;
+// a block freed and a new one under the same descriptor number is told apart
+// by its serial; a rank
 // killed in a zero-copy all_reduce fails the others fast, naming it, with
 // nothing left in /dev/shm. The whole collective table runs zero-copy too
 // (test_comm_collectives_zerocopy).
@@ -195,18 +195,30 @@ TEST_CASE("zero-copy copies of 8 MiB and more (non-temporal stores), at unaligne
   }));
 }
 
-TEST_CASE("no rank returns while a peer still reads its buffer", "[comm][shm]") {
+TEST_CASE("no rank returns while a peer still reads or writes its buffer", "[comm][shm]") {
   SmallZeroCopy on;
   REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
     const int p = g.size(), r = g.rank();
     const int64_t n = 64 << 10;  // 256 KiB of f32 per rank
-    Tensor in = cpu_tensor(n, DType::kF32), out = cpu_tensor(n * p, DType::kF32);
+    Tensor t = cpu_tensor(n * p, DType::kF32), in = cpu_tensor(n, DType::kF32),
+           out = cpu_tensor(n * p, DType::kF32);
     for (int k = 0; k < 20; ++k) {
-      fill_rank(in, r + k);
+      fill_rank(t, r + k);  // all_reduce: the peers read parts of this rank's tensor
+      g.all_reduce(t).wait();
+      const std::vector<float> sum(f32(t), f32(t) + n * p);
+      std::fill_n(f32(t), n * p, -1.f);  // at once: a peer still reading would see it
+      for (int64_t i = 0; i < n * p; ++i) {
+        const float want = sum_of(p, i) + float(1000 * p * k);
+        expect(sum[i] == want, "all_reduce ", k, ": element ", i, " is ", sum[i], ", not ", want);
+      }
+      fill_rank(in, r + k);  // all_gather: the peers write blocks q != r of this rank's output
       g.all_gather(out, in).wait();
-      std::fill_n(f32(in), n, -1.f);  // at once: a peer still reading would see it
+      // At once: a peer still writing would leave a block unwritten (last
+      // round's -1s) or write it after the check, which the next round's
+      // check would see.
       expect_values(
           out, [&](int64_t i) { return value(int(i / n) + k, i % n); }, str_cat("all_gather ", k));
+      std::fill_n(f32(out), n * p, -1.f);
     }
   }));
 }
@@ -314,23 +326,23 @@ TEST_CASE("a freed block's descriptor number reused by a new block: the serial t
   SmallZeroCopy on;
   REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
     const int p = g.size(), r = g.rank();
-    Tensor out = cpu_tensor(kN * p, DType::kF32);
-    Tensor first = cpu_tensor(kN, DType::kF32);
-    fill_rank(first, r);
-    g.all_gather(out, first).wait();  // each peer maps `first`
+    Tensor in = cpu_tensor(kN, DType::kF32);
+    Tensor first = cpu_tensor(kN * p, DType::kF32);
+    fill_rank(in, r);
+    g.all_gather(first, in).wait();  // each peer maps `first`, the output it writes into
     cpu::ShareableBlock a, b;
     expect(cpu::find_shareable_block(first.raw_data(), &a), "not shareable");
     first = Tensor();
     cpu::empty_host_cache();  // `first`'s block unmapped, its descriptor closed
-    Tensor second = cpu_tensor(kN, DType::kF32);
+    Tensor second = cpu_tensor(kN * p, DType::kF32);
     expect(cpu::find_shareable_block(second.raw_data(), &b), "not shareable");
     expect(a.fd == b.fd && a.serial != b.serial, "the new block has descriptor ", b.fd,
            " (the freed one had ", a.fd, "): the case is not made");
-    fill_rank(second, r + 10);
-    g.all_gather(out, second).wait();
+    fill_rank(in, r + 10);
+    g.all_gather(second, in).wait();
     expect_values(
-        out, [&](int64_t i) { return value(int(i / kN) + 10, i % kN); },
-        "all_gather from a new block under an old descriptor number");
+        second, [&](int64_t i) { return value(int(i / kN) + 10, i % kN); },
+        "all_gather into a new block under an old descriptor number");
   }));
 }
 

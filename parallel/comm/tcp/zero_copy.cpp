@@ -26,35 +26,42 @@ namespace {
 // Copies of at least this many bytes use non-temporal stores (below).
 constexpr size_t kStreamBytes = size_t(8) << 20;
 
-// memcpy, but a copy of kStreamBytes or more (twice the L2 cache) writes
-// with non-temporal stores, which skip reading each destination line into
-// the cache before overwriting it; glibc streams only above 114 MiB here.
-// One core alone copied 1.3-1.6x memcpy's bandwidth so from 4 to 16 MiB;
-// inside the collectives, both cores copying at once, it paid clearly only
-// from 8 MiB copies on (docs/comm.md, "Measured"). The sfence orders those
-// weakly ordered stores before the barrier that publishes them.
-void copy(char* dst, const char* src, size_t bytes) {
+// memcpy with non-temporal stores, which skip reading each destination line
+// into the cache before overwriting it; glibc streams only above 114 MiB
+// here. One core alone copied 1.3-1.6x memcpy's bandwidth so from 4 to 16
+// MiB; inside the collectives, both cores copying at once, it paid clearly
+// only from 8 MiB copies on (kStreamBytes, twice the L2 cache; docs/comm.md,
+// "Measured"). The sfence orders those weakly ordered stores before the
+// barrier that publishes them.
+void stream_copy(char* dst, const char* src, size_t bytes) {
 #if defined(__SSE2__)
-  if (bytes >= kStreamBytes) {
-    const size_t head = (16 - uintptr_t(dst) % 16) % 16;  // up to dst's first 16-byte boundary
-    std::memcpy(dst, src, head);
-    size_t i = head;
-    for (; i + 64 <= bytes; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-    }
-    std::memcpy(dst + i, src + i, bytes - i);
-    _mm_sfence();
-    return;
+  const size_t head = std::min(bytes, (16 - uintptr_t(dst) % 16) % 16);  // to a 16-byte boundary
+  std::memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
   }
-#endif
+  std::memcpy(dst + i, src + i, bytes - i);
+  _mm_sfence();
+#else
   copy_bytes(dst, src, bytes);
+#endif
+}
+
+// A copy of kStreamBytes or more streams (above); a smaller one is memcpy.
+void copy(char* dst, const char* src, size_t bytes) {
+  if (bytes >= kStreamBytes) {
+    stream_copy(dst, src, bytes);
+  } else {
+    copy_bytes(dst, src, bytes);
+  }
 }
 
 // Where in its slot a rank says whether it mapped all its peers' buffers:
@@ -133,14 +140,26 @@ void broadcast(const Context& ctx, const std::vector<char*>& at, Span data, int 
   }
 }
 
-void all_gather(const Context& ctx, const std::vector<char*>& in, Span output, Span input) {
+// Rank r writes its input into block r of every rank's output (`out`: the
+// p outputs, its own too unless in place), a piece at a time: each piece is
+// read from memory once and copied p times from cache, where reading every
+// peer's input into its own output would read p blocks from memory. An
+// input of kStreamBytes or more streams every piece.
+void all_gather(const Context& ctx, const std::vector<char*>& out, Span input) {
   const int p = ctx.size(), r = ctx.rank();
-  const size_t m = input.count;
-  char* mine = output.at(size_t(r) * m);
-  if (mine != input.data) copy(mine, input.data, input.bytes());
-  for (int k = 1; k < p; ++k) {
-    const int q = mod(r + k, p);
-    copy(output.at(size_t(q) * m), in[q], input.bytes());
+  const size_t n = input.bytes(), block = size_t(r) * n;
+  const bool stream = n >= kStreamBytes;
+  for (size_t at = 0; at < n; at += kZeroCopyPiece) {
+    const size_t len = std::min(kZeroCopyPiece, n - at);
+    for (int k = 0; k < p; ++k) {
+      char* dst = out[mod(r + k, p)] + block + at;
+      if (dst == input.data + at) continue;  // in place: this rank's block already holds it
+      if (stream) {
+        stream_copy(dst, input.data + at, len);
+      } else {
+        copy_bytes(dst, input.data + at, len);
+      }
+    }
   }
 }
 
@@ -182,10 +201,10 @@ bool in_place_or_apart(const Context& ctx, Span whole, Span block) {
 
 bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span whole, Span in,
                    int root, ReduceOp op) {
-  // The buffer the peers read: all_reduce's and broadcast's tensor,
-  // all_gather's and reduce_scatter's input; and whether it can be shared
-  // (an all_gather's input, or a reduce_scatter's output, either is this
-  // rank's block of the other tensor or lies apart from it).
+  // The buffer the peers read or write: all_reduce's and broadcast's
+  // tensor, all_gather's output, reduce_scatter's input; and whether it can
+  // be shared (an all_gather's input, or a reduce_scatter's output, either
+  // is this rank's block of the other tensor or lies apart from it).
   Span shared = whole;
   bool usable = true;
   switch (type) {
@@ -195,7 +214,6 @@ bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span 
     case OpType::kBroadcast:
       break;
     case OpType::kAllGather:
-      shared = in;
       usable = in_place_or_apart(ctx, whole, in);
       break;
     case OpType::kReduceScatter:
@@ -217,13 +235,13 @@ bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span 
       broadcast(ctx, at, whole, root);
       break;
     case OpType::kAllGather:
-      all_gather(ctx, at, whole, in);
+      all_gather(ctx, at, in);
       break;
     default:  // kReduceScatter
       reduce_scatter(ctx, at, in, whole, op);
       break;
   }
-  segment_barrier(ctx, segment);  // no rank leaves while a peer still reads its buffer
+  segment_barrier(ctx, segment);  // no rank leaves while a peer still reads or writes its buffer
   ctx.mesh.finish();
   return true;
 }

@@ -1,14 +1,15 @@
 // Zero-copy collectives: in a group whose ranks share a host, when every
-// buffer a rank's peers must read lies in a shareable block
-// (tensor/cpu/allocator.h), each rank maps its peers' buffers (peer_memory.h)
-// and copies or reduces straight from them into its own: every byte is
+// buffer a rank's peers must read (or, for all_gather, write) lies in a
+// shareable block (tensor/cpu/allocator.h), each rank maps its peers'
+// buffers (peer_memory.h) and copies or reduces straight between them and
+// its own: every byte is
 // copied once, user space to user space, where the slots of the group
 // segment (segment_collectives.h, segment_all_reduce.h) copy it in and out.
 // It is what XPMEM gives MPI, and symmetric memory gives PyTorch on GPUs.
 //
 // Every collective of the four begins the same way: each rank writes into
 // its own slot of the segment the descriptor of the buffer its peers read
-// (BufferDescriptor, or "not shareable"), then a barrier (segment_barrier:
+// or write (BufferDescriptor, or "not shareable"), then a barrier (segment_barrier:
 // release before, acquire after), then each rank reads every descriptor and
 // decides from them alone, so alike on every rank: when some is not
 // shareable, the staged path of the slots (which then runs as it always did;
@@ -21,16 +22,18 @@
 // process). Each ends with a barrier, so that no rank returns, and reuses or
 // frees its buffer, while a peer still reads it or writes it.
 //
-// p ranks, rank r; the buffers read by peers are named; the steps between
+// p ranks, rank r; the buffers peers read or write are named; the steps between
 // barriers (|) in order:
 //   broadcast       (the root's tensor, and every other's)
 //                   each non-root copies parts 0..p-2 of the tensor (cut in
 //                   p parts) from the root's; the root writes part p-1 into
 //                   every non-root's tensor: each rank copies (p-1)/p of it,
 //                   all cores at work, none of the parts written twice. |
-//   all_gather      (each rank's input)
-//                   rank r copies its input into its block of the output
-//                   (unless in place) and every peer q's input into block q. |
+//   all_gather      (each rank's output)
+//                   rank r writes its input into block r of every rank's
+//                   output, its own too unless in place, a piece of
+//                   kZeroCopyPiece at a time: each piece is read once and
+//                   copied p times from cache. |
 //   reduce_scatter  (each rank's input)
 //                   rank r reduces block r of every input into its output,
 //                   in pieces of kZeroCopyPiece so that the partial sums stay
@@ -49,8 +52,9 @@
 // writes only its output, which is never read by a peer when it is block r of
 // its own input (in place) or apart from the input; an output that overlaps
 // the input elsewhere is published as not shareable (the staged path).
-// all_gather: rank r writes only its own output's blocks q != r (its peers
-// read only its input, which is block r or apart); an input that overlaps
+// all_gather: rank r reads only its input and writes only block r of every
+// output; its peers write only the other blocks of its output. Its input is
+// block r of its output (in place) or apart from it; an input that overlaps
 // the output elsewhere is published as not shareable, unless run_in_segment
 // moved it to block r first (when the staged path would take it).
 // broadcast: the root's tensor is only read; each non-root's part p-1 is
@@ -66,18 +70,19 @@
 
 namespace spmd::dist::tcp {
 
-// Bytes reduced at a time from every peer (reduce_scatter, all_reduce).
+// Bytes reduced at a time from every peer (reduce_scatter, all_reduce), or
+// copied at a time to every peer (all_gather).
 constexpr size_t kZeroCopyPiece = size_t(128) << 10;
 
 // Runs the collective zero-copy when the group has it on (GroupSegment::
 // zero_copy_bytes() > 0), it is one of the four, the buffer its peers read
-// is of at least that many bytes (the tensor, all_gather's or
+// or write is of at least that many bytes (the tensor, all_gather's output,
 // reduce_scatter's input: what must lie in a block that large to be
 // shareable), an all_reduce more than fits a post
-// (segment_small_all_reduce.h), and
-// every rank's buffers are shareable and mapped; returns whether it did.
-// When the descriptors, or the ranks' mappings, say no it returns false
-// after their barrier(s), and the caller runs the staged path. Every rank decides alike. `whole` and `in` as for
+// (segment_small_all_reduce.h), and every rank's buffers are shareable and
+// mapped; returns whether it did. When the descriptors, or the ranks'
+// mappings, say no it returns false after their barrier(s), and the caller
+// runs the staged path. Every rank decides alike. `whole` and `in` as for
 // run_in_segment (segment_collectives.h).
 bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span whole, Span in,
                    int root, ReduceOp op);
