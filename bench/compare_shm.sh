@@ -12,7 +12,8 @@
 # reduce_scatter and broadcast at 1, 4, 16 and 64 MiB (bandwidth). Every call
 # is waited for before the next (-z 2), as MPI's blocking calls are; a row's
 # time is the slowest rank's (-a 3). Needs spmdrun, spmd-bench and
-# spmd-shm-ceiling built (SPMD_BUILD_DIR, default build/) and mpicc/mpirun.
+# spmd-shm-ceiling built (SPMD_BUILD_DIR, default build/), mpicc/mpirun and
+# taskset.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${SPMD_BUILD_DIR:-$root/build}
@@ -49,13 +50,28 @@ small_flags=(-b 8 -e 4K -f 8 -n 5000 -w 2000 -c 0 -a 3)
 large_flags=(-b 1M -e 64M -f 4 -n 5 -w 2 -c 0 -a 3)
 large_ops=all_reduce,all_gather,reduce_scatter,broadcast
 
+# Each rank on a core of its own when the cores are enough (spmd's through
+# taskset, by LOCAL_RANK; OpenMPI's by --bind-to core, its default for 2
+# ranks): unbound, the scheduler now and then left both of 2 spinning ranks
+# on one core for a whole run, which put the 8-byte all_reduce at 4-21 us
+# instead of 1-1.3 (docs/comm.md, "Measured"). More ranks than cores: none
+# is bound.
+cores=$(nproc)
 run() {
   local impl=$1 p=$2 sweep=$3 ops=$4 round=$5
   shift 5
   local json="$out/r${round}_${impl}_${p}_${sweep}.json"
+  local bind=none
+  [ "$p" -le "$cores" ] && bind=core
   case "$impl" in
-    shm|tcp) SPMD_TRANSPORT=$impl "$spmdrun" --standalone --nproc-per-node "$p" "$bench" "$ops" "$@" -z 2 --json "$json" ;;
-    vader) mpirun -np "$p" --oversubscribe --allow-run-as-root --bind-to none \
+    shm|tcp)
+      if [ "$bind" = core ]; then
+        SPMD_TRANSPORT=$impl "$spmdrun" --standalone --nproc-per-node "$p" \
+          sh -c 'exec taskset -c "$LOCAL_RANK" "$@"' sh "$bench" "$ops" "$@" -z 2 --json "$json"
+      else
+        SPMD_TRANSPORT=$impl "$spmdrun" --standalone --nproc-per-node "$p" "$bench" "$ops" "$@" -z 2 --json "$json"
+      fi ;;
+    vader) mpirun -np "$p" --oversubscribe --allow-run-as-root --bind-to "$bind" \
              --mca pml ob1 --mca btl self,vader "$build/bench-peers/mpi_bench" "$ops" "$@" --json "$json" ;;
   esac > "$out/r${round}_${impl}_${p}_${sweep}.txt" 2>&1 || echo "compare_shm: $impl on $p ranks ($sweep) failed; see $out" >&2
 }

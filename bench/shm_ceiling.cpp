@@ -4,7 +4,12 @@
 //     (a ring moves every byte with two such copies: in, then out);
 //   - a cache line's round trip between two cores: two threads, each on its
 //     own core, bounce a counter in one line (what a small message over a
-//     ring costs at least, once each way).
+//     ring costs at least, once each way);
+//   - an exchange of posts between two cores: two threads, each on its own
+//     core, write 8 bytes and a stamp into a line of their own, wait for the
+//     other's stamp and add the two values, over and over, in two sets of
+//     lines taken in turn (what the 8-byte all_reduce of 2 ranks through the
+//     posts, segment_small_all_reduce.h, costs at least: its floor).
 // One line of JSON per figure on stdout, with the CPU model.
 //
 //   spmd-shm-ceiling [--cores A,B]
@@ -85,6 +90,36 @@ double round_trip_ns(int core_a, int core_b) {
   return ns / kTrips;
 }
 
+double exchange_ns(int core_a, int core_b) {
+  struct alignas(64) Post {
+    std::atomic<uint64_t> stamp{0};
+    double value = 0;
+  };
+  Post posts[2][2];  // [set][thread]
+  constexpr uint64_t kExchanges = 200000;
+  auto run = [&](int me, int core, double* sum) {
+    pin(core);
+    double v = me + 1;
+    for (uint64_t s = 1; s <= kExchanges; ++s) {
+      Post& mine = posts[s & 1][me];
+      const Post& theirs = posts[s & 1][1 - me];
+      mine.value = v;
+      mine.stamp.store(s, std::memory_order_release);
+      while (theirs.stamp.load(std::memory_order_acquire) != s) {
+      }
+      v = (mine.value + theirs.value) * 0.5;
+    }
+    *sum = v;
+  };
+  double other = 0, mine = 0;
+  std::thread peer(run, 1, core_b, &other);
+  const auto t0 = Clock::now();
+  run(0, core_a, &mine);
+  const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  peer.join();
+  return ns / kExchanges;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,10 +142,13 @@ int main(int argc, char** argv) {
         {"figure", "memcpy"}, {"bytes", mib << 20}, {"gbps", memcpy_gbps(mib << 20)}, {"cpu", cpu}};
     std::printf("%s\n", line.dump().c_str());
   }
-  const ordered_json line = {{"figure", "cache_line_round_trip"},
+  const ordered_json trip = {{"figure", "cache_line_round_trip"},
                              {"cores", {a, b}},
                              {"ns", round_trip_ns(a, b)},
                              {"cpu", cpu}};
-  std::printf("%s\n", line.dump().c_str());
+  std::printf("%s\n", trip.dump().c_str());
+  const ordered_json exchange = {
+      {"figure", "post_exchange"}, {"cores", {a, b}}, {"ns", exchange_ns(a, b)}, {"cpu", cpu}};
+  std::printf("%s\n", exchange.dump().c_str());
   return 0;
 }
