@@ -51,12 +51,28 @@ large_flags=(-b 1M -e 64M -f 4 -n 5 -w 2 -c 0 -a 3)
 large_ops=all_reduce,all_gather,reduce_scatter,broadcast
 
 # Each rank on a core of its own when the cores are enough (spmd's through
-# taskset, by LOCAL_RANK; OpenMPI's by --bind-to core, its default for 2
-# ranks): unbound, the scheduler now and then left both of 2 spinning ranks
-# on one core for a whole run, which put the 8-byte all_reduce at 4-21 us
-# instead of 1-1.3 (docs/comm.md, "Measured"). More ranks than cores: none
-# is bound.
-cores=$(nproc)
+# taskset, by LOCAL_RANK, on one CPU of each physical core this script may
+# use; OpenMPI's by --bind-to core, its default for 2 ranks): unbound, the
+# scheduler now and then left both of 2 spinning ranks on one core for a
+# whole run, which put the 8-byte all_reduce at 4-21 us instead of 1-1.3
+# (docs/comm.md, "Measured"). A bound rank sees one CPU, so its spin budget
+# would default to 50 / ranks us (tuning.h); SPMD_TCP_SPIN_US=50 keeps the
+# budget an unbound rank gets when the ranks do not outnumber the cores.
+# More ranks than cores: none is bound.
+bind_cpus=$(/usr/bin/python3 -c '
+import os
+seen, cpus = set(), []
+for c in sorted(os.sched_getaffinity(0)):
+    topology = f"/sys/devices/system/cpu/cpu{c}/topology/"
+    try:
+        core = tuple(open(topology + f).read().strip() for f in ("physical_package_id", "core_id"))
+    except OSError:
+        core = ("cpu", c)
+    if core not in seen:
+        seen.add(core)
+        cpus.append(str(c))
+print(" ".join(cpus))')
+cores=$(echo "$bind_cpus" | wc -w)
 run() {
   local impl=$1 p=$2 sweep=$3 ops=$4 round=$5
   shift 5
@@ -66,8 +82,10 @@ run() {
   case "$impl" in
     shm|tcp)
       if [ "$bind" = core ]; then
-        SPMD_TRANSPORT=$impl "$spmdrun" --standalone --nproc-per-node "$p" \
-          sh -c 'exec taskset -c "$LOCAL_RANK" "$@"' sh "$bench" "$ops" "$@" -z 2 --json "$json"
+        SPMD_TRANSPORT=$impl SPMD_TCP_SPIN_US=50 BENCH_CPUS="$bind_cpus" \
+          "$spmdrun" --standalone --nproc-per-node "$p" \
+          sh -c 'exec taskset -c "$(echo $BENCH_CPUS | cut -d" " -f$((LOCAL_RANK + 1)))" "$@"' \
+          sh "$bench" "$ops" "$@" -z 2 --json "$json"
       else
         SPMD_TRANSPORT=$impl "$spmdrun" --standalone --nproc-per-node "$p" "$bench" "$ops" "$@" -z 2 --json "$json"
       fi ;;

@@ -31,14 +31,14 @@ bool SegmentSmallAllReduce::posted(int peer) const {
 
 // The posts are looked at before the clock is read: in a stream of calls
 // the peers' often have come already, or come within poll_hot's pauses.
-bool SegmentSmallAllReduce::all_posted(std::chrono::steady_clock::time_point give_up,
-                                       bool yield) const {
+bool SegmentSmallAllReduce::all_posted(std::chrono::steady_clock::time_point give_up, bool yield,
+                                       int hot_polls) const {
   int q = 1;
   auto all = [&] {
     while (q < ctx_.size() && posted((ctx_.rank() + q) % ctx_.size())) ++q;
     return q == ctx_.size();
   };
-  if (poll_hot(all, kHotPolls)) return true;
+  if (poll_hot(all, hot_polls)) return true;
   for (;;) {
     if (all()) return true;
     if (std::chrono::steady_clock::now() >= give_up) return false;

@@ -56,12 +56,12 @@ class SegmentSmallAllReduce {
 
   // In two halves, for a caller that posts at once and finishes later (the
   // issuing thread, tcp_start_inline.cpp): post() writes this rank's part;
-  // all_posted() spins until `give_up` (yielding the core each idle round
-  // when `yield`, never sleeping) and says whether every peer's part has
-  // come; finish() waits for them (Mesh::wait_posted), checks their headers
+  // all_posted() looks `hot_polls` times (poll_hot), then spins until
+  // `give_up` (yielding the core each idle round when `yield`, never
+  // sleeping) and says whether every peer's part has come; finish() waits for them (Mesh::wait_posted), checks their headers
   // and reduces.
   void post();
-  bool all_posted(std::chrono::steady_clock::time_point give_up, bool yield) const;
+  bool all_posted(std::chrono::steady_clock::time_point give_up, bool yield, int hot_polls) const;
   void finish();
 
  private:

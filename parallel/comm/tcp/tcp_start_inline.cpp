@@ -44,8 +44,9 @@ std::optional<Work> TcpProcessGroup::start_inline(CommOp& op) {
     SegmentSmallAllReduce exchange(ctx, *segment_, data, op.reduce_op);
     exchange.post();
     const SpinPolicy spin = tuning_.spin();
+    const int hot_polls = spin.budget.count() > 0 ? kHotPolls : 0;  // a zero budget never spins
     if (exchange.all_posted(now + std::min<std::chrono::nanoseconds>(kIssueSpin, spin.budget),
-                            spin.yield)) {
+                            spin.yield, hot_polls)) {
       exchange.finish();
       end_on_host(op);
     } else {

@@ -41,8 +41,10 @@ bool poll_hot(Ready&& ready, int polls) {
   }
   return ready();
 }
-// poll_hot's default: about 2 us of pauses on current x86 cores.
-inline constexpr int kHotPolls = 64;
+// poll_hot's default: 0.7 us of pauses on the Xeon of docs/comm.md (23 ns a
+// pause); the pause's latency differs between cores (about 10 cycles before
+// Skylake, about 140 since), so up to about 2 us on others.
+inline constexpr int kHotPolls = 32;
 
 struct Tuning {
   // all_reduce below this many bytes uses recursive doubling, above it the ring.
@@ -97,8 +99,8 @@ struct Tuning {
   // 0: recursive doubling over the rings.
   size_t shm_post_bytes = 4 << 10;
   // In such a group, broadcast, all_gather, reduce_scatter and all_reduce
-  // whose buffer read by the peers has at least this many bytes (the tensor,
-  // all_gather's or reduce_scatter's input) copy straight between the ranks'
+  // whose buffer the peers read or write has at least this many bytes (the
+  // tensor, all_gather's output, reduce_scatter's input) copy straight between the ranks'
   // tensors when they all lie in shareable blocks (zero_copy.h); and from the
   // group's creation on, this process's CPU blocks of at least this many
   // bytes are shareable (tensor/cpu/allocator.h). 0: never. Zero copy beat
