@@ -102,7 +102,7 @@ def main(directory):
               "memcpy = shm busbw / memcpy GB/s at that size)")
         print(f"{'op':>15} {'size':>8} {'shm':>7} {'tcp':>7} {'vader':>7} {'shm/tcp':>8} {'shm/vader':>9} {'memcpy':>7}")
         for (pp, sweep, op, size), by_impl in sorted(data.items(), key=lambda kv: (kv[0][2], kv[0][3])):
-            if pp != p or sweep != "large":
+            if pp != p or sweep == "small":
                 continue
             bw = {i: med([r["busbw"] for r in by_impl.get(i, {}).values()]) for i in ("shm", "tcp", "vader")}
             rt, rv = pairwise(by_impl, "shm", "tcp", "busbw"), pairwise(by_impl, "shm", "vader", "busbw")

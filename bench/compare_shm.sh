@@ -6,10 +6,12 @@
 # round trip) and the tables of bench/compare_shm.py: the median over rounds
 # of each figure and of the pairwise ratios (shm / peer, same round).
 #
-#   bench/compare_shm.sh [--rounds 5] [--ranks "2 4"] [--out DIR] [--sweeps "small large"]
+#   bench/compare_shm.sh [--rounds 5] [--ranks "2 4"] [--out DIR] [--sweeps "small medium large"]
 #
 # Sweeps: all_reduce 8 B..4 KiB (latency); all_reduce, all_gather,
-# reduce_scatter and broadcast at 1, 4, 16 and 64 MiB (bandwidth). Every call
+# reduce_scatter and broadcast at 1 and 4 MiB (medium: 50 calls a size, so
+# that one call a moment late on this shared machine moves the mean of
+# 40-60 us calls little) and at 16 and 64 MiB (large: 10 calls) (bandwidth). Every call
 # is waited for before the next (-z 2), as MPI's blocking calls are; a row's
 # time is the slowest rank's (-a 3). Needs spmdrun, spmd-bench and
 # spmd-shm-ceiling built (SPMD_BUILD_DIR, default build/), mpicc/mpirun and
@@ -20,14 +22,14 @@ build=${SPMD_BUILD_DIR:-$root/build}
 rounds=5
 ranks="2 4"
 out=""
-sweeps="small large"
+sweeps="small medium large"
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --sweeps) sweeps=$2; shift 2 ;;
-    *) echo "usage: $0 [--rounds N] [--ranks \"2 4\"] [--out DIR] [--sweeps \"small large\"]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--rounds N] [--ranks \"2 4\"] [--out DIR] [--sweeps \"small medium large\"]" >&2; exit 2 ;;
   esac
 done
 out=${out:-$build/compare-shm}
@@ -47,7 +49,8 @@ impls=(shm tcp vader)
 # shared memory (1.6 or 3-5 us from one start to the next), the ranks not
 # yet in step; each peer gets the same.
 small_flags=(-b 8 -e 4K -f 8 -n 5000 -w 2000 -c 0 -a 3)
-large_flags=(-b 1M -e 64M -f 4 -n 5 -w 2 -c 0 -a 3)
+medium_flags=(-b 1M -e 4M -f 4 -n 50 -w 10 -c 0 -a 3)
+large_flags=(-b 16M -e 64M -f 4 -n 10 -w 3 -c 0 -a 3)
 large_ops=all_reduce,all_gather,reduce_scatter,broadcast
 
 # Each rank on a core of its own when the cores are enough (spmd's through

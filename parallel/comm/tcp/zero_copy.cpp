@@ -25,6 +25,13 @@ namespace {
 
 // Copies of at least this many bytes use non-temporal stores (below).
 constexpr size_t kStreamBytes = size_t(8) << 20;
+// The all_gather streams every piece from an input this large on: each rank
+// writes p times its input, 2 MiB or more from here on 2 ranks, which stays in
+// no core's L2 (2 MiB) anyway. On 2 ranks of the Xeon of docs/comm.md
+// (alternating with the 8 MiB threshold, 4 rounds of 50 calls) it raised the
+// bus bandwidth about 1.1x at 2 and 4 MiB, and lowered it 0.7x at 1 MiB (an
+// input of 512 KiB, whose writes do stay in cache), hence not lower.
+constexpr size_t kAllGatherStreamBytes = size_t(1) << 20;
 
 // memcpy with non-temporal stores, which skip reading each destination line
 // into the cache before overwriting it; glibc streams only above 114 MiB
@@ -164,11 +171,11 @@ void broadcast(const Context& ctx, const std::vector<char*>& at, Span data, int 
 // p outputs, its own too unless in place), a piece at a time: each piece is
 // read from memory once and copied p times from cache, where reading every
 // peer's input into its own output would read p blocks from memory. An
-// input of kStreamBytes or more streams every piece.
+// input of kAllGatherStreamBytes or more streams every piece.
 void all_gather(const Context& ctx, const std::vector<char*>& out, Span input) {
   const int p = ctx.size(), r = ctx.rank();
   const size_t n = input.bytes(), block = size_t(r) * n;
-  const bool stream = n >= kStreamBytes;
+  const bool stream = n >= kAllGatherStreamBytes;
   for (size_t at = 0; at < n; at += kZeroCopyPiece) {
     const size_t len = std::min(kZeroCopyPiece, n - at);
     for (int k = 0; k < p; ++k) {
