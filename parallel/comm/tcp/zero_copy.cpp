@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,8 @@
 namespace spmd::dist::tcp {
 namespace {
 
-// Copies of at least this many bytes use non-temporal stores (below).
+// The broadcast's copies of at least this many bytes use non-temporal stores
+// (below).
 constexpr size_t kStreamBytes = size_t(8) << 20;
 // The all_gather streams every piece from an input this large on: each rank
 // writes p times its input, 2 MiB or more from here on 2 ranks, which stays in
@@ -44,7 +46,7 @@ constexpr size_t kAllGatherStreamBytes = size_t(1) << 20;
 // publishes them.
 #if defined(__x86_64__)
 __attribute__((target("avx512f"))) void stream_copy_avx512(char* dst, const char* src,
-                                                            size_t bytes) {
+                                                           size_t bytes) {
   const size_t head = std::min(bytes, (64 - uintptr_t(dst) % 64) % 64);  // to a line's start
   std::memcpy(dst, src, head);
   size_t i = head;
@@ -139,10 +141,12 @@ std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* dat
   return at;
 }
 
-// out = own (op) each peer's piece, a piece at a time; then / p for kAvg.
-// peers: the p buffers (this rank's too), each at the range reduced.
+// out = own (op) each peer's piece, a piece at a time; then / p for kAvg;
+// then reduced(at, bytes) on the piece at that byte offset, while it is in
+// cache. peers: the p buffers (this rank's too), each at the range reduced.
 void reduce_from(const Context& ctx, ReduceOp op, DType dtype, size_t elem, char* out,
-                 const char* own, const std::vector<const char*>& peers, size_t count) {
+                 const char* own, const std::vector<const char*>& peers, size_t count,
+                 const std::function<void(size_t, size_t)>& reduced = {}) {
   const int p = ctx.size(), r = ctx.rank();
   const size_t per = std::max<size_t>(1, kZeroCopyPiece / elem);
   for (size_t first = 0; first < count; first += per) {
@@ -151,6 +155,7 @@ void reduce_from(const Context& ctx, ReduceOp op, DType dtype, size_t elem, char
       combine(op, dtype, out + at, k == 1 ? own + at : out + at, peers[mod(r + k, p)] + at, n);
     }
     if (op == ReduceOp::kAvg) divide(dtype, out + at, n, p);
+    if (reduced) reduced(at, n * elem);
   }
 }
 
@@ -200,21 +205,21 @@ void reduce_scatter(const Context& ctx, const std::vector<char*>& in, Span input
               output.count);
 }
 
-void all_reduce(const Context& ctx, GroupSegment& segment, const std::vector<char*>& at, Span data,
-                ReduceOp op) {
+// Rank r reduces part r (of p) of every rank's tensor into its own, a
+// piece at a time, and writes each reduced piece into part r of every
+// peer's tensor while it is in cache: part r is read and written by rank r
+// alone, so the barrier after (run_zero_copy's) is the only one it needs.
+void all_reduce(const Context& ctx, const std::vector<char*>& at, Span data, ReduceOp op) {
   const int p = ctx.size(), r = ctx.rank();
-  auto begin = [&](int k) { return part_begin(data.count, size_t(p), size_t(k)) * data.elem; };
-  auto count = [&](int k) { return part_size(data.count, size_t(p), size_t(k)); };
+  const size_t begin = part_begin(data.count, size_t(p), size_t(r)) * data.elem;
   std::vector<const char*> parts(p);
-  for (int q = 0; q < p; ++q) parts[q] = at[q] + begin(r);
-  char* own = data.data + begin(r);
-  reduce_from(ctx, op, data.dtype, data.elem, own, own, parts, count(r));  // part r, reduced
-  // Every part reduced; then every other part, from the rank that reduced it.
-  segment_barrier(ctx, segment);
-  for (int k = 1; k < p; ++k) {
-    const int q = mod(r + k, p);
-    copy(data.data + begin(q), at[q] + begin(q), count(q) * data.elem);
-  }
+  for (int q = 0; q < p; ++q) parts[q] = at[q] + begin;
+  char* own = data.data + begin;
+  reduce_from(ctx, op, data.dtype, data.elem, own, own, parts,
+              part_size(data.count, size_t(p), size_t(r)), [&](size_t piece, size_t bytes) {
+                for (int k = 1; k < p; ++k)
+                  copy_bytes(at[mod(r + k, p)] + begin + piece, own + piece, bytes);
+              });
 }
 
 // Whether `block`, this rank's block of `whole` in size, is either that very
@@ -256,7 +261,7 @@ bool run_zero_copy(const Context& ctx, GroupSegment& segment, OpType type, Span 
   if (at.empty()) return false;
   switch (type) {
     case OpType::kAllReduce:
-      all_reduce(ctx, segment, at, whole, op);
+      all_reduce(ctx, at, whole, op);
       break;
     case OpType::kBroadcast:
       broadcast(ctx, at, whole, root);

@@ -40,15 +40,14 @@
 //                   in cache. |
 //   all_reduce      (each rank's tensor)
 //                   rank r reduces part r (of p) of every rank's tensor into
-//                   part r of its own, in pieces; | rank r copies part q of
-//                   rank q's tensor into its own, for every q != r. |
+//                   part r of its own, a piece at a time, and writes each
+//                   reduced piece into part r of every peer's tensor while it
+//                   is in cache. |
 //
-// In place. all_reduce: in its first step rank r writes only part r of its
-// own tensor, and reads part r of the others', which they do not write in
-// that step (each writes only its own part); in the second it writes parts
-// q != r of its own and reads part q of rank q's, which rank q no longer
-// writes; nobody reads rank r's parts q != r after the middle barrier. So
-// no part is read while another rank writes it. reduce_scatter: rank r
+// In place. all_reduce: rank r reads and writes only part r of every
+// tensor, and no other rank touches part r, so no part is read while
+// another rank writes it; the one barrier after orders rank r's writes into
+// part r of a peer's tensor before that peer returns. reduce_scatter: rank r
 // writes only its output, which is never read by a peer when it is block r of
 // its own input (in place) or apart from the input; an output that overlaps
 // the input elsewhere is published as not shareable (the staged path).
