@@ -1,7 +1,8 @@
 // Zero-copy collectives (parallel/comm/tcp/zero_copy.h) in real processes:
 // with every rank's tensor in a shareable block, each rank maps its peers'
 // blocks (seen in its own /proc/self/maps) and the four collectives give the
-// hand-worked values, in place too and for views at an offset into a block;
+// hand-worked values, in place too and for views at an offset into a block,
+// and an all_reduce of many pieces and uneven parts sums and averages;
 // one rank's tensor in memory it cannot share sends every rank down the
 // staged path (nothing mapped, values right), and so does one rank that
 // cannot map its peers' blocks (out of descriptors), with no hang; limits on
@@ -142,6 +143,29 @@ TEST_CASE("zero-copy collectives read the peers' own tensors and get the values"
   }
 }
 
+TEST_CASE("zero-copy all_reduce over many pieces and uneven parts: sum and average",
+          "[comm][shm]") {
+  // 3 ranks, 300,007 f32 (1.2 MiB): each rank's part is three 128 KiB pieces
+  // and a partial one, the parts one element apart; every reduced piece is
+  // pushed to the peers, after the average's division.
+  REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
+    const int p = g.size(), r = g.rank();
+    const int64_t n = 300007;
+    Tensor t = cpu_tensor(n, DType::kF32);
+    expect(shareable(t), "not shareable");
+    fill_rank(t, r);
+    g.all_reduce(t).wait();
+    expect(peer_mappings() >= p - 1, "rank ", r, " mapped ", peer_mappings(),
+           " peer blocks: the all_reduce was not zero-copy");
+    expect_values(
+        t, [&](int64_t i) { return sum_of(p, i); }, "all_reduce sum");
+    fill_rank(t, r);
+    g.all_reduce(t, ReduceOp::kAvg).wait();
+    expect_values(
+        t, [&](int64_t i) { return sum_of(p, i) / float(p); }, "all_reduce avg");
+  }));
+}
+
 TEST_CASE("zero-copy in place and on views at an offset into a block", "[comm][shm]") {
   SmallZeroCopy on;
   REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
@@ -205,7 +229,7 @@ TEST_CASE("no rank returns while a peer still reads or writes its buffer", "[com
     Tensor t = cpu_tensor(n * p, DType::kF32), in = cpu_tensor(n, DType::kF32),
            out = cpu_tensor(n * p, DType::kF32);
     for (int k = 0; k < 20; ++k) {
-      fill_rank(t, r + k);  // all_reduce: the peers read parts of this rank's tensor
+      fill_rank(t, r + k);  // all_reduce: the peers read and write parts of this rank's tensor
       g.all_reduce(t).wait();
       const std::vector<float> sum(f32(t), f32(t) + n * p);
       std::fill_n(f32(t), n * p, -1.f);  // at once: a peer still reading would see it

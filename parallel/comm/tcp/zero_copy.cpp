@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -144,9 +143,10 @@ std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* dat
 // out = own (op) each peer's piece, a piece at a time; then / p for kAvg;
 // then reduced(at, bytes) on the piece at that byte offset, while it is in
 // cache. peers: the p buffers (this rank's too), each at the range reduced.
+template <class Reduced>
 void reduce_from(const Context& ctx, ReduceOp op, DType dtype, size_t elem, char* out,
                  const char* own, const std::vector<const char*>& peers, size_t count,
-                 const std::function<void(size_t, size_t)>& reduced = {}) {
+                 Reduced&& reduced) {
   const int p = ctx.size(), r = ctx.rank();
   const size_t per = std::max<size_t>(1, kZeroCopyPiece / elem);
   for (size_t first = 0; first < count; first += per) {
@@ -155,7 +155,7 @@ void reduce_from(const Context& ctx, ReduceOp op, DType dtype, size_t elem, char
       combine(op, dtype, out + at, k == 1 ? own + at : out + at, peers[mod(r + k, p)] + at, n);
     }
     if (op == ReduceOp::kAvg) divide(dtype, out + at, n, p);
-    if (reduced) reduced(at, n * elem);
+    reduced(at, n * elem);
   }
 }
 
@@ -202,7 +202,7 @@ void reduce_scatter(const Context& ctx, const std::vector<char*>& in, Span input
   std::vector<const char*> blocks(p);
   for (int q = 0; q < p; ++q) blocks[q] = in[q] + block;
   reduce_from(ctx, op, output.dtype, output.elem, output.data, input.data + block, blocks,
-              output.count);
+              output.count, [](size_t, size_t) {});
 }
 
 // Rank r reduces part r (of p) of every rank's tensor into its own, a
