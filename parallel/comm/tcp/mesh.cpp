@@ -220,10 +220,12 @@ void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint6
   for (;;) {
     // The sleeper's half of the handshake of shm_ring.h: store the flag, a
     // full fence, then look again; the poster stores its stamp, a full
-    // fence, then looks at the flag. One of the two sees the other's store.
-    // The flag names the exchange awaited: only its posters, the peers this
-    // rank polls, take it down (a peer already posting the next exchange
-    // would ring a link this rank does not poll, and the wake-up be lost).
+    // fence, then looks at the flag. One of the two sees the other's store,
+    // and both may: a peer this rank has just seen posted can still see the
+    // flag, take it down and ring. So the sleep polls every peer's link
+    // (sleep_for_posts), not only the missing ones': the doorbell comes on
+    // the link of whichever poster took the flag down. The flag names the
+    // exchange awaited, so a peer already posting the next one leaves it.
     asleep.store(awaiting, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (all_posted()) {
@@ -235,15 +237,18 @@ void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint6
     for (int j = k; j < size_; ++j) {
       if (!posted((rank_ + j) % size_)) missing.push_back((rank_ + j) % size_);
     }
-    sleep_for_posts(missing, post_bytes);
+    sleep_for_posts(posted, missing, asleep, awaiting, post_bytes);
   }
 }
 
-// Sleeps in poll() on the links of the peers whose posts have not come,
-// until a doorbell, a death (EOF), the deadline, the slow hook or the wait
-// report. A header in one of their rings is checked first: a peer that runs
+// Sleeps in poll() on the links of the peers whose posts have not come, and
+// on the sockets of the others (for their doorbells alone), until a
+// doorbell, a death (EOF), the deadline, the slow hook or the wait report. A
+// header in the rings of the missing is checked first: a peer that runs
 // another call under this sequence number sends one (a mismatch).
-void Mesh::sleep_for_posts(const std::vector<int>& missing, size_t post_bytes) {
+void Mesh::sleep_for_posts(const std::function<bool(int)>& posted, const std::vector<int>& missing,
+                           const std::atomic<uint64_t>& asleep, uint64_t awaiting,
+                           size_t post_bytes) {
   constexpr size_t kMax = 256;
   pollfd fds[kMax];
   Link* owners[kMax];
@@ -274,6 +279,30 @@ void Mesh::sleep_for_posts(const std::vector<int>& missing, size_t post_bytes) {
       }
     }
     busy = true;
+  }
+  // The peers already posted: only their doorbells (the poster that took
+  // the flag down may be one, wait_posted); what their rings hold is for
+  // later. prepare_wait(0) takes the bytes the socket holds and arms nothing.
+  for (int j = 1; j < size_ && n < kMax; ++j) {
+    const int q = (rank_ + j) % size_;
+    if (std::find(missing.begin(), missing.end(), q) != missing.end()) continue;
+    Link& l = *links_[q];
+    if (l.channel().prepare_wait(0) != 0) {
+      fds[n] = {l.fd(), POLLIN, 0};
+      owners[n++] = &l;
+    }
+  }
+  // Getting the links ready took the bytes their sockets held, and a
+  // poster's doorbell may have been one of them: look at the flag and the
+  // posts once more, or sleep through it. A poster took the flag down (and
+  // stored its stamp) before it sent its byte, so a byte read here shows
+  // as a flag taken down, or a post come; either way the caller looks
+  // again, raising the flag anew. Before this look, on 4 ranks of 2 cores,
+  // lost wake-ups that only the next wait report's timer ended (100 ms
+  // later) came several times a second.
+  if (asleep.load(std::memory_order_acquire) != awaiting) return;
+  for (int q : missing) {
+    if (posted(q)) return;
   }
   const auto now = Clock::now();
   auto wake = busy ? std::min(deadline_, now + std::chrono::milliseconds(1)) : deadline_;

@@ -122,7 +122,8 @@ class Mesh {
   void spin_while_waiting(const std::function<bool()>& done);
   void poll_once();
   void peek_unused(Link& l);
-  void sleep_for_posts(const std::vector<int>& missing, size_t post_bytes);
+  void sleep_for_posts(const std::function<bool(int)>& posted, const std::vector<int>& missing,
+                       const std::atomic<uint64_t>& asleep, uint64_t awaiting, size_t post_bytes);
   [[noreturn]] void throw_post_timeout(const std::function<bool(int)>& posted);
   [[noreturn]] void throw_timeout() const;
 
