@@ -74,8 +74,9 @@ class Mesh {
   // set_spin() allows; then raises `asleep` to `awaiting`, the stamp of the
   // exchange it waits for (a peer that posts that exchange and sees the
   // flag hold its stamp takes it down and rings its link's doorbell:
-  // ring()), and sleeps in
-  // poll() on the links of the peers not yet posted. The links still
+  // ring()), and sleeps in poll() on the links of the peers not yet posted
+  // and the sockets of the others (whichever poster took the flag down
+  // rings: wait_posted). The links still
   // tell a peer's death (LinkError, "lost rank q", as any link would) and a
   // header that a peer running another call sends (a mismatch, as
   // peek_unused reports it). Past the deadline: TimeoutError naming the

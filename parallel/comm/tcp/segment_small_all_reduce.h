@@ -18,7 +18,7 @@
 // written, and a stamp, once seen, stays until all have read its post.
 //
 // Waiting (Mesh::wait_posted): a bounded spin on the peers' stamps, then a
-// sleep in poll() on the links of the peers not yet posted; a poster
+// sleep in poll() on every peer's link; a poster
 // wakes sleepers through their `asleep` flag, which holds the stamp of the
 // exchange they wait for, and a doorbell on the link (the handshake of
 // shm_ring.h: store, full fence, load on each side). The
