@@ -132,9 +132,9 @@ TEST_CASE("flight recorder: a rank killed mid-collective leaves the survivors' l
     init.world_size = world;
     init.timeout = std::chrono::seconds(10);
     auto g = init_process_group(init);
-    g->barrier().wait();                      // #0
-    g->all_reduce(floats(100)).wait();        // #1
-    g->broadcast(floats(10), 0).wait();       // #2
+    g->barrier().wait();                 // #0
+    g->all_reduce(floats(100)).wait();   // #1
+    g->broadcast(floats(10), 0).wait();  // #2
     // #3: 32 MiB, at least 1.6 ms of copying at 20 GB/s, and the victim dies
     // as soon as it has issued it (a pause first let zero copy finish it).
     Work w = g->all_reduce(floats(8 << 20));

@@ -110,8 +110,7 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
       }
     }
     const char mine = !why.empty() ? '0' : links_shm ? '2' : '1';
-    store.set(str_cat(group, "/shm_segment_ok/", rank),
-              std::string{mine, zero_copy ? 'z' : '-'});
+    store.set(str_cat(group, "/shm_segment_ok/", rank), std::string{mine, zero_copy ? 'z' : '-'});
     for (int r = 0; r < size && all; ++r) {
       const Bytes ok = store.get(str_cat(group, "/shm_segment_ok/", r), timeout);
       all = ok.size() == 2 && (ok[0] == '1' || ok[0] == '2');
@@ -133,11 +132,9 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
     return nullptr;
   }
   if (zero_copy) cpu::share_host_blocks_from(zero_copy_bytes);
-  return std::unique_ptr<GroupSegment>(new GroupSegment(std::move(s), size, slot_bytes, post_bytes,
-                                                        posts, zero_copy ? zero_copy_bytes : 0,
-                                                        PeerMemory::Limits{
-                                                            tuning.shm_max_mappings,
-                                                            tuning.shm_max_mapped_bytes}));
+  return std::unique_ptr<GroupSegment>(new GroupSegment(
+      std::move(s), size, slot_bytes, post_bytes, posts, zero_copy ? zero_copy_bytes : 0,
+      PeerMemory::Limits{tuning.shm_max_mappings, tuning.shm_max_mapped_bytes}));
 }
 
 GroupSegment::~GroupSegment() { unmap_segment(segment_); }

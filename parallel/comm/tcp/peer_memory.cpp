@@ -9,9 +9,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "runtime/error.h"
 #include "tensor/cpu/allocator.h"
@@ -117,8 +117,8 @@ char* PeerMemory::address(int peer, const BufferDescriptor& d) {
   if (base == nullptr) {
     SPMD_THROW(CommError, "zero-copy: cannot map the buffer of rank ", peer, ": ", why);
   }
-  mappings_.push_back(Mapping{peer, d.fd, d.serial, static_cast<char*>(base), d.block_bytes,
-                              uses_, collective_});
+  mappings_.push_back(
+      Mapping{peer, d.fd, d.serial, static_cast<char*>(base), d.block_bytes, uses_, collective_});
   mapped_bytes_ += d.block_bytes;
   return static_cast<char*>(base) + d.offset;
 }

@@ -33,8 +33,8 @@ void SegmentAllReduce::run() {
     }
     if (op_ == ReduceOp::kAvg) divide(data_.dtype, own, count, p);
     copy_bytes(part(r, mine), own, bytes(r));  // and into the slot, for the others
-    segment_barrier(ctx_, segment_);     // 4.
-    for (int k = 0; k < p; ++k) {        // 5. copy out the parts the others reduced
+    segment_barrier(ctx_, segment_);           // 4.
+    for (int k = 0; k < p; ++k) {              // 5. copy out the parts the others reduced
       if (k != r) copy_bytes(part(k, chunk), part(k, segment_.slot(set, k)), bytes(k));
     }
   }

@@ -18,12 +18,12 @@
 // written, and a stamp, once seen, stays until all have read its post.
 //
 // Waiting (Mesh::wait_posted): a bounded spin on the peers' stamps, then a
-// sleep in poll() on every peer's link; a poster
-// wakes sleepers through their `asleep` flag, which holds the stamp of the
-// exchange they wait for, and a doorbell on the link (the handshake of
-// shm_ring.h: store, full fence, load on each side). The
-// link still carries a peer's death (EOF), so a dead peer fails the
-// collective as "lost rank q" within the group's timeout, as elsewhere.
+// sleep in poll() on every peer's link; a poster wakes sleepers through
+// their `asleep` flag, which holds the stamp of the exchange they wait for,
+// and a doorbell on the link (the handshake of shm_ring.h: store, full
+// fence, load on each side). The link still carries a peer's death (EOF),
+// so a dead peer fails the collective as "lost rank q" within the group's
+// timeout, as elsewhere.
 //
 // Chosen for all_reduce of at most post_bytes (SPMD_SHM_POST_BYTES, 4 KiB)
 // when the group has posts (segment_collectives.h, run_in_segment). Cost
@@ -58,8 +58,8 @@ class SegmentSmallAllReduce {
   // issuing thread, tcp_start_inline.cpp): post() writes this rank's part;
   // all_posted() looks `hot_polls` times (poll_hot), then spins until
   // `give_up` (yielding the core each idle round when `yield`, never
-  // sleeping) and says whether every peer's part has come; finish() waits for them (Mesh::wait_posted), checks their headers
-  // and reduces.
+  // sleeping) and says whether every peer's part has come; finish() waits
+  // for them (Mesh::wait_posted), checks their headers and reduces.
   void post();
   bool all_posted(std::chrono::steady_clock::time_point give_up, bool yield, int hot_polls) const;
   void finish();
