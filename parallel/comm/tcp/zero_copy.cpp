@@ -2,10 +2,6 @@
 // then the four algorithms, each a short loop over its peers' mapped buffers.
 #include "parallel/comm/tcp/zero_copy.h"
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -17,14 +13,16 @@
 #include "parallel/comm/tcp/peer_memory.h"
 #include "parallel/comm/tcp/reduce.h"
 #include "parallel/comm/tcp/segment_all_reduce.h"
+#include "parallel/comm/tcp/stream_copy.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 
 namespace spmd::dist::tcp {
 namespace {
 
-// The broadcast's copies of at least this many bytes use non-temporal stores
-// (below).
+// The broadcast's copies of at least this many bytes stream (stream_copy.h):
+// inside the collectives, both cores copying at once, streaming paid clearly
+// only from 8 MiB copies on, twice the L2 cache (docs/comm.md, "Measured").
 constexpr size_t kStreamBytes = size_t(8) << 20;
 // The all_gather streams every piece from an input this large on: each rank
 // writes p times its input, 2 MiB or more from here on 2 ranks, which stays in
@@ -34,58 +32,10 @@ constexpr size_t kStreamBytes = size_t(8) << 20;
 // input of 512 KiB, whose writes do stay in cache), hence not lower.
 constexpr size_t kAllGatherStreamBytes = size_t(1) << 20;
 
-// memcpy with non-temporal stores, which skip reading each destination line
-// into the cache before overwriting it; glibc streams only above 114 MiB
-// here. One core alone copied 1.3-1.6x memcpy's bandwidth so from 4 to 16
-// MiB; inside the collectives, both cores copying at once, it paid clearly
-// only from 8 MiB copies on (kStreamBytes, twice the L2 cache; docs/comm.md,
-// "Measured"). Where the core has AVX-512, each store writes a whole cache
-// line, which beat four 16-byte SSE2 stores a line by 1.2x at 64 MiB. The
-// sfence orders those weakly ordered stores before the barrier that
-// publishes them.
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) void stream_copy_avx512(char* dst, const char* src,
-                                                           size_t bytes) {
-  const size_t head = std::min(bytes, (64 - uintptr_t(dst) % 64) % 64);  // to a line's start
-  std::memcpy(dst, src, head);
-  size_t i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
-  }
-  std::memcpy(dst + i, src + i, bytes - i);
-  _mm_sfence();
-}
-#endif
-
-void stream_copy(char* dst, const char* src, size_t bytes) {
-#if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) return stream_copy_avx512(dst, src, bytes);
-#endif
-#if defined(__SSE2__)
-  const size_t head = std::min(bytes, (16 - uintptr_t(dst) % 16) % 16);  // to a 16-byte boundary
-  std::memcpy(dst, src, head);
-  size_t i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  std::memcpy(dst + i, src + i, bytes - i);
-  _mm_sfence();
-#else
-  copy_bytes(dst, src, bytes);
-#endif
-}
-
-// A copy of kStreamBytes or more streams (above); a smaller one is memcpy.
-void copy(char* dst, const char* src, size_t bytes) {
-  if (bytes >= kStreamBytes) {
+// A copy that streams (stream_copy.h) or is a memcpy: each algorithm below
+// says which by its size.
+void copy(char* dst, const char* src, size_t bytes, bool stream) {
+  if (stream) {
     stream_copy(dst, src, bytes);
   } else {
     copy_bytes(dst, src, bytes);
@@ -164,10 +114,11 @@ void broadcast(const Context& ctx, const std::vector<char*>& at, Span data, int 
   const size_t n = data.count, last = size_t(p - 1);
   const size_t split = part_begin(n, size_t(p), last) * data.elem;  // parts 0..p-2 | part p-1
   if (r != root) {
-    copy(data.data, at[root], split);
+    copy(data.data, at[root], split, split >= kStreamBytes);
   } else {
     for (int q = 0; q < p; ++q) {
-      if (q != root) copy(at[q] + split, data.data + split, data.bytes() - split);
+      const size_t bytes = data.bytes() - split;
+      if (q != root) copy(at[q] + split, data.data + split, bytes, bytes >= kStreamBytes);
     }
   }
 }
@@ -186,11 +137,7 @@ void all_gather(const Context& ctx, const std::vector<char*>& out, Span input) {
     for (int k = 0; k < p; ++k) {
       char* dst = out[mod(r + k, p)] + block + at;
       if (dst == input.data + at) continue;  // in place: this rank's block already holds it
-      if (stream) {
-        stream_copy(dst, input.data + at, len);
-      } else {
-        copy_bytes(dst, input.data + at, len);
-      }
+      copy(dst, input.data + at, len, stream);
     }
   }
 }
