@@ -220,7 +220,7 @@ std::vector<TransformerStage> split_model_interleaved(
              rank, " of ", num_ranks);
   SPMD_CHECK(stages_per_rank >= 1, "split_model_interleaved: ", stages_per_rank,
              " stages per rank; at least 1 is needed");
-  SPMD_CHECK(model != nullptr, "split_model: no model");
+  SPMD_CHECK(model != nullptr, "split_model_interleaved: no model");
   const int S = num_ranks * stages_per_rank;
   const int64_t n_layers = model->config.n_layers;
   const std::vector<int64_t> starts =

@@ -294,12 +294,11 @@ void Mesh::sleep_for_posts(const std::function<bool(int)>& posted, const std::ve
   }
   // Getting the links ready took the bytes their sockets held, and a
   // poster's doorbell may have been one of them: look at the flag and the
-  // posts once more, or sleep through it. A poster took the flag down (and
+  // posts once more, or sleep through it (until the next wait report, 100
+  // ms; docs/comm.md, "No lost wake-up"). A poster took the flag down (and
   // stored its stamp) before it sent its byte, so a byte read here shows
   // as a flag taken down, or a post come; either way the caller looks
-  // again, raising the flag anew. Before this look, on 4 ranks of 2 cores,
-  // lost wake-ups that only the next wait report's timer ended (100 ms
-  // later) came several times a second.
+  // again, raising the flag anew.
   if (asleep.load(std::memory_order_acquire) != awaiting) return;
   for (int q : missing) {
     if (posted(q)) return;
