@@ -17,15 +17,14 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "harness.h"
-#include "survivors.h"
 #include "parallel/comm/init.h"
+#include "survivors.h"
 
 using namespace spmd;
 using namespace spmd::dist;
@@ -33,27 +32,6 @@ using namespace spmd::dist::testing;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// Sets an environment variable for one test case (the forked ranks inherit
-// it), and puts back what it was (a variant of this binary may set it for all).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* was = std::getenv(name)) before_ = was;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (before_) {
-      ::setenv(name_, before_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> before_;
-};
 
 // The shared-memory segments this process maps: one per channel, and one
 // for a group whose ranks all share a host.
@@ -259,9 +237,9 @@ TEST_CASE("a rank killed before a small all_reduce through the posts: the others
     }
     report_outcome([&] { g->all_reduce(t).wait(); });
   });
-  check_survivors_failed(outcomes, victim,
-                         {"all_reduce #1 in group world",
-                          "lost rank 1 (waiting for its part in the shared segment"});
+  check_survivors_failed(
+      outcomes, victim,
+      {"all_reduce #1 in group world", "lost rank 1 (waiting for its part in the shared segment"});
 }
 
 TEST_CASE("point-to-point over shared memory: a peer's death fails its pending send and recv",

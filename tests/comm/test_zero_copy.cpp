@@ -23,12 +23,12 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "harness.h"
 #include "parallel/comm/init.h"
@@ -43,10 +43,8 @@ using namespace spmd::dist::testing;
 namespace {
 
 // Zero copy from 4 KiB for one test case (the forked ranks inherit it).
-class SmallZeroCopy {
- public:
-  SmallZeroCopy() { ::setenv("SPMD_SHM_ZERO_COPY_BYTES", "4096", 1); }
-  ~SmallZeroCopy() { ::unsetenv("SPMD_SHM_ZERO_COPY_BYTES"); }
+struct SmallZeroCopy : ScopedEnv {
+  SmallZeroCopy() : ScopedEnv("SPMD_SHM_ZERO_COPY_BYTES", "4096") {}
 };
 
 // The shareable tensor blocks of other processes this process maps: memory
@@ -252,9 +250,10 @@ TEST_CASE("the mappings one collective uses are never evicted before it ends", "
   SmallZeroCopy on;
   // Limits so small that every collective on 3 ranks needs more than they
   // allow: each must keep its own mappings, and evict the last one's.
-  for (const char* limit : {"SPMD_SHM_MAX_MAPPINGS=1", "SPMD_SHM_MAX_MAPPED_BYTES=4096"}) {
-    INFO(limit);
-    ::putenv(const_cast<char*>(limit));
+  for (const auto& [name, setting] :
+       {std::pair{"SPMD_SHM_MAX_MAPPINGS", "1"}, std::pair{"SPMD_SHM_MAX_MAPPED_BYTES", "4096"}}) {
+    INFO(name << "=" << setting);
+    ScopedEnv tiny(name, setting);
     REQUIRE_NOTHROW(run_world(3, [](ProcessGroup& g) {
       const int p = g.size(), r = g.rank();
       std::vector<Tensor> kept;  // alive, so that each round's tensors are new blocks
@@ -275,7 +274,6 @@ TEST_CASE("the mappings one collective uses are never evicted before it ends", "
                " peer blocks after an all_gather: the earlier ones were not evicted");
       }
     }));
-    ::unsetenv(std::string(limit, std::strchr(limit, '=')).c_str());
   }
 }
 
