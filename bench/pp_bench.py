@@ -8,9 +8,9 @@ Within a round each schedule runs right after a single run of its own, for
 --rounds rounds, so that a machine whose speed drifts from one minute to
 the next (this one's moved by up to 40%) slows both sides of a pair alike;
 each figure is the median over rounds, and a schedule's speed ratio the
-median of its pairwise ratios against the single run just before it. Printed per row: tokens/s, the measured
-bubble beside the schedule's simulated one ((p-1)/(m+p-1) for GPipe and
-1F1B), the most (stage, microbatch) pairs a rank holds (which
+median of its pairwise ratios against the single run just before it.
+Printed per row: tokens/s, the measured bubble beside the schedule's
+simulated one ((p-1)/(m+p-1) for GPipe and 1F1B), the most (stage, microbatch) pairs a rank holds (which
 activation memory follows) and each rank's activation peak (the
 allocator's peak during the step less what stays allocated after it) and
 each rank's CPU time in a step (all its threads): a step's CPU time near
