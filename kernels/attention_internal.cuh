@@ -1,7 +1,8 @@
-// What the two fused-attention files share (kernels/attention.h): the
+// What the fused-attention files share (kernels/attention.h): the
 // parameters of a launch, the visibility rule, storing one element, the
-// launch helper, and the tensor-core path's entry points (attention_tc.cu).
-// Included by attention.cu and attention_tc.cu only.
+// launch helper, and the tensor-core path's entry points (attention_tc.cu,
+// attention_tc_backward.cu). Included by attention.cu and, through
+// attention_tc_tiles.cuh, by the tensor-core files only.
 #pragma once
 
 #include <cmath>
@@ -51,7 +52,8 @@ void launch_kernel(Kernel kernel, dim3 grid, int threads, size_t smem, const Att
   SPMD_CUDA_CHECK_LAUNCH();
 }
 
-// The tensor-core path (attention_tc.cu): bf16/f16 with head size 64 or 128.
+// The tensor-core path (attention_tc.cu, attention_tc_backward.cu): bf16/f16
+// with head size 64 or 128.
 bool tensor_core_applies(const TensorArg& q);
 void forward_tc(const AttnParams& p, ScalarType dtype, Stream stream);
 // REQUIRES: p.delta filled (attention.cu's delta kernel).
