@@ -32,7 +32,7 @@
 #include "autograd/optim/adamw.h"
 #include "bench/step_stats.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "runtime/flag_checks.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"

@@ -30,7 +30,7 @@
 #include "autograd/optim/adamw.h"
 #include "bench/step_stats.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "tensor/cpu/allocator.h"

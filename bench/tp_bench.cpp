@@ -33,7 +33,7 @@
 #include "autograd/optim/adamw.h"
 #include "bench/step_stats.h"
 #include "parallel/comm/init.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"

@@ -59,7 +59,7 @@
 #include <memory>
 
 #include "autograd/nn/transformer.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/expert_parallel/expert_parallel.h"
 #include "parallel/fsdp/fully_shard.h"

@@ -6,7 +6,7 @@
 // are the sum of the chunks' means; then, per step:
 //
 //   stage gradients averaged over dp_replicate and divided by the chunks
-//   (dist::average_gradients, parallel/gradient_average.h); under FSDP
+//   (dist::average_gradients, parallel/ddp/gradient_average.h); under FSDP
 //   first reduce-scattered, once per unit (reduce_stage_gradients), then
 //   only divided; with experts split, then ep's averages per stage
 //   grad norm: each rank's stages' squares (over their tp pieces), summed over pp

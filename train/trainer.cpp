@@ -18,7 +18,7 @@
 #include "parallel/agreement.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/data_loader.h"
-#include "parallel/gradient_average.h"
+#include "parallel/ddp/gradient_average.h"
 #include "parallel/placement.h"
 #include "runtime/env.h"
 #include "runtime/resource_limits.h"

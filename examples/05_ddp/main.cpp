@@ -25,7 +25,7 @@
 #include "autograd/train_loop.h"
 #include "parallel/comm/init.h"
 #include "parallel/data_loader.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "runtime/flag_checks.h"
 #include "runtime/resource_limits.h"
 #include "tensor/ops.h"

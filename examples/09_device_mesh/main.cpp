@@ -30,7 +30,7 @@
 #include "autograd/optim/lr_schedule.h"
 #include "parallel/comm/init.h"
 #include "parallel/data_loader.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/placement.h"
 #include "parallel/tensor_parallel/loss.h"

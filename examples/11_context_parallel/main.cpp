@@ -32,7 +32,7 @@
 #include "parallel/comm/init.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/context_parallel/ring_attention.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "runtime/flag_checks.h"
 #include "runtime/resource_limits.h"

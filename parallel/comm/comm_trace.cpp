@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "parallel/comm/process_group.h"
+#include "parallel/comm/work.h"
 #include "runtime/trace.h"
 
 namespace spmd::dist {

@@ -15,7 +15,6 @@
 
 namespace spmd::dist {
 
-struct CommOp;  // process_group.h
 class Work;     // work.h
 
 // What an operation's interval records, taken at its issue (before the op

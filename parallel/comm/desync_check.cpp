@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 
-#include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/progress.h"

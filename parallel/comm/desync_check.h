@@ -44,7 +44,6 @@
 
 namespace spmd::dist {
 
-struct CommOp;  // process_group.h
 
 class DesyncCheck {
  public:

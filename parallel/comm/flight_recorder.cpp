@@ -7,7 +7,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "parallel/comm/process_group.h"
 #include "runtime/error.h"
 
 namespace spmd::dist {

@@ -79,26 +79,6 @@ struct P2POp {
   int tag = 0;
 };
 
-// One operation with checked arguments, as a backend receives it.
-struct CommOp {
-  OpType type = OpType::kBarrier;
-  uint64_t seq = 0;  // collectives: the group's count; send/recv: this rank's own count
-  Tensor tensor;     // the in-place buffer, or the output (undefined on gather's non-roots)
-  Tensor input;      // all_gather, reduce_scatter, all_to_all(v), gather, scatter (undefined
-                     // on scatter's non-roots)
-  ReduceOp reduce_op = ReduceOp::kSum;
-  int root = -1;  // broadcast, reduce, gather, scatter (-1 for the others)
-  int peer = -1;  // send: the destination; recv: the source (-1 for collectives)
-  int tag = 0;    // send / recv
-  // all_to_all(v): elements to / from each rank, and where each block starts
-  // (in elements) in input / output.
-  std::vector<size_t> send_counts, recv_counts;
-  std::vector<size_t> send_offsets, recv_offsets;
-  std::string description;  // "all_reduce #5 in group world"
-  // When issue() read the clock for the flight recorder (the epoch when the
-  // recorder is off): a backend that starts the op at once counts from it
-  // instead of reading the clock again.
-  std::chrono::steady_clock::time_point issued_at{};
 };
 
 class ProcessGroup {

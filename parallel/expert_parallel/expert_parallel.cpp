@@ -6,7 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/nn/moe.h"
-#include "parallel/gradient_average.h"
+#include "parallel/ddp/gradient_average.h"
 #include "parallel/placement.h"
 #include "tensor/ops.h"
 

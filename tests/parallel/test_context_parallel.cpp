@@ -13,7 +13,7 @@
 #include "harness.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/context_parallel/ring_attention.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "tensor/ops.h"
 

@@ -9,7 +9,7 @@
 
 #include "ddp_test_util.h"
 #include "harness.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "runtime/error.h"
 
 using namespace spmd;

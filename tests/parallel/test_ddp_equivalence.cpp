@@ -13,7 +13,7 @@
 #include "autograd/optim/sgd.h"
 #include "ddp_test_util.h"
 #include "harness.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "tests/skip.h"
 
 using namespace spmd;

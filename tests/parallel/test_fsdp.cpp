@@ -16,7 +16,7 @@
 #include "ddp_test_util.h"
 #include "harness.h"
 #include "parallel/checkpoint/checkpoint.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/fsdp/fully_shard.h"
 #include "parallel/fsdp/state_dict.h"

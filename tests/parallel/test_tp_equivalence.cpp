@@ -16,7 +16,7 @@
 #include "autograd/optim/clip_grad.h"
 #include "ddp_test_util.h"
 #include "harness.h"
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/placement.h"
 #include "parallel/tensor_parallel/loss.h"

@@ -1,7 +1,7 @@
 // DistributedDataParallel: the wrapper around the reducer. Construction is
 // where data parallelism is set up (same parameters everywhere, then rank
 // 0's values everywhere); forward arms the reducer; no_sync disarms it.
-#include "parallel/ddp.h"
+#include "parallel/ddp/ddp.h"
 
 #include <algorithm>
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/ddp_reducer.h"
+#include "parallel/ddp/ddp_reducer.h"
 
 namespace spmd::dist {
 

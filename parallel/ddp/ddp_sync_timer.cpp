@@ -1,6 +1,6 @@
 // The reducer's clock (see ddp_sync_timer.h): a time at each of its four
 // calls, and one per bucket when its Work completes.
-#include "parallel/ddp_sync_timer.h"
+#include "parallel/ddp/ddp_sync_timer.h"
 
 #include <algorithm>
 #include <thread>

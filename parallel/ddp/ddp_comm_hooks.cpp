@@ -1,5 +1,5 @@
 // The two built-in communication hooks of DDP (see ddp_comm_hooks.h).
-#include "parallel/ddp_comm_hooks.h"
+#include "parallel/ddp/ddp_comm_hooks.h"
 
 #include <optional>
 

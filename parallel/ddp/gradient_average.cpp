@@ -1,5 +1,5 @@
 // One flat all_reduce of many gradients (gradient_average.h).
-#include "parallel/gradient_average.h"
+#include "parallel/ddp/gradient_average.h"
 
 #include "autograd/grad_mode.h"
 #include "tensor/ops.h"

@@ -19,14 +19,14 @@
 //     shapes, dtypes; a clear error naming the first difference, never a
 //     hang or a garbled broadcast), then broadcasts rank 0's parameters and
 //     buffers, so the copies start equal whatever each rank's seed was;
-//   - forward: runs the module and arms the reducer (parallel/ddp_reducer.h),
+//   - forward: runs the module and arms the reducer (parallel/ddp/ddp_reducer.h),
 //     which averages gradients bucket by bucket *while backward runs* and
 //     waits for the last buckets at its end;
 //   - no_sync(): forwards and backwards inside it only accumulate gradients
 //     locally (gradient accumulation); the first backward after it averages
 //     the accumulated sums;
 //   - register_comm_hook(): replace how a bucket is reduced (bf16 compression,
-//     parallel/ddp_comm_hooks.h).
+//     parallel/ddp/ddp_comm_hooks.h).
 //
 // Not here: buffers broadcast again at every forward (PyTorch's
 // broadcast_buffers, which only modules with running statistics such as
@@ -40,9 +40,9 @@
 
 #include "autograd/nn/module.h"
 #include "parallel/comm/process_group.h"
-#include "parallel/ddp_comm_hooks.h"
-#include "parallel/ddp_reducer.h"
-#include "parallel/ddp_sync_timer.h"
+#include "parallel/ddp/ddp_comm_hooks.h"
+#include "parallel/ddp/ddp_reducer.h"
+#include "parallel/ddp/ddp_sync_timer.h"
 
 namespace spmd::dist {
 

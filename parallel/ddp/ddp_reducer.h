@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "parallel/comm/process_group.h"
-#include "parallel/ddp_comm_hooks.h"
+#include "parallel/ddp/ddp_comm_hooks.h"
 #include "tensor/tensor.h"
 
 namespace spmd::dist {

@@ -1,7 +1,7 @@
 // The reducer's story in the order it happens: buckets at construction, a
 // hook per parameter during backward, launches in bucket order, and the
 // wait and copy-back at the end of backward (see ddp_reducer.h).
-#include "parallel/ddp_reducer.h"
+#include "parallel/ddp/ddp_reducer.h"
 
 #include <algorithm>
 
