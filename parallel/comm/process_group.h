@@ -79,8 +79,6 @@ struct P2POp {
   int tag = 0;
 };
 
-};
-
 class ProcessGroup {
  public:
   virtual ~ProcessGroup();

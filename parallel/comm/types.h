@@ -69,6 +69,7 @@ struct CommOp {
   // recorder is off): a backend that starts the op at once counts from it
   // instead of reading the clock again.
   std::chrono::steady_clock::time_point issued_at{};
+};
 
 // Whether the communicator can carry this dtype (f32, f64, bf16, f16, i32, i64).
 bool is_comm_dtype(DType dtype);
