@@ -2,7 +2,7 @@
 // process group over it.
 #include "parallel/comm/init.h"
 
-#include "parallel/comm/tcp/tcp_process_group.h"
+#include "parallel/comm/host/host_process_group.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/rendezvous.h"
@@ -54,7 +54,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
   }
   GroupOptions group{options.group_name, options.timeout, {}};
   if (options.backend == CommBackend::kTcp) {
-    return TcpProcessGroup::create(store, rank, world_size, std::move(group), hint);
+    return HostProcessGroup::create(store, rank, world_size, std::move(group), hint);
   }
 #if SPMD_WITH_NCCL
   const int device = options.device >= 0 ? options.device : local_rank;

@@ -7,7 +7,7 @@
 //
 // This class checks every call's arguments once, for every backend, numbers
 // each collective (the sequence number every message header and error
-// carries), and makes subgroups; a backend (tcp/tcp_process_group.h,
+// carries), and makes subgroups; a backend (host/host_process_group.h,
 // nccl/nccl_process_group.h) implements launch().
 //
 // Tensors must be contiguous and of a communication dtype (f32, f64, bf16,

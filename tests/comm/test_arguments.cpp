@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "harness.h"
-#include "parallel/comm/tcp/tcp_process_group.h"
+#include "parallel/comm/host/host_process_group.h"
 #include "runtime/hash_store.h"
 #include "tensor/factory.h"
 #include "tensor/views.h"
@@ -17,7 +17,7 @@ using namespace spmd::dist::testing;
 
 namespace {
 std::shared_ptr<ProcessGroup> group_of_one() {
-  return TcpProcessGroup::create(std::make_shared<HashStore>(), 0, 1, GroupOptions{});
+  return HostProcessGroup::create(std::make_shared<HashStore>(), 0, 1, GroupOptions{});
 }
 }  // namespace
 
@@ -53,8 +53,8 @@ TEST_CASE("bad arguments are refused at the call, naming the op and the values",
 TEST_CASE("Work::wait(timeout) gives up while the collective goes on", "[comm]") {
   auto store = std::make_shared<HashStore>();
   std::shared_ptr<ProcessGroup> g0, g1;
-  std::thread t1([&] { g1 = TcpProcessGroup::create(store, 1, 2, GroupOptions{}); });
-  g0 = TcpProcessGroup::create(store, 0, 2, GroupOptions{});
+  std::thread t1([&] { g1 = HostProcessGroup::create(store, 1, 2, GroupOptions{}); });
+  g0 = HostProcessGroup::create(store, 0, 2, GroupOptions{});
   t1.join();
   Tensor a = ops::full(Shape{10}, 1.0), b = ops::full(Shape{10}, 2.0);
   Work w0 = g0->all_reduce(a);  // rank 1 has not called yet

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "harness.h"
+#include "parallel/comm/host/host_process_group.h"
 #include "parallel/comm/init.h"
-#include "parallel/comm/tcp/tcp_process_group.h"
 #include "runtime/hash_store.h"
 #include "tensor/factory.h"
 #include "tensor/views.h"
@@ -209,7 +209,7 @@ TEST_CASE("a rank whose gather block differs in size is named by the root", "[co
 }
 
 TEST_CASE("gather, scatter and all_to_allv refuse bad arguments at the call", "[comm]") {
-  auto g = TcpProcessGroup::create(std::make_shared<HashStore>(), 0, 1, GroupOptions{});
+  auto g = HostProcessGroup::create(std::make_shared<HashStore>(), 0, 1, GroupOptions{});
   using Catch::Contains;
   Tensor four = cpu_tensor(4, DType::kF32), three = cpu_tensor(3, DType::kF32);
   CHECK_THROWS_WITH(g->gather(four, three, 0), Contains("gather") && Contains("1 x 3"));

@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/comm/tcp/collective_queue.h"
+#include "parallel/comm/host/collective_queue.h"
 #include "runtime/error.h"
 
 using namespace std::chrono_literals;
-using spmd::dist::tcp::CollectiveQueue;
+using spmd::dist::host::CollectiveQueue;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The shared-memory ring (parallel/comm/tcp/shm_ring.h) on its own, between
+// The shared-memory ring (parallel/comm/shm/shm_ring.h) on its own, between
 // two threads of one process: a byte stream through many wrap-arounds in
 // pieces of random sizes against the generator that made it, and the
 // asleep flags that decide who rings the doorbell.
@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "parallel/comm/tcp/shm_ring.h"
+#include "parallel/comm/shm/shm_ring.h"
 
 TEST_CASE("the ring carries a byte stream intact through wrap-around, in pieces of any size",
           "[comm][shm]") {
-  using namespace spmd::dist::tcp;
+  using namespace spmd::dist::shm;
   constexpr size_t kCapacity = 4096, kTotal = 3 << 20;
   void* mem = std::aligned_alloc(kCacheLine, sizeof(RingControl) + kCapacity);
   auto* control = new (mem) RingControl();
@@ -78,7 +78,7 @@ TEST_CASE("the ring carries a byte stream intact through wrap-around, in pieces 
 }
 
 TEST_CASE("a sleeper's flag makes the next write ask for a wake-up, once", "[comm][shm]") {
-  using namespace spmd::dist::tcp;
+  using namespace spmd::dist::shm;
   constexpr size_t kCapacity = 4096;
   void* mem = std::aligned_alloc(kCacheLine, sizeof(RingControl) + kCapacity);
   auto* control = new (mem) RingControl();

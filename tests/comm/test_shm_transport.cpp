@@ -1,4 +1,4 @@
-// The shared-memory transport (parallel/comm/tcp/shm_channel.h) in real
+// The shared-memory transport (parallel/comm/shm/shm_channel.h) in real
 // processes (the ring alone: test_shm_ring.cpp): which pairs get shared
 // memory under SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT (seen in each
 // rank's own mappings), bad settings, a rank killed by SIGKILL (the others

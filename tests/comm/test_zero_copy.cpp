@@ -1,4 +1,4 @@
-// Zero-copy collectives (parallel/comm/tcp/zero_copy.h) in real processes:
+// Zero-copy collectives (parallel/comm/shm/zero_copy.h) in real processes:
 // with every rank's tensor in a shareable block, each rank maps its peers'
 // blocks (seen in its own /proc/self/maps) and the four collectives give the
 // hand-worked values, in place too and for views at an offset into a block,

@@ -37,7 +37,7 @@ void Mesh::begin(const Header& header, Clock::time_point deadline, Clock::time_p
   next_report_ = start_ + report_every_;
   used_.clear();
   glanced_.assign(size_, false);
-  posted_.clear();
+  heard_.clear();
 }
 
 void Mesh::finish() {
@@ -120,25 +120,14 @@ void Mesh::poll_once() {
     return;
   }
   if (glance_) glance_();
-  auto wake = deadline_;
-  if (slow_hook_ && !slow_called_) wake = std::min(wake, start_ + slow_after_);
-  if (wait_report_) {
-    if (now >= next_report_) {
-      wait_report_(waiting_on());
-      next_report_ = now + report_every_;
-    }
-    wake = std::min(wake, next_report_);
-  }
+  const auto wake = wake_by(now, [this] { return waiting_on(); });
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
   const int r = ::poll(fds, n, int(std::clamp<int64_t>(ms, 0, 1 << 30)));
   if (r < 0 && errno != EINTR) {
     SPMD_THROW(CommError, "poll failed: ", std::strerror(errno));
   }
   if (r <= 0) {
-    if (slow_hook_ && !slow_called_ && Clock::now() >= start_ + slow_after_) {
-      slow_called_ = true;
-      slow_hook_();
-    }
+    after_timed_sleep();
     return;
   }
   for (nfds_t i = 0; i < n_used; ++i) {
@@ -178,170 +167,32 @@ void Mesh::throw_timeout() const {
 }
 
 std::vector<int> Mesh::heard_from() const {
-  std::vector<int> ranks = posted_;
+  std::vector<int> ranks = heard_;
   for (Link* l : used_) {
     if (l->heard()) ranks.push_back(l->peer());
   }
   return ranks;
 }
 
-// --- Waiting for posts in shared memory ---------------------------------------------
-
-// Peers are awaited in ring order from rank + 1; k is the first not yet
-// seen (those before it have posted, and posts stay until every rank has
-// read them: segment_small_all_reduce.h). The spin is spin_while_waiting's:
-// each idle round yields the core (when the policy says so), a post that
-// arrives restarts the budget as a byte that moves does.
-void Mesh::wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep,
-                       uint64_t awaiting, size_t post_bytes) {
-  int k = 1;
-  auto all_posted = [&] {
-    while (k < size_ && posted((rank_ + k) % size_)) ++k;
-    return k == size_;
-  };
-  if (spin_.budget.count() == 0 ? all_posted() : poll_hot(all_posted, kHotPolls)) return;
-  if (spin_.budget.count() > 0) {
-    auto give_up = Clock::now() + spin_.budget;
-    for (;;) {
-      const int before = k;
-      if (all_posted()) return;
-      const auto now = Clock::now();
-      if (k != before) {
-        give_up = now + spin_.budget;
-      } else if (now >= give_up || now >= deadline_) {
-        break;
-      } else if (spin_.yield) {
-        sched_yield();
-      } else {
-        cpu_relax();
-      }
-    }
-  }
-  for (;;) {
-    // The sleeper's half of the handshake of shm_ring.h: store the flag, a
-    // full fence, then look again; the poster stores its stamp, a full
-    // fence, then looks at the flag. One of the two sees the other's store,
-    // and both may: a peer this rank has just seen posted can still see the
-    // flag, take it down and ring. So the sleep polls every peer's link
-    // (sleep_for_posts), not only the missing ones': the doorbell comes on
-    // the link of whichever poster took the flag down. The flag names the
-    // exchange awaited, so a peer already posting the next one leaves it.
-    asleep.store(awaiting, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (all_posted()) {
-      asleep.store(0, std::memory_order_relaxed);
-      return;
-    }
-    if (Clock::now() >= deadline_) throw_post_timeout(posted);
-    std::vector<int> missing;
-    for (int j = k; j < size_; ++j) {
-      if (!posted((rank_ + j) % size_)) missing.push_back((rank_ + j) % size_);
-    }
-    sleep_for_posts(posted, missing, asleep, awaiting, post_bytes);
-  }
-}
-
-// Sleeps in poll() on the links of the peers whose posts have not come, and
-// on the sockets of the others (for their doorbells alone), until a
-// doorbell, a death (EOF), the deadline, the slow hook or the wait report. A
-// header in the rings of the missing is checked first: a peer that runs
-// another call under this sequence number sends one (a mismatch).
-void Mesh::sleep_for_posts(const std::function<bool(int)>& posted, const std::vector<int>& missing,
-                           const std::atomic<uint64_t>& asleep, uint64_t awaiting,
-                           size_t post_bytes) {
-  constexpr size_t kMax = 256;
-  pollfd fds[kMax];
-  Link* owners[kMax];
-  nfds_t n = 0;
-  bool busy = false;  // a ring holds bytes for later: sleep on the clock a little only
-  for (int q : missing) {
-    Link& l = *links_[q];
-    Channel& c = l.channel();
-    if (c.prepare_wait(POLLIN) != 0) {
-      if (n < kMax) {
-        fds[n] = {l.fd(), POLLIN, 0};
-        owners[n++] = &l;
-      }
-      continue;
-    }
-    Header h;  // bytes in its ring, or its socket closed
-    const ssize_t got = c.peek(&h, sizeof h);
-    if (got <= 0) {
-      throw LinkError(q, false,
-                      str_cat("lost rank ", q,
-                              " (waiting for its part in the shared "
-                              "segment: the peer closed the connection; it exited, was killed, "
-                              "or aborted after an error of its own)"));
-    }
-    if (got == ssize_t(sizeof h) && h.seq == header_.seq && h.group == header_.group) {
-      if (auto why = mismatch(h, header_)) {
-        throw LinkError(q, true, str_cat("header mismatch with rank ", q, ": ", *why));
-      }
-    }
-    busy = true;
-  }
-  // The peers already posted: only their doorbells (the poster that took
-  // the flag down may be one, wait_posted); what their rings hold is for
-  // later. prepare_wait(0) takes the bytes the socket holds and arms nothing.
-  for (int j = 1; j < size_ && n < kMax; ++j) {
-    const int q = (rank_ + j) % size_;
-    if (std::find(missing.begin(), missing.end(), q) != missing.end()) continue;
-    Link& l = *links_[q];
-    if (l.channel().prepare_wait(0) != 0) {
-      fds[n] = {l.fd(), POLLIN, 0};
-      owners[n++] = &l;
-    }
-  }
-  // Getting the links ready took the bytes their sockets held, and a
-  // poster's doorbell may have been one of them: look at the flag and the
-  // posts once more, or sleep through it (until the next wait report, 100
-  // ms; docs/comm.md, "No lost wake-up"). A poster took the flag down (and
-  // stored its stamp) before it sent its byte, so a byte read here shows
-  // as a flag taken down, or a post come; either way the caller looks
-  // again, raising the flag anew.
-  if (asleep.load(std::memory_order_acquire) != awaiting) return;
-  for (int q : missing) {
-    if (posted(q)) return;
-  }
-  const auto now = Clock::now();
-  auto wake = busy ? std::min(deadline_, now + std::chrono::milliseconds(1)) : deadline_;
+Mesh::Clock::time_point Mesh::wake_by(Clock::time_point now,
+                                      const std::function<std::vector<PeerWait>()>& waits) {
+  auto wake = deadline_;
   if (slow_hook_ && !slow_called_) wake = std::min(wake, start_ + slow_after_);
   if (wait_report_) {
     if (now >= next_report_) {
-      std::vector<PeerWait> waits;
-      for (int q : missing) waits.push_back({q, 0, post_bytes});
-      wait_report_(std::move(waits));
+      wait_report_(waits());
       next_report_ = now + report_every_;
     }
     wake = std::min(wake, next_report_);
   }
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
-  const int r = ::poll(fds, n, int(std::clamp<int64_t>(ms, 0, 1 << 30)));
-  if (r < 0 && errno != EINTR) SPMD_THROW(CommError, "poll failed: ", std::strerror(errno));
-  if (r > 0) {
-    for (nfds_t i = 0; i < n; ++i) {
-      if (fds[i].revents) owners[i]->channel().on_wakeup();
-    }
-  } else if (slow_hook_ && !slow_called_ && Clock::now() >= start_ + slow_after_) {
+  return wake;
+}
+
+void Mesh::after_timed_sleep() {
+  if (slow_hook_ && !slow_called_ && Clock::now() >= start_ + slow_after_) {
     slow_called_ = true;
     slow_hook_();
   }
-}
-
-void Mesh::throw_post_timeout(const std::function<bool(int)>& posted) {
-  std::string missing;
-  posted_.clear();
-  for (int q = 0; q < size_; ++q) {
-    if (q == rank_) continue;
-    if (posted(q)) {
-      posted_.push_back(q);
-    } else {
-      missing += str_cat(missing.empty() ? "" : ", ", q);
-    }
-  }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - start_);
-  SPMD_THROW(TimeoutError, "timed out after ", ms.count(), " ms: ranks [", missing,
-             "] have not posted their part in the group's shared segment");
 }
 
 void Mesh::set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook) {

@@ -23,7 +23,6 @@
 // Thread-safety: only abort() may be called from another thread.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -68,23 +67,6 @@ class Mesh {
   }
   // Moves bytes on every used link until done() holds.
   void wait_until(const std::function<bool()>& done);
-  // Waits until posted(q) holds for every peer q, for an algorithm whose
-  // peers write their part straight into memory this rank shares with them
-  // (segment_small_all_reduce.h), not through the links. Spins as
-  // set_spin() allows; then raises `asleep` to `awaiting`, the stamp of the
-  // exchange it waits for (a peer that posts that exchange and sees the
-  // flag hold its stamp takes it down and rings its link's doorbell:
-  // ring()), and sleeps in poll() on the links of the peers not yet posted
-  // and the sockets of the others (whichever poster took the flag down
-  // rings: wait_posted). The links still
-  // tell a peer's death (LinkError, "lost rank q", as any link would) and a
-  // header that a peer running another call sends (a mismatch, as
-  // peek_unused reports it). Past the deadline: TimeoutError naming the
-  // ranks not yet posted. REQUIRES: the peers' links are shared memory.
-  // `post_bytes`: what each peer's post carries (its header and data), for
-  // the wait report.
-  void wait_posted(const std::function<bool(int)>& posted, std::atomic<uint64_t>& asleep,
-                   uint64_t awaiting, size_t post_bytes);
   // Rings the doorbell of the link to `peer` (Channel::doorbell).
   void ring(int peer) { links_[peer]->channel().doorbell(); }
   // The current collective's header.
@@ -95,8 +77,28 @@ class Mesh {
   }
 
   // The peers whose header for the current (or just failed) collective has
-  // arrived: the ranks known to have reached it.
+  // arrived, and those noted by note_heard(): the ranks known to have
+  // reached it.
   std::vector<int> heard_from() const;
+  // Counts `peer` as having reached the current collective, for a wait
+  // outside the links that saw it there (shm/post_wait.h).
+  void note_heard(int peer) { heard_.push_back(peer); }
+
+  // For a wait on memory the peers write outside the links (shm/post_wait.h),
+  // which sleeps in poll() on the links itself but keeps the collective's
+  // clock: the link to `peer` without marking it used; the spin policy; when
+  // the collective began and its deadline.
+  Link& peer_link(int peer) { return *links_[peer]; }
+  SpinPolicy spin() const { return spin_; }
+  Clock::time_point started() const { return start_; }
+  Clock::time_point deadline() const { return deadline_; }
+  // The moment a sleep that begins `now` must end: the deadline, the slow
+  // hook's moment, or the next wait report, which it sends first when it is
+  // due, with what `waits` says this rank waits for.
+  Clock::time_point wake_by(Clock::time_point now,
+                            const std::function<std::vector<PeerWait>()>& waits);
+  // After a sleep that the clock ended: calls the slow hook once it is due.
+  void after_timed_sleep();
 
   // Before sleeping in poll(), keep pumping as `spin` says (tuning.h; the
   // default budget of zero sleeps at once).
@@ -123,16 +125,13 @@ class Mesh {
   void spin_while_waiting(const std::function<bool()>& done);
   void poll_once();
   void peek_unused(Link& l);
-  void sleep_for_posts(const std::function<bool(int)>& posted, const std::vector<int>& missing,
-                       const std::atomic<uint64_t>& asleep, uint64_t awaiting, size_t post_bytes);
-  [[noreturn]] void throw_post_timeout(const std::function<bool(int)>& posted);
   [[noreturn]] void throw_timeout() const;
 
   int rank_, size_;
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> used_;    // links touched by the current collective
   std::vector<bool> glanced_;  // unused links already peeked at in this collective
-  std::vector<int> posted_;    // peers whose post wait_posted() saw (for heard_from)
+  std::vector<int> heard_;     // peers note_heard() counted (for heard_from)
   Header header_;
   Clock::time_point start_, deadline_;
   SpinPolicy spin_;

@@ -1,0 +1,152 @@
+// Deciding each pair's transport (see the header).
+#include "parallel/comm/host/transport.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "parallel/comm/shm/shm_channel.h"
+#include "parallel/comm/tcp/bootstrap.h"
+#include "runtime/error.h"
+
+namespace spmd::dist::host {
+
+using namespace tcp;  // NOLINT: the backend composes tcp/ and shm/
+using namespace shm;  // NOLINT
+namespace {
+
+const char* transport_name(Transport t) {
+  return t == Transport::kShm ? "shm" : t == Transport::kTcp ? "tcp" : "auto";
+}
+
+// The settings every rank must share, as a person reads them.
+std::string settings(const TransportChoice& c) {
+  return str_cat(
+      "SPMD_TRANSPORT=", transport_name(c.transport), " SPMD_TRANSPORT_HOST_SPLIT=", c.host_split,
+      " SPMD_SHM_SLOT_BYTES=", c.slot_bytes, " SPMD_SHM_SEGMENT_MIN_BYTES=", c.segment_min_bytes,
+      " SPMD_SHM_POST_BYTES=", c.post_bytes, " SPMD_SHM_ZERO_COPY_BYTES=", c.zero_copy_bytes);
+}
+
+}  // namespace
+
+TransportChoice transport_from_env() {
+  TransportChoice c;
+  if (const char* t = std::getenv("SPMD_TRANSPORT"); t && *t) {
+    const std::string v = t;
+    if (v == "auto") {
+      c.transport = Transport::kAuto;
+    } else if (v == "shm") {
+      c.transport = Transport::kShm;
+    } else if (v == "tcp") {
+      c.transport = Transport::kTcp;
+    } else {
+      SPMD_THROW(InvalidArgument, "SPMD_TRANSPORT='", v, "': expected tcp, shm or auto");
+    }
+  }
+  if (const char* s = std::getenv("SPMD_TRANSPORT_HOST_SPLIT"); s && *s) {
+    char* end = nullptr;
+    const long v = std::strtol(s, &end, 10);
+    SPMD_CHECK(*end == '\0' && v >= 0, "SPMD_TRANSPORT_HOST_SPLIT='", s,
+               "': expected a rank (an integer >= 0)");
+    c.host_split = int(v);
+  }
+  return c;
+}
+
+std::string host_identity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat st {};
+  const bool has_shm = ::stat("/dev/shm", &st) == 0;
+  return str_cat(host, "/", boot.empty() ? "?" : boot, "/",
+                 has_shm ? str_cat(st.st_dev, ":", st.st_ino) : std::string("no-dev-shm"));
+}
+
+ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
+                  std::chrono::milliseconds timeout, const TransportChoice& choice) {
+  ShmPlan plan;
+  std::vector<bool>& shm = plan.peers;
+  shm.assign(size, false);
+  if (size == 1) return plan;
+  bool all_same = true;
+  const std::string my_settings = settings(choice), my_host = host_identity();
+  auto key = [&](int r) { return str_cat(group, "/host/", r); };
+  store.set(key(rank), my_settings + "|" + my_host);  // a host name has no '|'
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    Bytes value;
+    try {
+      value = store.get(key(peer), timeout);
+    } catch (const TimeoutError& e) {
+      SPMD_THROW(TimeoutError, "group ", group, ": rank ", peer,
+                 " never published its host identity (", e.what(), ")");
+    }
+    const std::string theirs(value.begin(), value.end());
+    const size_t cut = theirs.find('|');
+    const std::string their_settings = theirs.substr(0, cut);
+    const std::string their_host = cut == std::string::npos ? "" : theirs.substr(cut + 1);
+    SPMD_CHECK(their_settings == my_settings, "group ", group, ": rank ", rank, " has ",
+               my_settings, " but rank ", peer, " has ", their_settings,
+               ": every rank must set them alike");
+    const bool split_apart =
+        choice.host_split > 0 && (rank < choice.host_split) != (peer < choice.host_split);
+    const bool same_host = !split_apart && their_host == my_host;
+    if (choice.transport == Transport::kShm) {
+      SPMD_CHECK(same_host, "SPMD_TRANSPORT=shm: ranks ", rank, " and ", peer, " of group ", group,
+                 " are not on one host (",
+                 split_apart ? str_cat("SPMD_TRANSPORT_HOST_SPLIT=", choice.host_split)
+                             : str_cat(my_host, " vs ", their_host),
+                 "); use SPMD_TRANSPORT=auto or tcp");
+    }
+    shm[peer] = same_host && choice.transport != Transport::kTcp;
+    all_same &= same_host;
+  }
+  // Identities all equal to this rank's are all equal: every rank concludes alike.
+  plan.whole_group = all_same && choice.transport != Transport::kTcp;
+  return plan;
+}
+
+GroupChannels connect_channels(Store& store, const std::string& group, int rank, int size,
+                               std::chrono::milliseconds timeout, const std::string& route_hint,
+                               const Tuning& tuning) {
+  TransportChoice choice = transport_from_env();  // a bad value fails before any I/O
+  choice.slot_bytes = tuning.shm_slot_bytes;
+  choice.segment_min_bytes = tuning.segment_min_bytes;
+  choice.post_bytes = tuning.shm_post_bytes;
+  choice.zero_copy_bytes = tuning.shm_zero_copy_bytes;
+  MeshSockets sockets =
+      connect_mesh(store, group, rank, size, timeout, route_hint, tuning.send_buffer_bytes);
+  ShmPlan plan;
+  try {
+    plan = shm_peers(store, group, rank, size, timeout, choice);
+  } catch (...) {
+    for (int fd : sockets.collective)
+      if (fd >= 0) ::close(fd);
+    for (int fd : sockets.p2p)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  const auto deadline = net::Clock::now() + timeout;
+  GroupChannels out;
+  std::vector<int> p2p = std::move(sockets.p2p);
+  const bool fallback = choice.transport == Transport::kAuto;
+  try {
+    out.collective = make_channels(std::move(sockets.collective), plan.peers, rank,
+                                   tuning.shm_ring_bytes, fallback, deadline);
+  } catch (...) {
+    for (int fd : p2p)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+  out.p2p =
+      make_channels(std::move(p2p), plan.peers, rank, tuning.shm_ring_bytes, fallback, deadline);
+  out.whole_group_shm = plan.whole_group;
+  return out;
+}
+
+}  // namespace spmd::dist::host

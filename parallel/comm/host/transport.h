@@ -1,0 +1,78 @@
+// Which pairs of a group talk through shared memory and which through TCP.
+//
+// Two ranks share memory when they run on one host, which the store decides,
+// not the address they publish (two containers on one machine may have
+// different addresses, and one address may name several machines behind a
+// NAT): each rank publishes <group>/host/<rank>, its host name, the kernel's
+// boot id (/proc/sys/kernel/random/boot_id: differs between machines and
+// between boots) and the device and inode of /dev/shm (differ between
+// containers that do not share it). Equal identities mean one host.
+//
+// SPMD_TRANSPORT chooses:
+//   auto (the default)  shared memory for same-host pairs, TCP for the rest;
+//   shm                 shared memory for every pair, or an error naming a
+//                       pair on different hosts;
+//   tcp                 TCP for every pair.
+// SPMD_TRANSPORT_HOST_SPLIT=k makes group ranks below k and ranks from k on
+// count as two hosts (for tests and benchmarks: a mixed world on one
+// machine). Every rank of a group must set both (and SPMD_SHM_SLOT_BYTES,
+// SPMD_SHM_SEGMENT_MIN_BYTES and SPMD_SHM_POST_BYTES) alike; a rank that does not gets an error
+// naming both settings before any collective.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm/tcp/channel.h"
+#include "parallel/comm/tcp/tuning.h"
+#include "runtime/store.h"
+
+namespace spmd::dist::host {
+
+enum class Transport { kAuto, kShm, kTcp };
+
+struct TransportChoice {
+  Transport transport = Transport::kAuto;
+  int host_split = 0;            // 0: none
+  size_t slot_bytes = 0;         // SPMD_SHM_SLOT_BYTES (tuning.h), which must also agree
+  size_t segment_min_bytes = 0;  // SPMD_SHM_SEGMENT_MIN_BYTES (tuning.h), likewise
+  size_t post_bytes = 0;         // SPMD_SHM_POST_BYTES (tuning.h), likewise
+  size_t zero_copy_bytes = 0;    // SPMD_SHM_ZERO_COPY_BYTES (tuning.h), likewise
+};
+
+// SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT; InvalidArgument on a bad value.
+TransportChoice transport_from_env();
+
+// This process's host identity (see the file comment).
+std::string host_identity();
+
+struct ShmPlan {
+  std::vector<bool> peers;   // [peer]: its pair uses shared memory (false for this rank)
+  bool whole_group = false;  // every pair of the group does (the same on every rank)
+};
+
+// Which pairs use shared memory. Every rank of the group calls it: it
+// publishes this rank's identity and reads the others'.
+ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
+                  std::chrono::milliseconds timeout, const TransportChoice& choice);
+
+// A group's channels to its peers ([rank] is null), for collectives and for
+// point-to-point messages.
+struct GroupChannels {
+  std::vector<std::unique_ptr<tcp::Channel>> collective, p2p;
+  // Every pair of the group was to use shared memory (decided alike on every
+  // rank; a pair that fell back to TCP does not change it).
+  bool whole_group_shm = false;
+};
+
+// Connects the group: the sockets of every pair first (bootstrap.h), then,
+// per SPMD_TRANSPORT, shared memory for the pairs on one host
+// (shm_channel.h), whose sockets stay as doorbells. Every rank calls it; a
+// bad setting fails before any connection is made.
+GroupChannels connect_channels(Store& store, const std::string& group, int rank, int size,
+                               std::chrono::milliseconds timeout, const std::string& route_hint,
+                               const tcp::Tuning& tuning);
+
+}  // namespace spmd::dist::host
