@@ -65,7 +65,7 @@ void Mesh::wait_until(const std::function<bool()>& done) {
 // The bounded spin: pump every used link without sleeping until done() holds
 // or nothing has moved for the spin budget. A message that arrives meanwhile
 // is read at once, without the cost of waking a thread that sleeps in poll()
-// (docs/comm.md, "Measured"). When the ranks outnumber the cores, each idle
+// (docs/measurements/comm.md). When the ranks outnumber the cores, each idle
 // round yields the core, so a peer rank that shares it runs at once instead
 // of waiting for the spinner's time slice to end.
 void Mesh::spin_while_waiting(const std::function<bool()>& done) {
@@ -295,7 +295,7 @@ void Mesh::sleep_for_posts(const std::function<bool(int)>& posted, const std::ve
   // Getting the links ready took the bytes their sockets held, and a
   // poster's doorbell may have been one of them: look at the flag and the
   // posts once more, or sleep through it (until the next wait report, 100
-  // ms; docs/comm.md, "No lost wake-up"). A poster took the flag down (and
+  // ms; docs/shm.md, "No lost wake-up"). A poster took the flag down (and
   // stored its stamp) before it sent its byte, so a byte read here shows
   // as a flag taken down, or a post come; either way the caller looks
   // again, raising the flag anew.
