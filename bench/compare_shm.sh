@@ -58,7 +58,7 @@ large_ops=all_reduce,all_gather,reduce_scatter,broadcast
 # use; OpenMPI's by --bind-to core, its default for 2 ranks): unbound, the
 # scheduler now and then left both of 2 spinning ranks on one core for a
 # whole run, which put the 8-byte all_reduce at 4-21 us instead of 1-1.3
-# (docs/comm.md, "Measured"). A bound rank sees one CPU, so its spin budget
+# (docs/measurements/shm.md). A bound rank sees one CPU, so its spin budget
 # would default to 50 / ranks us (tuning.h); SPMD_TCP_SPIN_US=50 keeps the
 # budget an unbound rank gets when the ranks do not outnumber the cores.
 # More ranks than cores: none is bound.

@@ -1,5 +1,5 @@
 // spmd-shm-ceiling: what the shared-memory transport can at best reach on
-// this machine (docs/comm.md, "Shared memory"):
+// this machine (docs/shm.md):
 //   - memcpy bandwidth: one core copying between two buffers of each size
 //     (a ring moves every byte with two such copies: in, then out);
 //   - a cache line's round trip between two cores: two threads, each on its

@@ -27,7 +27,7 @@
 // this on for a group whose ranks share a host, so its collectives can copy
 // straight between the ranks' tensors. They get no huge pages (shared memory's
 // transparent huge pages are off by default, /sys/kernel/mm/
-// transparent_hugepage/shmem_enabled), which docs/comm.md measures. When the
+// transparent_hugepage/shmem_enabled), which docs/measurements/shm.md measures. When the
 // system refuses one (no file descriptor left), the block is an ordinary one.
 //
 // Thread-safe. The cap is SPMD_CPU_CACHE_MB (default 2048); 0 disables caching.

@@ -3,7 +3,7 @@
 // MAP_SHARED), so a peer that knows this process's pid and the block's file
 // descriptor opens it as /proc/<pid>/fd/<fd> and maps the very same pages.
 // The communicator's shared-memory collectives use this to copy straight from
-// one rank's tensor into another's (docs/comm.md, "Zero-copy"); tensor/
+// one rank's tensor into another's (docs/shm.md, "Zero copy"); tensor/
 // itself never maps anything of another process.
 //
 // A memory file has no name, so nothing is left behind in /dev/shm however

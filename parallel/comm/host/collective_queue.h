@@ -21,7 +21,7 @@
 // disarms it: a worker woken for a collective its waiter took sleeps again.
 // Large collectives run faster by their waiter too; one overlapped with
 // compute (a DDP bucket) starts at most start_after late. The figures:
-// docs/comm.md, "Measured".
+// docs/measurements/comm.md.
 //
 // Thread-safety: every method may be called from any thread. try_claim()
 // and a release() with nothing left take no lock (below, "Claiming").

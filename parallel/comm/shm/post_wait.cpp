@@ -140,7 +140,7 @@ void PostWait::sleep(const std::vector<int>& missing) {
   // Getting the links ready took the bytes their sockets held, and a
   // poster's doorbell may have been one of them: look at the flag and the
   // posts once more, or sleep through it (until the next wait report, 100
-  // ms; docs/comm.md, "No lost wake-up"). A poster took the flag down (and
+  // ms; docs/shm.md, "No lost wake-up"). A poster took the flag down (and
   // stored its stamp) before it sent its byte, so a byte read here shows
   // as a flag taken down, or a post come; either way the caller looks
   // again, raising the flag anew.

@@ -53,7 +53,7 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
     case OpType::kBroadcast:
       // On 2 ranks the chain over the rings copies as often and, publishing
       // every 64 KiB, pipelines more finely than a barrier per slot: it was
-      // as fast or faster there (docs/comm.md, "Measured").
+      // as fast or faster there (docs/measurements/shm.md).
       if (p < 3 || whole.bytes() < t.segment_min_bytes) return false;
       SegmentBroadcast(ctx, segment, whole, root).run();
       return true;

@@ -8,7 +8,7 @@
 // where recursive doubling over the rings moves a header and the data and
 // two counters through each ring at each of its log2 p steps.
 //
-// Memory ordering (docs/comm.md): a rank writes its header and data, then
+// Memory ordering (docs/shm.md): a rank writes its header and data, then
 // stores its stamp with release; a reader loads the stamp with acquire and
 // only then reads the header and data. A post is written again two
 // exchanges later (the posts come in two sets, taken in turn: stamp & 1),

@@ -17,7 +17,7 @@
 // is full (producer) or empty (consumer), so a stream of writes does not pull
 // the consumer's line to the producer's core on every call.
 //
-// Memory ordering (docs/comm.md, "Shared memory"):
+// Memory ordering (docs/shm.md, "Memory ordering"):
 //   - data: the producer copies bytes in, then stores head with release; the
 //     consumer loads head with acquire, then copies them out. Release and
 //     acquire make the bytes visible before the count that covers them.

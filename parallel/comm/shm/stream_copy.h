@@ -1,7 +1,7 @@
 // A copy with non-temporal stores, for the zero-copy collectives' large
 // copies (zero_copy.h): the stores skip reading each destination line into
 // the cache before overwriting it, and leave the cache to what is read next.
-// glibc's memcpy streams only above 114 MiB on the Xeon of docs/comm.md;
+// glibc's memcpy streams only above 114 MiB on the Xeon of docs/measurements/shm.md;
 // there one core alone copied 1.3-1.6x memcpy's bandwidth so from 4 to 16
 // MiB. Where the core has AVX-512 (asked at run time) each store writes a
 // whole cache line, which beat four 16-byte SSE2 stores a line by 1.2x on a

@@ -23,11 +23,11 @@ namespace {
 
 // The broadcast's copies of at least this many bytes stream (stream_copy.h):
 // inside the collectives, both cores copying at once, streaming paid clearly
-// only from 8 MiB copies on, twice the L2 cache (docs/comm.md, "Measured").
+// only from 8 MiB copies on, twice the L2 cache (docs/measurements/shm.md).
 constexpr size_t kStreamBytes = size_t(8) << 20;
 // The all_gather streams every piece from an input this large on: each rank
 // writes p times its input, 2 MiB or more from here on 2 ranks, which stays in
-// no core's L2 (2 MiB) anyway. On 2 ranks of the Xeon of docs/comm.md
+// no core's L2 (2 MiB) anyway. On 2 ranks of the Xeon of docs/measurements/shm.md
 // (alternating with the 8 MiB threshold, 4 rounds of 50 calls) it raised the
 // bus bandwidth about 1.1x at 2 and 4 MiB, and lowered it 0.7x at 1 MiB (an
 // input of 512 KiB, whose writes do stay in cache), hence not lower.

@@ -65,7 +65,7 @@ void Mesh::wait_until(const std::function<bool()>& done) {
 // The bounded spin: pump every used link without sleeping until done() holds
 // or nothing has moved for the spin budget. A message that arrives meanwhile
 // is read at once, without the cost of waking a thread that sleeps in poll()
-// (docs/comm.md, "Measured"). When the ranks outnumber the cores, each idle
+// (docs/measurements/comm.md). When the ranks outnumber the cores, each idle
 // round yields the core, so a peer rank that shares it runs at once instead
 // of waiting for the spinner's time slice to end.
 void Mesh::spin_while_waiting(const std::function<bool()>& done) {

@@ -16,8 +16,8 @@
 // thread waits on for `start_after` goes to the engine's thread (asleep on a
 // timerfd until then), which drives it through edge-triggered epoll. The old
 // design (every operation handed to the engine thread, every completion
-// handed back) paid a thread's wake-up twice per message (docs/comm.md,
-// "Measured").
+// handed back) paid a thread's wake-up twice per message
+// (docs/measurements/comm.md).
 //
 // Matching follows MPI: a message from rank p with tag t goes to the oldest
 // posted recv from p with tag t; messages between a pair with the same tag

@@ -1,6 +1,6 @@
 // The TCP backend's knobs: where it switches from latency-optimal algorithms
 // to bandwidth-optimal ones, and how finely the rings pipeline. The defaults
-// were chosen on loopback (docs/comm.md, "Measured"); each can be overridden
+// were chosen on loopback (docs/measurements/comm.md); each can be overridden
 // by an environment variable of the same name in capitals
 // (SPMD_TCP_CHUNK_BYTES=...) to explore another machine.
 #pragma once
@@ -41,7 +41,7 @@ bool poll_hot(Ready&& ready, int polls) {
   }
   return ready();
 }
-// poll_hot's default: 0.7 us of pauses on the Xeon of docs/comm.md (23 ns a
+// poll_hot's default: 0.7 us of pauses on the Xeon of docs/shm.md (23 ns a
 // pause); the pause's latency differs between cores (about 10 cycles before
 // Skylake, about 140 since), so up to about 2 us on others.
 inline constexpr int kHotPolls = 32;
@@ -59,7 +59,7 @@ struct Tuning {
   // the kernel's autotuning. A small send buffer makes each rank alternate
   // between writing and reading in small steps, so the bytes it reads are
   // still in cache, which beats the autotuned buffers on loopback
-  // (docs/comm.md, "Measured"). The receive buffer is left to autotuning:
+  // (docs/measurements/comm.md). The receive buffer is left to autotuning:
   // capping it caps TCP's window.
   size_t send_buffer_bytes = 256 << 10;
   // How long a waiting rank keeps polling its sockets without sleeping
@@ -104,7 +104,7 @@ struct Tuning {
   // tensors when they all lie in shareable blocks (zero_copy.h); and from the
   // group's creation on, this process's CPU blocks of at least this many
   // bytes are shareable (tensor/cpu/allocator.h). 0: never. Zero copy beat
-  // the staged paths from 64 KiB up (docs/comm.md, "Measured"); the default
+  // the staged paths from 64 KiB up (docs/measurements/shm.md); the default
   // is higher because every shareable block holds a file descriptor.
   size_t shm_zero_copy_bytes = 256 << 10;
   // Bounds on the peers' blocks a group keeps mapped for zero copy

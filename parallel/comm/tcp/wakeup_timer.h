@@ -7,7 +7,7 @@
 // otherwise fire later than the new deadline, and it is never disarmed. A
 // thread woken for work that another thread has already taken just sleeps
 // again. (Disarming it per collective cost more than twice a small
-// all_reduce's time: docs/comm.md, "Measured".)
+// all_reduce's time: docs/measurements/comm.md.)
 //
 // Thread-safety: none of its own. The owner calls arm_by() and fired() under
 // its own mutex; consume(), which may block, without it.
