@@ -1,4 +1,4 @@
-// Reading the TCP backend's knobs from the environment.
+// Reading the host backend's knobs from the environment.
 #include "parallel/comm/tcp/tuning.h"
 
 #include <sched.h>

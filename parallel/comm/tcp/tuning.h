@@ -1,7 +1,11 @@
-// The TCP backend's knobs: where it switches from latency-optimal algorithms
-// to bandwidth-optimal ones, and how finely the rings pipeline. The defaults
-// were chosen on loopback (docs/measurements/comm.md); each can be overridden
-// by an environment variable of the same name in capitals
+// The host backend's knobs: where it switches from latency-optimal algorithms
+// to bandwidth-optimal ones, how finely the rings pipeline, how a waiting
+// rank spins, and (the SPMD_SHM_ ones) the sizes of the shared-memory paths
+// of ../shm/. One struct, read once from the environment by the backend
+// (../host/) and lent to every algorithm through its Context; it lives here
+// because tcp/ is the lowest of the three folders and every one reads it.
+// The defaults were chosen on loopback (docs/measurements/comm.md); each
+// can be overridden by an environment variable of the same name in capitals
 // (SPMD_TCP_CHUNK_BYTES=...) to explore another machine.
 #pragma once
 
