@@ -7,6 +7,10 @@ in the same round), the fraction of memcpy bandwidth shm's busbw reaches
   all_reduce, all_gather, reduce_scatter, broadcast at 1..64 MiB on 2 ranks:
       busbw >= 1.5x vader's and >= 1.5x tcp's;
   all_reduce of 8 B on 2 ranks: time <= 2 us and <= 0.5x vader's.
+With a baseline build in the run (compare_shm.sh --baseline: "shm_base",
+"tcp_base"), a last table gives this build over it, the median of the
+pairwise ratios of each round (time for the latency sweep, busbw for the
+others: > 1 is faster for busbw, slower for time).
 
     /usr/bin/python3 bench/compare_shm.py DIR
 """
@@ -68,6 +72,20 @@ def size_label(b):
     return f"{b} B"
 
 
+def print_baseline(data):
+    """This build over the baseline build, when the run had one."""
+    if not any("shm_base" in by_impl for by_impl in data.values()):
+        return
+    print("\n== this build / baseline build (median of the rounds' pairwise ratios; "
+          "time for all_reduce latency, busbw for the rest)")
+    print(f"{'ranks':>5} {'op':>15} {'size':>8} {'shm':>7} {'tcp':>7}")
+    for (p, sweep, op, size), by_impl in sorted(data.items(), key=lambda kv: (kv[0][0], kv[0][1] != "small", kv[0][2], kv[0][3])):
+        key = "time_us" if sweep == "small" else "busbw"
+        rs, rt = pairwise(by_impl, "shm", "shm_base", key), pairwise(by_impl, "tcp", "tcp_base", key)
+        print(f"{p:>5} {op + (' (time)' if key == 'time_us' else ''):>15} {size_label(size):>8} "
+              f"{fmt(rs):>7} {fmt(rt):>7}")
+
+
 def main(directory):
     data = load(directory)
     memcpy, trip_ns, exchange_ns, cpu = ceiling(directory)
@@ -114,6 +132,7 @@ def main(directory):
                     verdicts.append((f"{op} {size_label(size)} on 2 ranks: {rv:.2f}x vader >= 1.5x", rv >= 1.5))
                 if rt is not None:
                     verdicts.append((f"{op} {size_label(size)} on 2 ranks: {rt:.2f}x tcp >= 1.5x", rt >= 1.5))
+    print_baseline(data)
     print("\n== targets")
     for text, ok in verdicts:
         print(f"  {'met ' if ok else 'MISSED'}  {text}")

@@ -7,6 +7,12 @@
 # of each figure and of the pairwise ratios (shm / peer, same round).
 #
 #   bench/compare_shm.sh [--rounds 5] [--ranks "2 4"] [--out DIR] [--sweeps "small medium large"]
+#                        [--baseline BUILD_DIR]
+#
+# --baseline runs spmd of another build (its spmdrun and spmd-bench) as two
+# more implementations in the same rounds, "shm_base" and "tcp_base", and
+# adds a table of this build over that one (the A/B of a change: build the
+# commit before it into another folder and name it here).
 #
 # Sweeps: all_reduce 8 B..4 KiB (latency); all_reduce, all_gather,
 # reduce_scatter and broadcast at 1 and 4 MiB (medium: 50 calls a size, so
@@ -23,13 +29,15 @@ rounds=5
 ranks="2 4"
 out=""
 sweeps="small medium large"
+baseline=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --ranks) ranks=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --sweeps) sweeps=$2; shift 2 ;;
-    *) echo "usage: $0 [--rounds N] [--ranks \"2 4\"] [--out DIR] [--sweeps \"small medium large\"]" >&2; exit 2 ;;
+    --baseline) baseline=$2; shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--ranks \"2 4\"] [--out DIR] [--sweeps \"small medium large\"] [--baseline BUILD_DIR]" >&2; exit 2 ;;
   esac
 done
 out=${out:-$build/compare-shm}
@@ -45,6 +53,12 @@ done
 mpicc -O2 -o "$build/bench-peers/mpi_bench" "$root/bench/peers/mpi_bench.c"
 
 impls=(shm tcp vader)
+if [ -n "$baseline" ]; then
+  for exe in "$baseline/launcher/spmdrun" "$baseline/bench/spmd-bench"; do
+    [ -x "$exe" ] || { echo "--baseline: $exe is not built" >&2; exit 1; }
+  done
+  impls+=(shm_base tcp_base)
+fi
 # 2000 warm-up calls: with 100, the first size (8 B) was bimodal over
 # shared memory (1.6 or 3-5 us from one start to the next), the ranks not
 # yet in step; each peer gets the same.
@@ -83,14 +97,17 @@ run() {
   local bind=none
   [ "$p" -le "$cores" ] && bind=core
   case "$impl" in
-    shm|tcp)
+    shm|tcp|shm_base|tcp_base)
+      local from=$build transport=${impl%_base}
+      [ "$impl" = "$transport" ] || from=$baseline
       if [ "$bind" = core ]; then
-        SPMD_TRANSPORT=$impl SPMD_TCP_SPIN_US=50 BENCH_CPUS="$bind_cpus" \
-          "$spmdrun" --standalone --nproc-per-node "$p" \
+        SPMD_TRANSPORT=$transport SPMD_TCP_SPIN_US=50 BENCH_CPUS="$bind_cpus" \
+          "$from/launcher/spmdrun" --standalone --nproc-per-node "$p" \
           sh -c 'exec taskset -c "$(echo $BENCH_CPUS | cut -d" " -f$((LOCAL_RANK + 1)))" "$@"' \
-          sh "$bench" "$ops" "$@" -z 2 --json "$json"
+          sh "$from/bench/spmd-bench" "$ops" "$@" -z 2 --json "$json"
       else
-        SPMD_TRANSPORT=$impl "$spmdrun" --standalone --nproc-per-node "$p" "$bench" "$ops" "$@" -z 2 --json "$json"
+        SPMD_TRANSPORT=$transport "$from/launcher/spmdrun" --standalone --nproc-per-node "$p" \
+          "$from/bench/spmd-bench" "$ops" "$@" -z 2 --json "$json"
       fi ;;
     vader) mpirun -np "$p" --oversubscribe --allow-run-as-root --bind-to "$bind" \
              --mca pml ob1 --mca btl self,vader "$build/bench-peers/mpi_bench" "$ops" "$@" --json "$json" ;;
