@@ -15,8 +15,13 @@ time and bytes per rank (its JSON line) beside `dd` writing the same bytes
 to the same folder, with and without conv=fdatasync (the checkpoint does not
 sync: both go to the page cache first).
 
+With --baseline BUILD, every round also runs each layout with that other
+build's spmd-train, right after this build's, and the table adds this
+build's tokens/s over the baseline's (the median of the rounds' pairwise
+ratios): the A/B of a change, both builds meeting the same noise.
+
   bench/train_layouts.py [--build build] [--config small] [--world 2] [--threads 1]
-                         [--rounds 3] [--steps 8] [--batch 4]
+                         [--rounds 3] [--steps 8] [--batch 4] [--baseline BUILD]
 """
 import argparse
 import os
@@ -34,11 +39,11 @@ from train_bench import spmd_core, spmd_info
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def spmd_train(args, env, layout, run_folder, extra=()):
+def spmd_train(args, env, layout, run_folder, extra=(), build=None):
     flags = [f"--model.preset={args.config}", f"--training.steps={args.steps}",
              f"--training.global_batch={args.batch * args.world}",
              f"--training.threads={args.threads}"] + layout + list(extra)
-    return spmd_train_rows(args.build, args.world, flags, run_folder, env, "train_layouts")
+    return spmd_train_rows(build or args.build, args.world, flags, run_folder, env, "train_layouts")
 
 
 def main():
@@ -50,6 +55,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
+    ap.add_argument("--baseline", help="another build folder, run in the same rounds")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     # PyTorch on the OpenBLAS core spmd runs (Debian's OpenBLAS may pick a
@@ -71,23 +77,32 @@ def main():
              str(args.world), "--config", args.config, "--threads", str(args.threads),
              "--steps", str(args.steps), "--batch", str(args.batch)]
     speed = {name: [] for name in ["torch ddp"] + list(layouts)}
+    base = {name: [] for name in layouts}
     for r in range(args.rounds):
         lines = [l for l in run_lines(torch, torch_env, "train_layouts") if l.startswith("torch-ddp ")]
         speed["torch ddp"].append(float(parse(lines[-1])["tokens_per_s"]))
         for name, layout in layouts.items():
             rows = spmd_train(args, env, layout, os.path.join(tmp, name))
             speed[name].append(statistics.median(x["tokens_per_s"] for x in rows[2:]))
+            if args.baseline:
+                rows = spmd_train(args, env, layout, os.path.join(tmp, name + "_base"),
+                                  build=args.baseline)
+                base[name].append(statistics.median(x["tokens_per_s"] for x in rows[2:]))
         print(f"round {r}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in speed.items()),
               file=sys.stderr)
 
     print(f"\n{args.config} config, {args.batch} sequences per rank per step, {args.world} ranks x "
           f"{args.threads} thread(s), median of {args.rounds} interleaved rounds\n")
-    print("| run | tok/s (all ranks) | vs PyTorch DDP |")
-    print("|---|---|---|")
+    print("| run | tok/s (all ranks) | vs PyTorch DDP |" + (" vs baseline |" if args.baseline else ""))
+    print("|---|---|---|" + ("---|" if args.baseline else ""))
     for name, v in speed.items():
         ratio = statistics.median(a / b for a, b in zip(v, speed["torch ddp"]))
         label = name if name == "torch ddp" else f"spmd-train {name}"
-        print(f"| {label} | {statistics.median(v):,.0f} | {ratio:.2f} |")
+        vs_base = ""
+        if args.baseline:
+            vs_base = " - |" if name not in base else \
+                f" {statistics.median(a / b for a, b in zip(v, base[name])):.2f} |"
+        print(f"| {label} | {statistics.median(v):,.0f} | {ratio:.2f} |" + vs_base)
 
     # Checkpoint save beside dd.
     folder = os.path.join(tmp, "ck")
