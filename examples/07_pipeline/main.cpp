@@ -35,6 +35,7 @@
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/schedule.h"
@@ -61,32 +62,18 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train the transformer as a pipeline, one stage per rank (run it under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
+  examples::Cli cli("Train the transformer as a pipeline, one stage per rank (under spmdrun).");
+  cli.data(f.data).config(f.config).steps(f.steps);
+  cli.batch(f.batch, "sequences per step (the same on every rank)");
+  cli.lr(f.lr).warmup(f.warmup).grad_clip(f.grad_clip);
+  cli.seed(f.seed).threads(f.threads).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--schedule", f.schedule, "gpipe, 1f1b, interleaved or zbh1");
   app.add_option("--stages-per-rank", f.stages_per_rank, "stages a rank holds under interleaved")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
   app.add_option("--microbatches", f.microbatches, "microbatches per step (they divide --batch)")
       ->check(spmd::flags::count(1));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
-      ->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
-      ->check(spmd::flags::number(0));
-  app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--threads", f.threads, "CPU threads per rank")
-      ->check(spmd::flags::count(1, 1024));
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 
@@ -165,9 +152,9 @@ void train(dist::ProcessGroup& world, const Flags& f) {
   };
   Generator batches(f.seed + 1);  // the same seed on every rank: the same batches
   const int64_t B = f.batch, T = config.max_seq_len;
-  check_memory_fits(str_cat("training with --batch ", B, " (1/", p, " of the model per rank)"),
-                    nn::training_step_bytes_lower_bound(config, model->num_parameters(), B) /
-                        uint64_t(p));
+  check_memory_fits(
+      str_cat("training with --batch ", B, " (1/", p, " of the model per rank)"),
+      nn::training_step_bytes_lower_bound(config, model->num_parameters(), B) / uint64_t(p));
   double bubble_sum = 0;  // over the steps after the first (which connects and allocates)
   world.barrier().wait();
   auto window_start = Clock::now();

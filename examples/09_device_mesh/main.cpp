@@ -28,6 +28,7 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/data_loader.h"
 #include "parallel/ddp/ddp.h"
@@ -58,30 +59,16 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train over a dp x tp mesh: DDP over dp, tensor parallel over tp (under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
+  examples::Cli cli("Train over a dp x tp mesh: DDP over dp, tensor parallel over tp (spmdrun).");
+  cli.data(f.data).config(f.config).steps(f.steps);
+  cli.batch(f.batch, "sequences per replica per step");
+  cli.lr(f.lr).warmup(f.warmup).grad_clip(f.grad_clip);
+  cli.seed(f.seed).threads(f.threads).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--dp", f.dp, "replicas (dp x tp = the world size)")->check(spmd::flags::count(1));
   app.add_option("--tp", f.tp, "ranks that split each replica")->check(spmd::flags::count(1));
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per replica per step")
-      ->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
-      ->check(spmd::flags::number(0));
   app.add_flag("--sequence-parallel", f.sequence_parallel, "norms and residuals on T/tp tokens");
-  app.add_option("--seed", f.seed, "seed of the weights and of the sampler");
-  app.add_option("--threads", f.threads, "CPU threads per rank")
-      ->check(spmd::flags::count(1, 1024));
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 

@@ -24,6 +24,7 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/device_mesh.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -53,27 +54,18 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train the transformer fully sharded (run it under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per rank per step")->check(spmd::flags::count(1));
+  examples::Cli cli("Train the transformer fully sharded (run it under spmdrun).");
+  cli.data(f.data).steps(f.steps).batch(f.batch, "sequences per rank per step");
+  cli.lr(f.lr).warmup(f.warmup).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--layers", f.layers, "transformer blocks")->check(spmd::flags::count(1));
   app.add_option("--d-model", f.d_model, "width C (heads of 32)")->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
   app.add_flag("--prefetch,!--no-prefetch", f.prefetch, "gather the next unit while one computes");
   app.add_flag("--reshard-after-forward,!--no-reshard-after-forward", f.reshard_after_forward,
                "free each block after its forward and gather it again for backward");
   app.add_flag("--bf16", f.bf16, "gather and compute in bf16, reduce gradients in f32");
   app.add_option("--save", f.save, "write the gathered model to this safetensors file");
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 
@@ -161,7 +153,7 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
   check_memory_fits(str_cat("training with --batch ", B, " per rank"),
                     nn::training_step_bytes_lower_bound(
                         config, model->num_parameters() / world->size(), B));  // sharded
-  const double whole = 4.0 * double(model->num_parameters());     // f32 bytes
+  const double whole = 4.0 * double(model->num_parameters());                  // f32 bytes
   const double block = 4.0 * double(model->layers->at(0)->num_parameters());
   const dist::DeviceMesh mesh(world, {world->size()}, {"dp"});
   auto root = shard(model, mesh, f);

@@ -29,6 +29,7 @@
 #include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/context_parallel/ring_attention.h"
@@ -55,24 +56,16 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train the transformer with its sequence split over the ranks (under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
+  examples::Cli cli("Train the transformer with its sequence split over the ranks (spmdrun).");
+  cli.steps(f.steps).batch(f.batch, "sequences per step (the same on every rank)");
+  cli.lr(f.lr, "learning rate").log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--data", f.data, "text file to train on (default: random tokens)");
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
-      ->check(spmd::flags::count(1));
   app.add_option("--seq-len", f.seq_len, "T, split into 2 x cp chunks")
       ->check(spmd::flags::count(1));
   app.add_option("--layers", f.layers, "transformer blocks")->check(spmd::flags::count(1));
   app.add_option("--d-model", f.d_model, "width C (heads of 32)")->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "learning rate")->check(spmd::flags::positive());
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 

@@ -23,6 +23,7 @@
 #include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/device_mesh.h"
 #include "parallel/expert_parallel/expert_parallel.h"
@@ -46,11 +47,10 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train a mixture of experts with its experts split over the ranks (spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per rank per step")->check(spmd::flags::count(1));
+  examples::Cli cli("Train a mixture of experts with its experts split over the ranks (spmdrun).");
+  cli.data(f.data).steps(f.steps).batch(f.batch, "sequences per rank per step");
+  cli.lr(f.lr, "learning rate").seed(f.seed).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--experts", f.experts, "experts per MoE (divisible by the ranks)")
       ->check(spmd::flags::count(1));
   app.add_option("--top-k", f.top_k, "experts per token")->check(spmd::flags::count(1));
@@ -60,15 +60,7 @@ Flags parse_flags(int argc, char** argv) {
       ->check(spmd::flags::number(0));
   app.add_option("--aux-coef", f.aux_coef, "weight of the balancing loss")
       ->check(spmd::flags::number(0));
-  app.add_option("--lr", f.lr, "learning rate")->check(spmd::flags::positive());
-  app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 
