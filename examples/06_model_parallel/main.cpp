@@ -30,6 +30,7 @@
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
 #include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/functional.h"
@@ -179,8 +180,8 @@ void train(dist::ProcessGroup& world, const Flags& f) {
   world.barrier().wait();  // start both clocks after the check
   world.reset_stats();
   const auto loop_start = Clock::now();
-  auto window_start = loop_start;
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
     opt.zero_grad();
     const Tensor loss = forward_backward(half, b, world, phase);
@@ -188,13 +189,10 @@ void train(dist::ProcessGroup& world, const Flags& f) {
     opt.set_lr(schedule(step));
     opt.step();
 
-    ++window_steps;
-    if (lead && (step % f.log_every == 0 || step == f.steps - 1)) {
+    if (window.end_step(step, B * T) && lead) {
       std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss.item<double>(),
-                  double(window_steps * B * T) / seconds_since(window_start));
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = Clock::now();
-      window_steps = 0;
     }
   }
   const double loop = seconds_since(loop_start);

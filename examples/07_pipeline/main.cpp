@@ -24,7 +24,6 @@
 //   ../shared/data/tinyshakespeare.txt --schedule 1f1b --microbatches 8
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -35,6 +34,7 @@
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
 #include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/executor.h"
@@ -47,7 +47,6 @@
 
 using namespace spmd;
 namespace pp = dist::pp;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -75,10 +74,6 @@ Flags parse_flags(int argc, char** argv) {
       ->check(spmd::flags::count(1));
   cli.parse(argc, argv);
   return f;
-}
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 // Rank 0, before training: which blocks each stage holds, the schedule's
@@ -157,8 +152,8 @@ void train(dist::ProcessGroup& world, const Flags& f) {
       nn::training_step_bytes_lower_bound(config, model->num_parameters(), B) / uint64_t(p));
   double bubble_sum = 0;  // over the steps after the first (which connects and allocates)
   world.barrier().wait();
-  auto window_start = Clock::now();
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
     opt.zero_grad();
     const double loss = executor.step(b.x, b.y);  // NaN but on the last stage
@@ -167,13 +162,10 @@ void train(dist::ProcessGroup& world, const Flags& f) {
     opt.step();
     if (step > 0 || f.steps == 1) bubble_sum += executor.measured_bubble();
 
-    ++window_steps;
-    if (stages.back().is_last() && (step % f.log_every == 0 || step == f.steps - 1)) {
+    if (window.end_step(step, B * T) && stages.back().is_last()) {
       std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss,
-                  double(window_steps * B * T) / seconds_since(window_start));
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = Clock::now();
-      window_steps = 0;
     }
   }
   print_bubbles(world, bubble_sum / double(std::max<int64_t>(1, f.steps - 1)), f, v);

@@ -19,7 +19,6 @@
 //   spmdrun --standalone --nproc-per-node 2 08_tensor_parallel --data
 //   ../shared/data/tinyshakespeare.txt
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -30,6 +29,7 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
 #include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/device_mesh.h"
@@ -146,8 +146,8 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
   const optim::WarmupCosine schedule(f.lr, std::min(f.warmup, f.steps), f.steps, f.lr / 10);
   Generator batches(f.seed + 1);  // the same seed on every rank: the same batches
   dist::CommStats step_stats;
-  auto window_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
     tp_group.reset_stats();
     const Tensor logits = (*model)(b.x);                                          // (B, T, V/tp)
@@ -159,16 +159,10 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
     opt.set_lr(schedule(step));
     opt.step();
 
-    ++window_steps;
-    if (step % f.log_every == 0 || step == f.steps - 1) {
-      const auto now = std::chrono::steady_clock::now();
-      const double seconds = std::chrono::duration<double>(now - window_start).count();
-      if (lead)
-        std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss.item<double>(),
-                    double(window_steps * B * T) / seconds);
+    if (window.end_step(step, B * T) && lead) {
+      std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss.item<double>(),
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = now;
-      window_steps = 0;
     }
   }
   const uint64_t moved = step_stats.total_bytes();

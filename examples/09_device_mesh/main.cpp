@@ -17,7 +17,6 @@
 //   spmdrun --standalone --nproc-per-node 8 09_device_mesh --dp 2 --tp 4 --data
 //   ../shared/data/tinyshakespeare.txt
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -28,6 +27,7 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
 #include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/data_loader.h"
@@ -167,8 +167,8 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
   // only, so every rank of a tp group draws the same windows.
   dist::DataLoader batches(ds, T, mesh.size("dp") * B, mesh.group("dp"), f.seed);
   uint64_t tp_bytes = 0, dp_bytes = 0;
-  auto window_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = batches.next();  // this replica's shard
     if (step == 0) check_batches(b, mesh);
     tp_group.reset_stats();
@@ -182,18 +182,14 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
     opt.set_lr(schedule(step));
     opt.step();
 
-    ++window_steps;
-    if (step % f.log_every == 0 || step == f.steps - 1) {
+    if (window.end_step(step, f.dp * B * T)) {  // the same steps on every rank
       Tensor mean_loss = ops::clone(detach(loss));
       dp_group.all_reduce(mean_loss, dist::ReduceOp::kAvg).wait();  // over the replicas, to log
-      const auto now = std::chrono::steady_clock::now();
-      const double seconds = std::chrono::duration<double>(now - window_start).count();
+      const double tokens_per_s = window.tokens_per_second();
       if (lead)
         std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, mean_loss.item<double>(),
-                    double(window_steps * f.dp * B * T) / seconds);
+                    tokens_per_s);
       std::fflush(stdout);
-      window_start = now;
-      window_steps = 0;
     }
   }
   int64_t shard_bytes = 0;

@@ -14,7 +14,6 @@
 //
 //   spmdrun --standalone --nproc-per-node 2 10_fsdp --data docs/architecture.md
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -24,6 +23,7 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
 #include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/device_mesh.h"
@@ -175,8 +175,8 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
   dist::ProcessGroup& dp = mesh.group("dp");  // where FSDP's collectives run
   dist::CommStats comm;
   std::vector<double> measured;
-  auto window_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0, window_steps = 0, pos = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0, pos = 0; step < f.steps; ++step) {
     if (pos + B > int64_t(order.size())) {  // a new epoch (the first too): a new shuffle
       sampler.set_epoch(epoch++);
       order = sampler.indices(), pos = 0;
@@ -196,18 +196,14 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
     measured = measure(params, opt, *root);
     opt.zero_grad();
 
-    ++window_steps;
-    if (step % f.log_every == 0 || step == f.steps - 1) {
+    if (window.end_step(step, tokens_per_step)) {  // the same steps on every rank
       Tensor mean_loss = ops::clone(detach(loss));
       world->all_reduce(mean_loss, dist::ReduceOp::kAvg).wait();  // for the log only
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+      const double tokens_per_s = window.tokens_per_second();
       if (lead)
         std::printf("step %lld loss %.4f tok/s %.0f (all ranks)\n", (long long)step,
-                    mean_loss.item<double>(), double(window_steps * tokens_per_step) / seconds);
+                    mean_loss.item<double>(), tokens_per_s);
       std::fflush(stdout);
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
     }
   }
   report(*world, measured, whole, block, comm);

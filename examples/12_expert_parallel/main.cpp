@@ -14,7 +14,6 @@
 //
 //   spmdrun --standalone --nproc-per-node 2 12_expert_parallel --data docs/architecture.md
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -23,6 +22,7 @@
 #include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "autograd/train_loop.h"
 #include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/device_mesh.h"
@@ -132,9 +132,9 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world_ptr, const Flags& f)
   const std::vector<Tensor> params = model->parameters();
   optim::AdamW opt(params, {.lr = f.lr, .weight_decay = 0.1});
   Generator batches(f.seed + 1 + uint64_t(world.rank()));  // each rank its own batches
-  auto window_start = std::chrono::steady_clock::now();
+  LogWindow window(f.log_every, f.steps);                  // autograd/train_loop.h, as in 01
   uint64_t a2a_bytes = 0;
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
     par.ep->reset_stats();
     const Tensor ce = cross_entropy((*model)(b.x), b.y);
@@ -148,16 +148,11 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world_ptr, const Flags& f)
     opt.step();
     Tensor mean = ops::clone(detach(ce));
     world.wait(world.all_reduce(mean, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
-    ++window_steps;
-    if ((step % f.log_every == 0 || step == f.steps - 1) && world.rank() == 0) {
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+    if (window.end_step(step, world.size() * B * T) && world.rank() == 0) {
       std::printf("step %lld loss %.4f aux per MoE %.4f tok/s %.0f\n", (long long)step,
                   mean.item<double>(), aux.item<double>() / double(par.dispatchers.size()),
-                  double(window_steps * world.size() * B * T) / s);
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
     }
   }
   print_tokens(world, *model, par, f.experts);
