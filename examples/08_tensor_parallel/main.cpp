@@ -186,7 +186,11 @@ int main(int argc, char** argv) {
     auto world = dist::init_process_group();  // env://, the TCP backend
     set_num_threads(flags.threads);
     {
-      const dist::DeviceMesh mesh(world, {world->size()}, {"tp"});  // every rank in one tp group
+      // The tp styles take their group from a mesh axis, as every strategy
+      // does; here the mesh has one axis, "tp", of every rank, so
+      // mesh.group("tp") is a group of the whole world. 09_device_mesh shows
+      // what a mesh is for: several axes, one group along each.
+      const dist::DeviceMesh mesh(world, {world->size()}, {"tp"});
       check_linear(mesh, flags.in_features, flags.out_features);
       train(mesh, flags);
     }
