@@ -1,6 +1,7 @@
-// The small pieces every example's training loop writes the same way, kept
-// in one place so that 01_train_single and the distributed examples run the
-// same loop and differ only in what their chapter adds:
+// The small pieces of a training loop that the examples would otherwise each
+// write again. 01_train_single and 05_ddp, whose loop is the same but for
+// DDP, take all of them; 06-12, whose flags are each their chapter's own,
+// take the log window:
 //
 //   TrainLoopFlags f;                       // --data --config --steps --batch ...
 //   add_train_loop_flags(app, f, "sequences per rank");

@@ -21,6 +21,7 @@
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "runtime/resource_limits.h"
 #include "tensor/threads.h"
 
@@ -30,13 +31,9 @@ namespace {
 
 TrainLoopFlags parse_flags(int argc, char** argv) {
   TrainLoopFlags f;
-  CLI::App app{"Train a GPT-2-shaped character model on one text file, in one process."};
-  add_train_loop_flags(app, f, "sequences per batch");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  examples::Cli cli("Train a GPT-2-shaped character model on one text file, in one process.");
+  add_train_loop_flags(cli.app(), f, "sequences per batch");
+  cli.parse(argc, argv);
   return f;
 }
 

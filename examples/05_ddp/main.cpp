@@ -23,6 +23,7 @@
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/data_loader.h"
 #include "parallel/ddp/ddp.h"
@@ -44,18 +45,15 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train the transformer with DistributedDataParallel (run it under spmdrun)."};
+  examples::Cli cli("Train the transformer with DistributedDataParallel (run it under spmdrun).");
+  CLI::App& app = cli.app();
   add_train_loop_flags(app, f.loop, "sequences per rank per micro-batch");
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")
       ->check(spmd::flags::count(1));
   app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP gradient bucket size")
       ->check(spmd::flags::positive());
   app.add_flag("--bf16-grads", f.bf16_grads, "compress gradients to bf16 on the wire");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 

@@ -30,10 +30,11 @@
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/functional.h"
 #include "parallel/pipeline/stage.h"
-#include "runtime/flag_checks.h"
 #include "runtime/resource_limits.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -54,27 +55,12 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train the transformer cut in two over 2 ranks (run it under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per step (the same on both ranks)")
-      ->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
-      ->check(spmd::flags::number(0));
-  app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--threads", f.threads, "CPU threads per rank")
-      ->check(spmd::flags::count(1, 1024));
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  examples::Cli cli("Train the transformer cut in two over 2 ranks (run it under spmdrun).");
+  cli.data(f.data).config(f.config).steps(f.steps);
+  cli.batch(f.batch, "sequences per step (the same on both ranks)");
+  cli.lr(f.lr).warmup(f.warmup).grad_clip(f.grad_clip);
+  cli.seed(f.seed).threads(f.threads).log_every(f.log_every);
+  cli.parse(argc, argv);
   return f;
 }
 
@@ -194,8 +180,8 @@ void train(dist::ProcessGroup& world, const Flags& f) {
   world.barrier().wait();  // start both clocks after the check
   world.reset_stats();
   const auto loop_start = Clock::now();
-  auto window_start = loop_start;
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
     opt.zero_grad();
     const Tensor loss = forward_backward(half, b, world, phase);
@@ -203,13 +189,10 @@ void train(dist::ProcessGroup& world, const Flags& f) {
     opt.set_lr(schedule(step));
     opt.step();
 
-    ++window_steps;
-    if (lead && (step % f.log_every == 0 || step == f.steps - 1)) {
+    if (window.end_step(step, B * T) && lead) {
       std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss.item<double>(),
-                  double(window_steps * B * T) / seconds_since(window_start));
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = Clock::now();
-      window_steps = 0;
     }
   }
   const double loop = seconds_since(loop_start);

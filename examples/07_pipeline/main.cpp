@@ -24,7 +24,6 @@
 //   ../shared/data/tinyshakespeare.txt --schedule 1f1b --microbatches 8
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -35,6 +34,8 @@
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/clip_grad.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/schedule.h"
@@ -46,7 +47,6 @@
 
 using namespace spmd;
 namespace pp = dist::pp;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -61,37 +61,19 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train the transformer as a pipeline, one stage per rank (run it under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
+  examples::Cli cli("Train the transformer as a pipeline, one stage per rank (under spmdrun).");
+  cli.data(f.data).config(f.config).steps(f.steps);
+  cli.batch(f.batch, "sequences per step (the same on every rank)");
+  cli.lr(f.lr).warmup(f.warmup).grad_clip(f.grad_clip);
+  cli.seed(f.seed).threads(f.threads).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--schedule", f.schedule, "gpipe, 1f1b, interleaved or zbh1");
   app.add_option("--stages-per-rank", f.stages_per_rank, "stages a rank holds under interleaved")
-      ->check(CLI::PositiveNumber);
+      ->check(spmd::flags::count(1));
   app.add_option("--microbatches", f.microbatches, "microbatches per step (they divide --batch)")
       ->check(spmd::flags::count(1));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
-      ->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
-      ->check(spmd::flags::number(0));
-  app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--threads", f.threads, "CPU threads per rank")
-      ->check(spmd::flags::count(1, 1024));
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
-}
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 // Rank 0, before training: which blocks each stage holds, the schedule's
@@ -165,13 +147,13 @@ void train(dist::ProcessGroup& world, const Flags& f) {
   };
   Generator batches(f.seed + 1);  // the same seed on every rank: the same batches
   const int64_t B = f.batch, T = config.max_seq_len;
-  check_memory_fits(str_cat("training with --batch ", B, " (1/", p, " of the model per rank)"),
-                    nn::training_step_bytes_lower_bound(config, model->num_parameters(), B) /
-                        uint64_t(p));
+  check_memory_fits(
+      str_cat("training with --batch ", B, " (1/", p, " of the model per rank)"),
+      nn::training_step_bytes_lower_bound(config, model->num_parameters(), B) / uint64_t(p));
   double bubble_sum = 0;  // over the steps after the first (which connects and allocates)
   world.barrier().wait();
-  auto window_start = Clock::now();
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
     opt.zero_grad();
     const double loss = executor.step(b.x, b.y);  // NaN but on the last stage
@@ -180,13 +162,10 @@ void train(dist::ProcessGroup& world, const Flags& f) {
     opt.step();
     if (step > 0 || f.steps == 1) bubble_sum += executor.measured_bubble();
 
-    ++window_steps;
-    if (stages.back().is_last() && (step % f.log_every == 0 || step == f.steps - 1)) {
+    if (window.end_step(step, B * T) && stages.back().is_last()) {
       std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss,
-                  double(window_steps * B * T) / seconds_since(window_start));
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = Clock::now();
-      window_steps = 0;
     }
   }
   print_bubbles(world, bubble_sum / double(std::max<int64_t>(1, f.steps - 1)), f, v);

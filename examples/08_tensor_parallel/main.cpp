@@ -19,7 +19,6 @@
 //   spmdrun --standalone --nproc-per-node 2 08_tensor_parallel --data
 //   ../shared/data/tinyshakespeare.txt
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -30,6 +29,8 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/device_mesh.h"
 #include "parallel/placement.h"
@@ -58,32 +59,18 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Split a linear layer, then a transformer, over the ranks (run it under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
-      ->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
-      ->check(spmd::flags::number(0));
+  examples::Cli cli("Split a linear layer, then a transformer, over the ranks (under spmdrun).");
+  cli.data(f.data).config(f.config).steps(f.steps);
+  cli.batch(f.batch, "sequences per step (the same on every rank)");
+  cli.lr(f.lr).warmup(f.warmup).grad_clip(f.grad_clip);
+  cli.seed(f.seed).threads(f.threads).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_flag("--sequence-parallel", f.sequence_parallel, "norms and residuals on T/tp tokens");
   app.add_option("--in-features", f.in_features, "the linear layer's inputs")
       ->check(spmd::flags::count(1));
   app.add_option("--out-features", f.out_features, "the linear layer's outputs")
       ->check(spmd::flags::count(1));
-  app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--threads", f.threads, "CPU threads per rank")
-      ->check(spmd::flags::count(1, 1024));
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 
@@ -159,8 +146,8 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
   const optim::WarmupCosine schedule(f.lr, std::min(f.warmup, f.steps), f.steps, f.lr / 10);
   Generator batches(f.seed + 1);  // the same seed on every rank: the same batches
   dist::CommStats step_stats;
-  auto window_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
     tp_group.reset_stats();
     const Tensor logits = (*model)(b.x);                                          // (B, T, V/tp)
@@ -172,16 +159,10 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
     opt.set_lr(schedule(step));
     opt.step();
 
-    ++window_steps;
-    if (step % f.log_every == 0 || step == f.steps - 1) {
-      const auto now = std::chrono::steady_clock::now();
-      const double seconds = std::chrono::duration<double>(now - window_start).count();
-      if (lead)
-        std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss.item<double>(),
-                    double(window_steps * B * T) / seconds);
+    if (window.end_step(step, B * T) && lead) {
+      std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, loss.item<double>(),
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = now;
-      window_steps = 0;
     }
   }
   const uint64_t moved = step_stats.total_bytes();
@@ -205,7 +186,11 @@ int main(int argc, char** argv) {
     auto world = dist::init_process_group();  // env://, the TCP backend
     set_num_threads(flags.threads);
     {
-      const dist::DeviceMesh mesh(world, {world->size()}, {"tp"});  // every rank in one tp group
+      // The tp styles take their group from a mesh axis, as every strategy
+      // does; here the mesh has one axis, "tp", of every rank, so
+      // mesh.group("tp") is a group of the whole world. 09_device_mesh shows
+      // what a mesh is for: several axes, one group along each.
+      const dist::DeviceMesh mesh(world, {world->size()}, {"tp"});
       check_linear(mesh, flags.in_features, flags.out_features);
       train(mesh, flags);
     }

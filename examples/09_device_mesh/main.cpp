@@ -17,7 +17,6 @@
 //   spmdrun --standalone --nproc-per-node 8 09_device_mesh --dp 2 --tp 4 --data
 //   ../shared/data/tinyshakespeare.txt
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -28,6 +27,8 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/data_loader.h"
 #include "parallel/ddp/ddp.h"
@@ -58,30 +59,16 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train over a dp x tp mesh: DDP over dp, tensor parallel over tp (under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
+  examples::Cli cli("Train over a dp x tp mesh: DDP over dp, tensor parallel over tp (spmdrun).");
+  cli.data(f.data).config(f.config).steps(f.steps);
+  cli.batch(f.batch, "sequences per replica per step");
+  cli.lr(f.lr).warmup(f.warmup).grad_clip(f.grad_clip);
+  cli.seed(f.seed).threads(f.threads).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--dp", f.dp, "replicas (dp x tp = the world size)")->check(spmd::flags::count(1));
   app.add_option("--tp", f.tp, "ranks that split each replica")->check(spmd::flags::count(1));
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per replica per step")
-      ->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm limit (0: none)")
-      ->check(spmd::flags::number(0));
   app.add_flag("--sequence-parallel", f.sequence_parallel, "norms and residuals on T/tp tokens");
-  app.add_option("--seed", f.seed, "seed of the weights and of the sampler");
-  app.add_option("--threads", f.threads, "CPU threads per rank")
-      ->check(spmd::flags::count(1, 1024));
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 
@@ -180,8 +167,8 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
   // only, so every rank of a tp group draws the same windows.
   dist::DataLoader batches(ds, T, mesh.size("dp") * B, mesh.group("dp"), f.seed);
   uint64_t tp_bytes = 0, dp_bytes = 0;
-  auto window_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = batches.next();  // this replica's shard
     if (step == 0) check_batches(b, mesh);
     tp_group.reset_stats();
@@ -195,18 +182,14 @@ void train(const dist::DeviceMesh& mesh, const Flags& f) {
     opt.set_lr(schedule(step));
     opt.step();
 
-    ++window_steps;
-    if (step % f.log_every == 0 || step == f.steps - 1) {
+    if (window.end_step(step, f.dp * B * T)) {  // the same steps on every rank
       Tensor mean_loss = ops::clone(detach(loss));
       dp_group.all_reduce(mean_loss, dist::ReduceOp::kAvg).wait();  // over the replicas, to log
-      const auto now = std::chrono::steady_clock::now();
-      const double seconds = std::chrono::duration<double>(now - window_start).count();
+      const double tokens_per_s = window.tokens_per_second();
       if (lead)
         std::printf("step %lld loss %.4f tok/s %.0f\n", (long long)step, mean_loss.item<double>(),
-                    double(window_steps * f.dp * B * T) / seconds);
+                    tokens_per_s);
       std::fflush(stdout);
-      window_start = now;
-      window_steps = 0;
     }
   }
   int64_t shard_bytes = 0;

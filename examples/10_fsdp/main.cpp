@@ -14,7 +14,6 @@
 //
 //   spmdrun --standalone --nproc-per-node 2 10_fsdp --data docs/architecture.md
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -24,6 +23,8 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
+#include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/device_mesh.h"
 #include "parallel/fsdp/fully_shard.h"
@@ -53,27 +54,18 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train the transformer fully sharded (run it under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per rank per step")->check(spmd::flags::count(1));
+  examples::Cli cli("Train the transformer fully sharded (run it under spmdrun).");
+  cli.data(f.data).steps(f.steps).batch(f.batch, "sequences per rank per step");
+  cli.lr(f.lr).warmup(f.warmup).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--layers", f.layers, "transformer blocks")->check(spmd::flags::count(1));
   app.add_option("--d-model", f.d_model, "width C (heads of 32)")->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "peak learning rate")->check(spmd::flags::positive());
-  app.add_option("--warmup", f.warmup, "warm-up steps")->check(spmd::flags::count(0));
   app.add_flag("--prefetch,!--no-prefetch", f.prefetch, "gather the next unit while one computes");
   app.add_flag("--reshard-after-forward,!--no-reshard-after-forward", f.reshard_after_forward,
                "free each block after its forward and gather it again for backward");
   app.add_flag("--bf16", f.bf16, "gather and compute in bf16, reduce gradients in f32");
   app.add_option("--save", f.save, "write the gathered model to this safetensors file");
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 
@@ -161,7 +153,7 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
   check_memory_fits(str_cat("training with --batch ", B, " per rank"),
                     nn::training_step_bytes_lower_bound(
                         config, model->num_parameters() / world->size(), B));  // sharded
-  const double whole = 4.0 * double(model->num_parameters());     // f32 bytes
+  const double whole = 4.0 * double(model->num_parameters());                  // f32 bytes
   const double block = 4.0 * double(model->layers->at(0)->num_parameters());
   const dist::DeviceMesh mesh(world, {world->size()}, {"dp"});
   auto root = shard(model, mesh, f);
@@ -183,8 +175,8 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
   dist::ProcessGroup& dp = mesh.group("dp");  // where FSDP's collectives run
   dist::CommStats comm;
   std::vector<double> measured;
-  auto window_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0, window_steps = 0, pos = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0, pos = 0; step < f.steps; ++step) {
     if (pos + B > int64_t(order.size())) {  // a new epoch (the first too): a new shuffle
       sampler.set_epoch(epoch++);
       order = sampler.indices(), pos = 0;
@@ -204,18 +196,14 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
     measured = measure(params, opt, *root);
     opt.zero_grad();
 
-    ++window_steps;
-    if (step % f.log_every == 0 || step == f.steps - 1) {
+    if (window.end_step(step, tokens_per_step)) {  // the same steps on every rank
       Tensor mean_loss = ops::clone(detach(loss));
       world->all_reduce(mean_loss, dist::ReduceOp::kAvg).wait();  // for the log only
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+      const double tokens_per_s = window.tokens_per_second();
       if (lead)
         std::printf("step %lld loss %.4f tok/s %.0f (all ranks)\n", (long long)step,
-                    mean_loss.item<double>(), double(window_steps * tokens_per_step) / seconds);
+                    mean_loss.item<double>(), tokens_per_s);
       std::fflush(stdout);
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
     }
   }
   report(*world, measured, whole, block, comm);

@@ -17,7 +17,6 @@
 //
 //   spmdrun --standalone --nproc-per-node 2 11_context_parallel --data docs/architecture.md
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -29,6 +28,8 @@
 #include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/context_parallel/ring_attention.h"
@@ -55,24 +56,16 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train the transformer with its sequence split over the ranks (under spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later wins
+  examples::Cli cli("Train the transformer with its sequence split over the ranks (spmdrun).");
+  cli.steps(f.steps).batch(f.batch, "sequences per step (the same on every rank)");
+  cli.lr(f.lr, "learning rate").log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--data", f.data, "text file to train on (default: random tokens)");
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per step (the same on every rank)")
-      ->check(spmd::flags::count(1));
   app.add_option("--seq-len", f.seq_len, "T, split into 2 x cp chunks")
       ->check(spmd::flags::count(1));
   app.add_option("--layers", f.layers, "transformer blocks")->check(spmd::flags::count(1));
   app.add_option("--d-model", f.d_model, "width C (heads of 32)")->check(spmd::flags::count(1));
-  app.add_option("--lr", f.lr, "learning rate")->check(spmd::flags::positive());
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 
@@ -177,8 +170,8 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
         (long long)model->num_parameters(), (long long)(B * T / n), (long long)(B * T));
 
   std::vector<double> measured;
-  auto window_start = std::chrono::steady_clock::now();
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  LogWindow window(f.log_every, f.steps);  // autograd/train_loop.h, as in 01
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = next_batch(ds, B, T, batches);
     const Tensor x = cp::shard_sequence(b.x, 1, group);  // (B, T/cp): chunks r and 2cp-1-r
     const Tensor y = cp::shard_sequence(b.y, 1, group);
@@ -197,15 +190,13 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
     opt.step();
     opt.zero_grad();
 
-    ++window_steps;
-    if (step % f.log_every == 0 || step == f.steps - 1) {
+    if (window.end_step(step, B * T)) {          // the same steps on every rank
       Tensor mean = ops::clone(detach(s.loss));  // equal token counts: the whole sequence's mean
       group.all_reduce(mean, dist::ReduceOp::kAvg).wait();
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+      const double tokens_per_s = window.tokens_per_second();
       if (lead) {
         std::printf("step %lld loss %.4f tok/s %.0f (the group's)", (long long)step,
-                    mean.item<double>(), double(window_steps * B * T) / seconds);
+                    mean.item<double>(), tokens_per_s);
         if (step == 0)
           std::printf("; the whole sequence in one process: %.4f (difference %.1g)",
                       whole.loss.item<double>(),
@@ -213,8 +204,6 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
         std::printf("\n");
       }
       std::fflush(stdout);
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
     }
   }
   report(group, measured, whole, config, B);

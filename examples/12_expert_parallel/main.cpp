@@ -14,7 +14,6 @@
 //
 //   spmdrun --standalone --nproc-per-node 2 12_expert_parallel --data docs/architecture.md
 #include <CLI/CLI.hpp>
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -23,6 +22,8 @@
 #include "autograd/nn/memory_estimate.h"
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
+#include "autograd/train_loop.h"
+#include "examples/common/flags.h"
 #include "parallel/comm/init.h"
 #include "parallel/device_mesh.h"
 #include "parallel/expert_parallel/expert_parallel.h"
@@ -46,11 +47,10 @@ struct Flags {
 
 Flags parse_flags(int argc, char** argv) {
   Flags f;
-  CLI::App app{"Train a mixture of experts with its experts split over the ranks (spmdrun)."};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--data", f.data, "text file to train on")->required();
-  app.add_option("--steps", f.steps, "optimizer steps")->check(spmd::flags::count(1));
-  app.add_option("--batch", f.batch, "sequences per rank per step")->check(spmd::flags::count(1));
+  examples::Cli cli("Train a mixture of experts with its experts split over the ranks (spmdrun).");
+  cli.data(f.data).steps(f.steps).batch(f.batch, "sequences per rank per step");
+  cli.lr(f.lr, "learning rate").seed(f.seed).log_every(f.log_every);
+  CLI::App& app = cli.app();
   app.add_option("--experts", f.experts, "experts per MoE (divisible by the ranks)")
       ->check(spmd::flags::count(1));
   app.add_option("--top-k", f.top_k, "experts per token")->check(spmd::flags::count(1));
@@ -60,15 +60,7 @@ Flags parse_flags(int argc, char** argv) {
       ->check(spmd::flags::number(0));
   app.add_option("--aux-coef", f.aux_coef, "weight of the balancing loss")
       ->check(spmd::flags::number(0));
-  app.add_option("--lr", f.lr, "learning rate")->check(spmd::flags::positive());
-  app.add_option("--seed", f.seed, "seed of the weights and of the batches");
-  app.add_option("--log-every", f.log_every, "steps between log lines")
-      ->check(spmd::flags::count(1));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    std::exit(app.exit(e));
-  }
+  cli.parse(argc, argv);
   return f;
 }
 
@@ -140,9 +132,9 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world_ptr, const Flags& f)
   const std::vector<Tensor> params = model->parameters();
   optim::AdamW opt(params, {.lr = f.lr, .weight_decay = 0.1});
   Generator batches(f.seed + 1 + uint64_t(world.rank()));  // each rank its own batches
-  auto window_start = std::chrono::steady_clock::now();
+  LogWindow window(f.log_every, f.steps);                  // autograd/train_loop.h, as in 01
   uint64_t a2a_bytes = 0;
-  for (int64_t step = 0, window_steps = 0; step < f.steps; ++step) {
+  for (int64_t step = 0; step < f.steps; ++step) {
     const data::Batch b = ds.sample(data::Split::kTrain, B, T, batches);
     par.ep->reset_stats();
     const Tensor ce = cross_entropy((*model)(b.x), b.y);
@@ -156,16 +148,11 @@ void train(const std::shared_ptr<dist::ProcessGroup>& world_ptr, const Flags& f)
     opt.step();
     Tensor mean = ops::clone(detach(ce));
     world.wait(world.all_reduce(mean, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
-    ++window_steps;
-    if ((step % f.log_every == 0 || step == f.steps - 1) && world.rank() == 0) {
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+    if (window.end_step(step, world.size() * B * T) && world.rank() == 0) {
       std::printf("step %lld loss %.4f aux per MoE %.4f tok/s %.0f\n", (long long)step,
                   mean.item<double>(), aux.item<double>() / double(par.dispatchers.size()),
-                  double(window_steps * world.size() * B * T) / s);
+                  window.tokens_per_second());
       std::fflush(stdout);
-      window_start = std::chrono::steady_clock::now();
-      window_steps = 0;
     }
   }
   print_tokens(world, *model, par, f.experts);
