@@ -51,27 +51,28 @@ HostProcessGroup::HostProcessGroup(std::shared_ptr<Store> store, int rank, int s
                                    GroupOptions options, std::string route_hint)
     : ProcessGroup(std::move(store), rank, size, std::move(options)),
       route_hint_(std::move(route_hint)),
-      tuning_(Tuning::from_env()) {}
+      tuning_(Tuning::from_env()),
+      shm_tuning_(shm::ShmTuning::from_env()) {}
 
 // The channels to every peer (transport.h: sockets, shared memory for the
 // peers on this host), then, when every rank is on this host, the segment
 // the whole group shares (group_segment.h).
 void HostProcessGroup::connect() {
-  GroupChannels channels =
-      connect_channels(store(), name(), rank(), size(), timeout(), route_hint_, tuning_);
+  GroupChannels channels = connect_channels(store(), name(), rank(), size(), timeout(), route_hint_,
+                                            tuning_, shm_tuning_);
   std::vector<std::unique_ptr<Link>> links(size());
   for (int peer = 0; peer < size(); ++peer) {
     if (peer != rank()) {
       links[peer] = std::make_unique<Link>(peer, std::move(channels.collective[peer]));
     }
   }
-  if (size() > 1 && channels.whole_group_shm && tuning_.shm_slot_bytes > 0) {
+  if (size() > 1 && channels.whole_group_shm && shm_tuning_.slot_bytes > 0) {
     bool links_shm = true;  // a pair may have fallen back to TCP (shm_channel.h)
     for (int peer = 0; peer < size(); ++peer) {
       if (peer != rank()) links_shm &= std::string_view(links[peer]->channel().kind()) == "shm";
     }
-    segment_ =
-        shm::GroupSegment::connect(store(), name(), rank(), size(), tuning_, links_shm, timeout());
+    segment_ = shm::GroupSegment::connect(store(), name(), rank(), size(), shm_tuning_, links_shm,
+                                          timeout());
   }
   group_hash_ = group_hash(name());
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));

@@ -34,6 +34,7 @@
 
 #include "parallel/comm/host/collective_queue.h"
 #include "parallel/comm/process_group.h"
+#include "parallel/comm/shm/tuning.h"
 #include "parallel/comm/tcp/mesh.h"
 #include "parallel/comm/tcp/p2p.h"
 #include "parallel/comm/tcp/tuning.h"
@@ -111,6 +112,7 @@ class HostProcessGroup final : public ProcessGroup,
   std::string route_hint_;
   uint32_t group_hash_ = 0;  // the headers' `group` field (wire.h)
   tcp::Tuning tuning_;
+  shm::ShmTuning shm_tuning_;
   std::unique_ptr<tcp::Mesh> mesh_;
   std::unique_ptr<shm::GroupSegment> segment_;  // all ranks on one host: shared all_reduce
   std::shared_ptr<tcp::P2PEngine> p2p_;         // shared with the Works' runners

@@ -113,12 +113,12 @@ ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
 
 GroupChannels connect_channels(Store& store, const std::string& group, int rank, int size,
                                std::chrono::milliseconds timeout, const std::string& route_hint,
-                               const Tuning& tuning) {
+                               const Tuning& tuning, const ShmTuning& shm_tuning) {
   TransportChoice choice = transport_from_env();  // a bad value fails before any I/O
-  choice.slot_bytes = tuning.shm_slot_bytes;
-  choice.segment_min_bytes = tuning.segment_min_bytes;
-  choice.post_bytes = tuning.shm_post_bytes;
-  choice.zero_copy_bytes = tuning.shm_zero_copy_bytes;
+  choice.slot_bytes = shm_tuning.slot_bytes;
+  choice.segment_min_bytes = shm_tuning.segment_min_bytes;
+  choice.post_bytes = shm_tuning.post_bytes;
+  choice.zero_copy_bytes = shm_tuning.zero_copy_bytes;
   MeshSockets sockets =
       connect_mesh(store, group, rank, size, timeout, route_hint, tuning.send_buffer_bytes);
   ShmPlan plan;
@@ -137,14 +137,14 @@ GroupChannels connect_channels(Store& store, const std::string& group, int rank,
   const bool fallback = choice.transport == Transport::kAuto;
   try {
     out.collective = make_channels(std::move(sockets.collective), plan.peers, rank,
-                                   tuning.shm_ring_bytes, fallback, deadline);
+                                   shm_tuning.ring_bytes, fallback, deadline);
   } catch (...) {
     for (int fd : p2p)
       if (fd >= 0) ::close(fd);
     throw;
   }
   out.p2p =
-      make_channels(std::move(p2p), plan.peers, rank, tuning.shm_ring_bytes, fallback, deadline);
+      make_channels(std::move(p2p), plan.peers, rank, shm_tuning.ring_bytes, fallback, deadline);
   out.whole_group_shm = plan.whole_group;
   return out;
 }

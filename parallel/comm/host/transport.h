@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/comm/shm/tuning.h"
 #include "parallel/comm/tcp/channel.h"
 #include "parallel/comm/tcp/tuning.h"
 #include "runtime/store.h"
@@ -36,10 +37,10 @@ enum class Transport { kAuto, kShm, kTcp };
 struct TransportChoice {
   Transport transport = Transport::kAuto;
   int host_split = 0;            // 0: none
-  size_t slot_bytes = 0;         // SPMD_SHM_SLOT_BYTES (tuning.h), which must also agree
-  size_t segment_min_bytes = 0;  // SPMD_SHM_SEGMENT_MIN_BYTES (tuning.h), likewise
-  size_t post_bytes = 0;         // SPMD_SHM_POST_BYTES (tuning.h), likewise
-  size_t zero_copy_bytes = 0;    // SPMD_SHM_ZERO_COPY_BYTES (tuning.h), likewise
+  size_t slot_bytes = 0;         // SPMD_SHM_SLOT_BYTES (shm/tuning.h), which must also agree
+  size_t segment_min_bytes = 0;  // SPMD_SHM_SEGMENT_MIN_BYTES (shm/tuning.h), likewise
+  size_t post_bytes = 0;         // SPMD_SHM_POST_BYTES (shm/tuning.h), likewise
+  size_t zero_copy_bytes = 0;    // SPMD_SHM_ZERO_COPY_BYTES (shm/tuning.h), likewise
 };
 
 // SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT; InvalidArgument on a bad value.
@@ -73,6 +74,6 @@ struct GroupChannels {
 // bad setting fails before any connection is made.
 GroupChannels connect_channels(Store& store, const std::string& group, int rank, int size,
                                std::chrono::milliseconds timeout, const std::string& route_hint,
-                               const tcp::Tuning& tuning);
+                               const tcp::Tuning& tuning, const shm::ShmTuning& shm_tuning);
 
 }  // namespace spmd::dist::host

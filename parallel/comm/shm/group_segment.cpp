@@ -37,11 +37,11 @@ size_t total_bytes(int size, size_t slot_bytes, size_t post_bytes) {
 }  // namespace
 
 std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::string& group,
-                                                    int rank, int size, const tcp::Tuning& tuning,
+                                                    int rank, int size, const ShmTuning& tuning,
                                                     bool links_shm,
                                                     std::chrono::milliseconds timeout) {
-  const size_t slot_bytes = tuning.shm_slot_bytes, post_bytes = tuning.shm_post_bytes;
-  const size_t zero_copy_bytes = tuning.shm_zero_copy_bytes;
+  const size_t slot_bytes = tuning.slot_bytes, post_bytes = tuning.post_bytes;
+  const size_t zero_copy_bytes = tuning.zero_copy_bytes;
   SPMD_CHECK(slot_bytes > 0 && slot_bytes % kCacheLine == 0, "shared segment slot of ", slot_bytes,
              " bytes: must be a positive multiple of ", kCacheLine);
   const std::string who = "group " + group;
@@ -132,9 +132,10 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
     return nullptr;
   }
   if (zero_copy) cpu::share_host_blocks_from(zero_copy_bytes);
-  return std::unique_ptr<GroupSegment>(new GroupSegment(
-      std::move(s), size, slot_bytes, post_bytes, posts, zero_copy ? zero_copy_bytes : 0,
-      PeerMemory::Limits{tuning.shm_max_mappings, tuning.shm_max_mapped_bytes}));
+  return std::unique_ptr<GroupSegment>(
+      new GroupSegment(std::move(s), size, slot_bytes, post_bytes, posts, tuning.segment_min_bytes,
+                       zero_copy ? zero_copy_bytes : 0,
+                       PeerMemory::Limits{tuning.max_mappings, tuning.max_mapped_bytes}));
 }
 
 GroupSegment::~GroupSegment() { unmap_segment(segment_); }

@@ -46,7 +46,7 @@
 #include "parallel/comm/shm/peer_memory.h"
 #include "parallel/comm/shm/shm_ring.h"
 #include "parallel/comm/shm/shm_segment.h"
-#include "parallel/comm/tcp/tuning.h"
+#include "parallel/comm/shm/tuning.h"
 #include "parallel/comm/tcp/wire.h"
 #include "runtime/store.h"
 
@@ -64,20 +64,24 @@ static_assert(sizeof(Post) == 40, "a post's data starts 40 bytes into its line")
 
 class GroupSegment {
  public:
-  // Every rank of the group calls it. From `tuning`: shm_slot_bytes (a
-  // multiple of 64), shm_post_bytes (the data a post holds; 0: no posts),
-  // shm_zero_copy_bytes (the smallest zero-copy collective; 0: none) and the
+  // Every rank of the group calls it. From `tuning`: slot_bytes (a
+  // multiple of 64), post_bytes (the data a post holds; 0: no posts),
+  // segment_min_bytes (the smallest collective run in the slots),
+  // zero_copy_bytes (the smallest zero-copy collective; 0: none) and the
   // bounds on the peers' blocks mapped. links_shm: every link of this rank
   // to a peer is shared memory. Null when some rank could not make or map
   // the segment.
   static std::unique_ptr<GroupSegment> connect(Store& store, const std::string& group, int rank,
-                                               int size, const tcp::Tuning& tuning, bool links_shm,
+                                               int size, const ShmTuning& tuning, bool links_shm,
                                                std::chrono::milliseconds timeout);
   ~GroupSegment();
   GroupSegment(const GroupSegment&) = delete;
   GroupSegment& operator=(const GroupSegment&) = delete;
 
   size_t slot_bytes() const { return slot_bytes_; }
+  // The smallest broadcast, all_gather or reduce_scatter that runs in the
+  // slots (segment_collectives.h).
+  size_t min_bytes() const { return min_bytes_; }
   char* slot(int set, int rank) const;
   // The set the next chunk uses: 0, 1, 0, ... Every rank asks in the same
   // order (the same collectives, the same chunks), so they agree.
@@ -103,12 +107,13 @@ class GroupSegment {
 
  private:
   GroupSegment(SharedSegment segment, int size, size_t slot_bytes, size_t post_bytes, bool posts,
-               size_t zero_copy_bytes, PeerMemory::Limits mapping_limits)
+               size_t min_bytes, size_t zero_copy_bytes, PeerMemory::Limits mapping_limits)
       : segment_(std::move(segment)),
         size_(size),
         slot_bytes_(slot_bytes),
         post_bytes_(post_bytes),
         posts_(posts),
+        min_bytes_(min_bytes),
         zero_copy_bytes_(zero_copy_bytes),
         peer_memory_(mapping_limits) {}
   char* base() const { return static_cast<char*>(segment_.base); }
@@ -117,6 +122,7 @@ class GroupSegment {
   int size_;
   size_t slot_bytes_, post_bytes_;
   bool posts_;
+  size_t min_bytes_;
   size_t zero_copy_bytes_;
   PeerMemory peer_memory_;
   uint64_t turn_ = 0, stamps_ = 0;

@@ -36,7 +36,7 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
     SegmentSmallAllReduce(ctx, segment, whole, op).run();
     return true;
   }
-  if (type == OpType::kAllGather && whole.bytes() >= t.segment_min_bytes) {  // 2. or 3.
+  if (type == OpType::kAllGather && whole.bytes() >= segment.min_bytes()) {  // 2. or 3.
     char* mine = whole.at(size_t(ctx.rank()) * in.count);                    // this rank's block
     const bool overlap = mine != in.data && overlaps(mine, in.bytes(), in.data, in.bytes());
     if (overlap) {  // moved whole first; else the algorithm copies it (piece by piece)
@@ -54,15 +54,15 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
       // On 2 ranks the chain over the rings copies as often and, publishing
       // every 64 KiB, pipelines more finely than a barrier per slot: it was
       // as fast or faster there (docs/measurements/shm.md).
-      if (p < 3 || whole.bytes() < t.segment_min_bytes) return false;
+      if (p < 3 || whole.bytes() < segment.min_bytes()) return false;
       SegmentBroadcast(ctx, segment, whole, root).run();
       return true;
     case OpType::kAllGather:
-      if (whole.bytes() < t.segment_min_bytes) return false;
+      if (whole.bytes() < segment.min_bytes()) return false;
       SegmentAllGather(ctx, segment, whole, in).run();
       return true;
     case OpType::kReduceScatter:
-      if (in.bytes() < t.segment_min_bytes || segment.slot_bytes() < (p - 1) * in.elem) {
+      if (in.bytes() < segment.min_bytes() || segment.slot_bytes() < (p - 1) * in.elem) {
         return false;
       }
       SegmentReduceScatter(ctx, segment, in, whole, op).run();

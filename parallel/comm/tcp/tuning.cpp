@@ -1,4 +1,4 @@
-// Reading the host backend's knobs from the environment.
+// Reading the TCP side's knobs from the environment.
 #include "parallel/comm/tcp/tuning.h"
 
 #include <sched.h>
@@ -14,12 +14,7 @@ namespace spmd::dist::tcp {
 namespace {
 template <class T>
 void override_from(const char* name, T& value, long long min) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return;
-  char* end = nullptr;
-  const long long v = std::strtoll(text, &end, 10);
-  SPMD_CHECK(*end == '\0' && v >= min, name, "='", text, "' is not an integer >= ", min);
-  value = T(v);
+  value = T(knob_from_env(name, (long long)value, min));
 }
 
 // The threads this process may run on (its affinity mask: a container or
@@ -35,6 +30,15 @@ int local_world_size() {
   return text ? std::atoi(text) : 0;
 }
 }  // namespace
+
+long long knob_from_env(const char* name, long long value, long long min) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return value;
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  SPMD_CHECK(*end == '\0' && v >= min, name, "='", text, "' is not an integer >= ", min);
+  return v;
+}
 
 SpinPolicy Tuning::default_spin(int local_ranks, int hardware_threads) {
   if (local_ranks <= 0) return {};
@@ -58,19 +62,6 @@ Tuning Tuning::from_env() {
   override_from("SPMD_TCP_CHUNK_BYTES", t.chunk_bytes, 1024);
   override_from("SPMD_TCP_WINDOW", t.window, 1);
   override_from("SPMD_TCP_SEND_BUFFER_BYTES", t.send_buffer_bytes, 0);
-  override_from("SPMD_SHM_RING_BYTES", t.shm_ring_bytes, 4096);
-  override_from("SPMD_SHM_SLOT_BYTES", t.shm_slot_bytes, 0);
-  override_from("SPMD_SHM_SEGMENT_MIN_BYTES", t.segment_min_bytes, 0);
-  override_from("SPMD_SHM_POST_BYTES", t.shm_post_bytes, 0);
-  override_from("SPMD_SHM_ZERO_COPY_BYTES", t.shm_zero_copy_bytes, 0);
-  override_from("SPMD_SHM_MAX_MAPPINGS", t.shm_max_mappings, 0);
-  override_from("SPMD_SHM_MAX_MAPPED_BYTES", t.shm_max_mapped_bytes, 0);
-  SPMD_CHECK(t.shm_post_bytes <= (1 << 20), "SPMD_SHM_POST_BYTES=", t.shm_post_bytes,
-             " is more than 1 MiB (posts are for small all_reduces)");
-  SPMD_CHECK(t.shm_slot_bytes % 64 == 0, "SPMD_SHM_SLOT_BYTES=", t.shm_slot_bytes,
-             " is not a multiple of 64");
-  SPMD_CHECK((t.shm_ring_bytes & (t.shm_ring_bytes - 1)) == 0,
-             "SPMD_SHM_RING_BYTES=", t.shm_ring_bytes, " is not a power of two");
   return t;
 }
 

@@ -1,11 +1,10 @@
-// The host backend's knobs: where it switches from latency-optimal algorithms
-// to bandwidth-optimal ones, how finely the rings pipeline, how a waiting
-// rank spins, and (the SPMD_SHM_ ones) the sizes of the shared-memory paths
-// of ../shm/. One struct, read once from the environment by the backend
-// (../host/) and lent to every algorithm through its Context; it lives here
-// because tcp/ is the lowest of the three folders and every one reads it.
-// The defaults were chosen on loopback (docs/measurements/comm.md); each
-// can be overridden by an environment variable of the same name in capitals
+// The TCP side's knobs: where the host backend switches from
+// latency-optimal algorithms to bandwidth-optimal ones, how finely the rings
+// pipeline, and how a waiting rank spins. Read once from the environment by
+// the backend (../host/) and lent to every algorithm through its Context.
+// The shared-memory paths have their own (../shm/tuning.h). The defaults were
+// chosen on loopback (docs/measurements/comm.md); each can be overridden by
+// an environment variable of the same name in capitals
 // (SPMD_TCP_CHUNK_BYTES=...) to explore another machine.
 #pragma once
 
@@ -50,6 +49,10 @@ bool poll_hot(Ready&& ready, int polls) {
 // Skylake, about 140 since), so up to about 2 us on others.
 inline constexpr int kHotPolls = 32;
 
+// `value`, or the integer in the environment variable `name` when it is set.
+// Throws InvalidArgument naming the variable when it is not an integer >= min.
+long long knob_from_env(const char* name, long long value, long long min);
+
 struct Tuning {
   // all_reduce below this many bytes uses recursive doubling, above it the ring.
   size_t small_all_reduce_bytes = 64 << 10;
@@ -86,43 +89,10 @@ struct Tuning {
   // and, in a stream of collectives, about how often the worker wakes up for
   // nothing. 0 starts every collective on the worker at once.
   int start_after_us = 1000;
-  // Each way's ring of a shared-memory channel (shm_channel.h), a power of
-  // two: the bytes a sender may be ahead of its receiver.
-  size_t shm_ring_bytes = 1 << 20;
-  // A group whose ranks all share a host reduces all_reduces above
-  // small_all_reduce_bytes in a segment they all map (segment_all_reduce.h),
-  // a slot of this many bytes per rank at a time (a multiple of 64); 0 keeps
-  // them on the ring.
-  size_t shm_slot_bytes = 1 << 20;
-  // In such a group, broadcast, all_gather (its output) and reduce_scatter
-  // (its input) of at least this many bytes run in the segment too
-  // (segment_collectives.h); smaller ones keep the trees and rings.
-  size_t segment_min_bytes = 64 << 10;
-  // In such a group, all_reduce of at most this many bytes is exchanged
-  // through posts in the segment, with no message (segment_small_all_reduce.h);
-  // 0: recursive doubling over the rings.
-  size_t shm_post_bytes = 4 << 10;
-  // In such a group, broadcast, all_gather, reduce_scatter and all_reduce
-  // whose buffer the peers read or write has at least this many bytes (the
-  // tensor, all_gather's output, reduce_scatter's input) copy straight between the ranks'
-  // tensors when they all lie in shareable blocks (zero_copy.h); and from the
-  // group's creation on, this process's CPU blocks of at least this many
-  // bytes are shareable (tensor/cpu/allocator.h). 0: never. Zero copy beat
-  // the staged paths from 64 KiB up (docs/measurements/shm.md); the default
-  // is higher because every shareable block holds a file descriptor.
-  size_t shm_zero_copy_bytes = 256 << 10;
-  // Bounds on the peers' blocks a group keeps mapped for zero copy
-  // (peer_memory.h): mappings, and the bytes they map. Small ones make the
-  // tests evict.
-  size_t shm_max_mappings = 64;
-  size_t shm_max_mapped_bytes = size_t(4) << 30;
-
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
   // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US, SPMD_TCP_SPIN_YIELD (0 or
-  // 1), SPMD_TCP_START_AFTER_US, SPMD_SHM_RING_BYTES, SPMD_SHM_SLOT_BYTES,
-  // SPMD_SHM_SEGMENT_MIN_BYTES, SPMD_SHM_POST_BYTES, SPMD_SHM_ZERO_COPY_BYTES,
-  // SPMD_SHM_MAX_MAPPINGS and SPMD_SHM_MAX_MAPPED_BYTES.
+  // 1) and SPMD_TCP_START_AFTER_US.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).
