@@ -106,9 +106,7 @@ void check_model(const ModelConfig& m, const Checker& c) {
   c.finite_at_least("model.moe_aux_coef", m.moe_aux_coef, 0);
 }
 
-void check(const TrainConfig& t, const Checker& c) {
-  check_model(t.model, c);
-
+void check_data(const TrainConfig& t, const Checker& c) {
   c.one_of("data.tokenizer", t.data.tokenizer, {"byte", "bpe"});
   c.require(t.data.tokenizer != "bpe" || !t.data.path.empty(), {"data.tokenizer", "data.path"},
             "data.tokenizer = \"bpe\" reads a token file: set data.path to the .bin that "
@@ -117,15 +115,19 @@ void check(const TrainConfig& t, const Checker& c) {
             {"model.vocab_size", "data.tokenizer"}, "model.vocab_size ", t.model.vocab_size,
             " is less than the byte tokenizer's 256 tokens");
   c.in_range("data.eval_fraction", t.data.eval_fraction, 0, 1);
+}
 
-  const OptimizerConfig& o = t.optimizer;
+void check_optimizer(const OptimizerConfig& o, const Checker& c) {
   c.one_of("optimizer.name", o.name, {"adamw", "sgd"});
   c.finite_at_least("optimizer.lr", o.lr, 0, /*strict=*/true);
   c.in_range("optimizer.beta1", o.beta1, 0, 1);
   c.in_range("optimizer.beta2", o.beta2, 0, 1);
   c.finite_at_least("optimizer.eps", o.eps, 0, /*strict=*/true);
   c.finite_at_least("optimizer.weight_decay", o.weight_decay, 0);
+}
 
+// The training loop's values and the learning-rate schedule.
+void check_training(const TrainConfig& t, const Checker& c) {
   const TrainingConfig& r = t.training;
   c.at_least("training.steps", r.steps, 1);
   c.at_least("training.global_batch", r.global_batch, 1);
@@ -144,7 +146,9 @@ void check(const TrainConfig& t, const Checker& c) {
             r.steps);
   c.one_of("schedule.decay", t.schedule.decay, {"cosine", "linear", "constant"});
   c.in_range("schedule.min_lr_ratio", t.schedule.min_lr_ratio, 0, 1, /*closed=*/true);
+}
 
+void check_parallel(const TrainConfig& t, const Checker& c) {
   const ParallelConfig& p = t.parallel;
   c.at_least("parallel.dp_replicate", p.dp_replicate, 1);
   c.at_least("parallel.dp_shard", p.dp_shard, 1);
@@ -165,7 +169,10 @@ void check(const TrainConfig& t, const Checker& c) {
             {"parallel.backend", "training.device"},
             "parallel.backend = \"nccl\" runs collectives on GPUs: it needs training.device = "
             "\"cuda\"");
+}
 
+// Where the run writes: checkpoints and metrics.
+void check_outputs(const TrainConfig& t, const Checker& c) {
   c.at_least("checkpoint.interval", t.checkpoint.interval, 0);
   c.at_least("checkpoint.keep", t.checkpoint.keep, 0);
 
@@ -177,6 +184,15 @@ void check(const TrainConfig& t, const Checker& c) {
             t.metrics.eval_every, " needs held-out data, but data.eval_fraction is 0");
   c.require(!t.metrics.run_folder.empty(), {"metrics.run_folder"},
             "metrics.run_folder must not be empty");
+}
+
+void check(const TrainConfig& t, const Checker& c) {
+  check_model(t.model, c);
+  check_data(t, c);
+  check_optimizer(t.optimizer, c);
+  check_training(t, c);
+  check_parallel(t, c);
+  check_outputs(t, c);
 }
 
 }  // namespace

@@ -1,64 +1,60 @@
 // The layout of a training job: the world's ranks as a mesh of the config's
-// parallel dims, and the strategies applied to a model in TorchTitan's order
-// (DESIGN.md, "Composing them"):
+// parallel dims, the strategies applied to a model in TorchTitan's order
+// (docs/train.md, "The layout"), and the step that trains the result.
 //
-//   tensor (and sequence) parallel on "tp"  ->  context parallel on "cp"
+//   pipeline split on "pp"  ->  tensor (and sequence) parallel on "tp"
+//   ->  context parallel on "cp"  ->  expert parallel on "ep"
 //   ->  activation checkpointing  ->  FSDP on "dp_shard" (HSDP with
-//   "dp_replicate")  or  DDP on "dp_replicate"
-//
-// With context parallelism the cp ranks hold different tokens of the same
-// sequences, so their gradients are averaged too: FSDP shards over
-// dp_shard x cp together (TorchTitan's dp_shard_cp, one dim of fsdp_mesh;
-// HSDP replicates those shards over dp_replicate), DDP averages over
-// dp_replicate x cp.
+//   "dp_replicate")  or  DDP on "dp_replicate"  ->  the pipeline's schedule
 //
 // Each step only reads and writes the model's parameters and their
 // placements, so any subset composes; the model code knows none of it.
-// Mesh axes, outermost first: dp_replicate, dp_shard, cp, tp (tp innermost,
-// so its ranks are neighbours). The data is sharded over the dp axes only:
-// the ranks of one tp or cp group see the same sequences (cp ranks then keep
-// their chunks of each).
+// Mesh axes, outermost first: pp, dp_replicate, dp_shard, cp, tp (tp
+// innermost, so its ranks are neighbours). The data is sharded over the dp
+// axes only: the ranks of one tp or cp group see the same sequences (cp
+// ranks then keep their chunks of each).
 //
-// Pipeline parallelism is the outermost axis, "pp", and the first step: each
-// rank keeps the stage at its pp coordinate (or, interleaved, its
-// pp_stages_per_rank virtual stages; parallel/pipeline), runs them through
-// a PipelineExecutor, and their gradients are averaged over dp_replicate
-// once per step (dist::average_gradients; train/pipeline_train.h has the
-// rest of a pipeline's step). It combines with dp_replicate, tp
-// (each stage's blocks split over its tp ranks, the last stage's loss
-// vocabulary-parallel), activation checkpointing and dp_shard: FSDP per
-// stage, on the mesh of every axis but pp (fsdp_mesh), its blocks the
-// units and the stage's module the root; the executor's backwards
-// accumulate the units' full gradients over the microbatches (any
-// schedule, ZB-H1's deferred weight passes included), reduce-scattered
-// into the shards' once per step (reduce_stage_gradients). With cp the
-// stages run on the cp-local sequence (the trainer cuts it before the
-// executor) and their gradients are averaged over dp_replicate x cp
-// (stage_average), or FSDP shards over dp_shard x cp.
-// With sequence parallelism the stages trade their tp rank's share of the
-// sequence (the executor's activation_sequence_split).
+// With context parallelism the cp ranks hold different tokens of the same
+// sequences, so their gradients are averaged too: FSDP shards over
+// dp_shard x cp together (TorchTitan's dp_shard_cp, one dim of the FSDP
+// mesh; HSDP replicates those shards over dp_replicate), DDP averages over
+// dp_replicate x cp.
+//
+// Pipeline parallelism is the outermost axis and the first step: each rank
+// keeps the stage at its pp coordinate (or, interleaved, its
+// pp_stages_per_rank virtual stages; parallel/pipeline), and every later
+// step applies to those stages; the executor that runs them is built last,
+// as TorchTitan builds its schedule after parallelizing the model parts.
+// Its stages' gradients are averaged once per step, after the step's
+// backwards, over dp_replicate (x cp); under FSDP each stage is sharded on
+// its own, its blocks the units and the stage's module the root, and the
+// units' full gradients, accumulated over the microbatches (any schedule,
+// ZB-H1's deferred weight passes included), are reduce-scattered into the
+// shards once per step (train/pipeline_train.h).
 //
 // Expert parallelism (parallel.ep > 1) splits the experts of every MoE
-// block over ep ranks borrowed from dp_replicate: a mesh {dp_replicate / ep,
-// ep} over the same ranks, whose "ep" lines trade tokens by all_to_all
-// (parallel/expert_parallel); the gradients are then synchronized by
-// ep::sync_gradients after the step's backwards, in place of DDP. Under
-// FSDP (dp_shard > 1) the ep ranks come from dp_shard instead, as
-// TorchTitan's (the mesh {dp / ep, ep} over every data rank, ep innermost):
-// FSDP (HSDP) shards the dense parameters over dp_shard and leaves
-// the experts out (ignored_params), whose gradients ep::sync_expert_gradients
-// then averages. With cp the ep mesh is laid over that axis x cp; beside
-// tp each MoE block runs whole on every tp rank (tp splits the dense ones);
-// under pp the ep lines lie within a stage's ranks, and ep's averages run
-// stage by stage.
+// block over ep ranks borrowed from the data axes (x cp): a mesh {rest, ep}
+// whose "ep" lines trade tokens by all_to_all (parallel/expert_parallel).
+// Under FSDP the ep ranks come from dp_shard (x cp), as TorchTitan's, and
+// FSDP shards the dense parameters only (the experts are its
+// ignored_params); without FSDP they come from dp_replicate and no DDP
+// wraps the model. It comes before FSDP, as TorchTitan applies it beside
+// tp, because FSDP must know which parameters are experts. Beside tp each
+// MoE block runs whole on every tp rank; under pp the ep lines lie within
+// a stage's ranks.
 //
 // Not here: expert parallelism under FSDP whose ep does not divide
 // dp_shard x cp (check_supported() refuses it, naming the dims).
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "autograd/data/text_dataset.h"
 #include "autograd/nn/transformer.h"
+#include "autograd/optim/adamw.h"
 #include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/expert_parallel/expert_parallel.h"
@@ -68,52 +64,138 @@
 
 namespace spmd::train {
 
-// What a parallelized model is called through, and the groups the loop needs.
-struct Parallelized {
-  std::shared_ptr<nn::Transformer> model;              // the model (its parameters: pieces)
-  std::shared_ptr<dist::DistributedDataParallel> ddp;  // set when DDP wraps it
-  std::shared_ptr<dist::FsdpModule> fsdp_root;         // set under FSDP/HSDP
-  std::shared_ptr<dist::ProcessGroup> tp;              // the tp group (size 1 without TP)
-  std::shared_ptr<dist::ProcessGroup> cp;              // the cp group (size 1 without CP)
-  std::shared_ptr<dist::ProcessGroup> dp;              // every dp rank: replicate x shard
-  std::shared_ptr<dist::ProcessGroup> loss_group;      // the ranks whose losses make the batch's
-  int64_t dp_rank = 0, dp_size = 1;                    // this rank's data shard
-  std::vector<std::shared_ptr<dist::ProcessGroup>> groups;  // every group a strategy uses
+// A model laid out by parallelize(), its optimizer, and the step that
+// trains them. The training loop calls, each step:
+//
+//   zero_grad()  ->  forward_backward(x, y)  ->  sync_gradients()
+//   ->  clip_grad_norm(max)  ->  optimizer_step(lr)  ->  batch_loss(loss)
+//
+// and never asks which strategies are on: each method does what the layout
+// needs. Every method that communicates is collective over the world: all
+// ranks call it, in the same order.
+class Parallelized {
+ public:
+  // What each step of parallelize() set up, strategy by strategy; a
+  // strategy that is off leaves its part empty.
+  struct Groups {
+    std::shared_ptr<dist::ProcessGroup> tp, cp;  // size 1 when off
+    std::shared_ptr<dist::ProcessGroup> batch;   // dp x cp: the ranks whose losses make the batch's
+    int64_t dp_rank = 0, dp_size = 1;            // this rank's data shard
+    std::vector<std::shared_ptr<dist::ProcessGroup>> all;  // every group a strategy uses
+  };
+  struct Pipeline {
+    std::vector<std::shared_ptr<dist::pp::TransformerStage>> stages;  // this rank's
+    std::shared_ptr<dist::pp::PipelineExecutor> executor;
+    std::shared_ptr<dist::ProcessGroup> pp;
+    // Every axis but pp: the ranks that hold copies of these stages, which
+    // a checkpoint writes once per stage.
+    std::shared_ptr<dist::DeviceMesh> stage_replicas;
+    bool on() const { return !stages.empty(); }
+  };
+  struct DataParallel {
+    std::shared_ptr<dist::DistributedDataParallel> ddp;  // DDP
+    std::shared_ptr<dist::FsdpModule> fsdp_root;         // FSDP (HSDP) of the whole model
+    // FSDP of pipeline stages: the units, in the order they were made (the
+    // same on every rank of a stage), their gradient sync off.
+    std::vector<std::shared_ptr<dist::FsdpModule>> stage_units;
+    // A pipeline without FSDP: the group its gradients are averaged over
+    // (dp_replicate, or dp_replicate x cp); null under expert parallelism.
+    std::shared_ptr<dist::ProcessGroup> stage_average;
+    // The mesh FSDP's shards are placed on under pp or cp (every axis but
+    // pp, dp_shard and cp merged under cp); null: the world's mesh.
+    std::shared_ptr<dist::DeviceMesh> fsdp_mesh;
+    // Whether FSDP's reduce-scatters average the dense gradients.
+    bool sharded() const { return fsdp_root || !stage_units.empty(); }
+  };
+  struct Experts {
+    std::shared_ptr<dist::DeviceMesh> mesh;  // {dp, ep}
+    std::shared_ptr<dist::ep::ExpertParallelism> ep;
+  };
 
-  // Under pipeline parallelism (pp > 1): this rank's stages (one, or
-  // pp_stages_per_rank interleaved), their executor, the pp group, and the
-  // 1-D mesh of the ranks that hold copies of these stages (every axis but
-  // pp), which a checkpoint writes once per stage.
-  std::vector<std::shared_ptr<dist::pp::TransformerStage>> stages;
-  std::shared_ptr<dist::pp::PipelineExecutor> pipeline;
-  std::shared_ptr<dist::ProcessGroup> pp;
-  std::shared_ptr<dist::DeviceMesh> stage_replicas;
-  // Under FSDP with pp or cp: the mesh of every axis but pp (over the
-  // ranks that hold this stage, or all), dp_shard and cp merged into one
-  // dim, dp_shard_cp, under cp; FSDP's shards are placed on it. Null under
-  // FSDP on the world's mesh.
-  std::shared_ptr<dist::DeviceMesh> fsdp_mesh;
-  // Under pp with dp_shard: this rank's stages' FSDP units, in the order
-  // they were made (the same on every rank of a stage). Their gradient
-  // sync is off: reduce_stage_gradients() reduces them after the step's
-  // backwards.
-  std::vector<std::shared_ptr<dist::FsdpModule>> stage_units;
-  // Without dp_shard: the group the stages' gradients are averaged over
-  // after each step (dp_replicate, or dp_replicate x cp); under FSDP null,
-  // its reduce-scatters having averaged them.
-  std::shared_ptr<dist::ProcessGroup> stage_average;
+  // The optimizer is AdamW over named_parameters(), with config.optimizer's
+  // hyperparameters; a step runs config.training.microbatches chunks.
+  Parallelized(std::shared_ptr<nn::Transformer> model, Groups groups, Pipeline pipeline,
+               DataParallel data, Experts experts, const TrainConfig& config);
 
-  // Under expert parallelism (ep > 1): the {dp, ep} mesh and what
-  // parallelize_experts set up.
-  std::shared_ptr<dist::DeviceMesh> ep_mesh;
-  std::shared_ptr<dist::ep::ExpertParallelism> ep;
+  // --- The step, in the order the loop calls it.
 
-  // The parameters this rank trains, with the model's names: the stage's
+  void zero_grad() { optimizer_->zero_grad(); }
+
+  // One step's forwards and backwards over this rank's rows x, y (rows, T),
+  // in training.microbatches chunks whose gradients accumulate (each a
+  // pipeline step under pp). Returns this rank's loss: the mean over its
+  // rows (under cp over its chunks of each), without the experts'
+  // balancing loss, which the backwards include; under pp the last stage's,
+  // on every stage. DDP's and FSDP's hooks reduce the gradients during the
+  // last chunk's backward.
+  double forward_backward(const Tensor& x, const Tensor& y);
+
+  // The gradients the backwards left unsynchronized, averaged: a
+  // pipeline's stages' (reduce-scattered under FSDP, else averaged over
+  // their copies) and the experts'. After it every rank holds the
+  // gradient of the global batch for its pieces.
+  void sync_gradients();
+
+  // The global gradient norm over every rank's pieces (split ones counted
+  // once, the stages' summed over pp); with max_norm > 0 the gradients are
+  // then scaled to at most max_norm. Returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+
+  // AdamW's step with learning rate lr.
+  void optimizer_step(double lr);
+
+  // The loss of the global batch: the mean of the ranks' forward_backward()
+  // losses over dp (and cp).
+  double batch_loss(double loss) const;
+
+  // The held-out loss: the first windows of the validation split, the same
+  // on every rank (every tp, cp, pp and FSDP rank runs each forward).
+  double val_loss(const data::TextDataset& ds, int64_t T, const Device& device);
+
+  // --- What the loop reads.
+
+  const nn::Transformer& model() const { return *model_; }
+  // The parameters this rank trains, with the model's names: its stages'
   // under pp, else the (parallelized) model's.
-  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  const std::vector<std::pair<std::string, Tensor>>& named_parameters() const { return named_; }
+  optim::AdamW& optimizer() { return *optimizer_; }
+  const optim::AdamW& optimizer() const { return *optimizer_; }
+  int64_t dp_rank() const { return groups_.dp_rank; }
+  int64_t dp_size() const { return groups_.dp_size; }
+  // Every group a strategy uses, for their statistics.
+  const std::vector<std::shared_ptr<dist::ProcessGroup>>& comm_groups() const {
+    return groups_.all;
+  }
+  // The 1-D mesh of the ranks that hold the same parameters as this one,
+  // whose rank 0 writes them in a checkpoint; null: every rank holds the
+  // whole model (rank 0 writes what no strategy split).
+  const dist::DeviceMesh* checkpoint_replicas() const { return pipeline_.stage_replicas.get(); }
 
-  // The module a forward goes through.
-  nn::Module& module() { return ddp ? static_cast<nn::Module&>(*ddp) : *model; }
+ private:
+  // This rank's tokens' loss (under cp its chunks of each sequence), and the
+  // objective: the same plus, with experts, moe_aux_coef x the balancing loss.
+  struct Losses {
+    Tensor loss, objective;
+  };
+  Losses forward(Tensor x, Tensor y);
+  // One chunk's forward and backward; its backward reduces the gradients
+  // (DDP's and FSDP's hooks) when `sync`.
+  Losses chunk_forward_backward(const Tensor& x, const Tensor& y, bool sync);
+  void sync_expert_gradients();
+
+  std::shared_ptr<nn::Transformer> model_;
+  Groups groups_;
+  Pipeline pipeline_;
+  DataParallel data_;
+  Experts experts_;
+  std::vector<std::pair<std::string, Tensor>> named_;
+  std::vector<Tensor> params_;  // named_'s tensors
+  std::unique_ptr<optim::AdamW> optimizer_;
+  int64_t microbatches_;  // training.microbatches
+  // The objective's balancing term: moe_aux_coef x each MoE's loss (none
+  // without experts).
+  bool experts_in_model_;
+  double moe_aux_coef_;
 };
 
 // The mean cross-entropy of logits against targets: the logits (b, T, V),
@@ -130,13 +212,9 @@ void check_supported(const ParallelConfig& p);
 dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
                             const ParallelConfig& p);
 
-// Applies the strategies the config asks for, in order. Collective.
+// Applies the strategies the config asks for, in order, and builds the
+// optimizer over what this rank then trains. Collective.
 Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
                          const TrainConfig& config);
-
-// The stages' FSDP gradients of the step's backwards, reduce-scattered into
-// the shards' (all issued, then waited for; nothing without stage_units). Collective
-// over each stage's dp_shard (and dp_replicate) ranks.
-void reduce_stage_gradients(const Parallelized& p);
 
 }  // namespace spmd::train

@@ -1,12 +1,17 @@
 // spmd-train's loop: build the layout, the model, the data and the optimizer
 // from a TrainConfig, resume from the last checkpoint if there is one, then
-// for each step
+// for each step, as TorchTitan's train step,
 //
-//   next global batch (this rank's rows) -> microbatches: forward, loss,
-//   backward (gradient sync on the last only; under pp each is a pipeline
-//   step, train/pipeline_train.h; under ep the experts' sync follows the
-//   last) -> clip to the global norm ->
-//   lr from the schedule -> AdamW step -> metrics -> checkpoint every K steps
+//   next global batch (this rank's rows) -> forward and backward, in
+//   training.microbatches chunks -> the gradients' sync -> clip to the
+//   global norm -> lr from the schedule -> AdamW step -> metrics ->
+//   checkpoint every K steps
+//
+// The loop names no strategy: the parallelized model (Parallelized,
+// train/parallelize.h) does at each arrow what its layout needs (a
+// pipeline's steps for the forward and backward, DDP's or FSDP's hooks or
+// the averages after the backwards for the sync, a norm over the split
+// pieces for the clip).
 //
 // Metrics go to the console (rank 0, one line per log step) and, per rank,
 // to <run_folder>/metrics_rank<R>.jsonl: step, loss (the mean over the dp

@@ -1,0 +1,61 @@
+// spmd-train's metrics per step (trainer.h lists them): one JSON line per
+// step per rank in <run_folder>/metrics_rank<R>.jsonl, and on rank 0 a
+// console line every metrics.log_every steps (and on the last step and the
+// eval steps). MFU is the model's FLOPs per step (train/flops.h) over what
+// every rank's peak allows: metrics.peak_tflops, or an f32 GEMM measured
+// here. A step's time, communication wait and memory are taken when its
+// loss is known, before any eval or checkpoint.
+#pragma once
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "autograd/nn/transformer.h"
+#include "parallel/comm/process_group.h"
+#include "train/config.h"
+
+namespace spmd::train {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0, lr = 0;
+  double step_s = 0;                        // from begin_step to end_step
+  double comm_wait_ms = 0;                  // blocked in the groups' collectives in that time
+  int64_t mem_allocated = 0, mem_peak = 0;  // bytes, this rank's allocator
+  std::optional<double> val_loss;           // on eval steps
+  std::optional<double> checkpoint_ms;      // on save steps, with checkpoint_bytes
+  int64_t checkpoint_bytes = 0;
+};
+
+class MetricsLog {
+ public:
+  // Opens this rank's file (appending when the run resumed at a step > 0)
+  // and, on rank 0, says what MFU is measured against.
+  MetricsLog(const TrainConfig& config, const nn::TransformerConfig& model, const Device& device,
+             int rank, int world_size, bool resumed);
+
+  // A step begins: its clock starts, the groups' statistics and this
+  // rank's peak memory are reset.
+  void begin_step(const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups);
+
+  // The step's loss is known: its time, the groups' wait and the memory.
+  StepMetrics end_step(int64_t step, double loss, double grad_norm, double lr,
+                       const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups) const;
+
+  // Writes the step's line, and prints it on rank 0 when it is a log step
+  // (or `eval`, or the last).
+  void write(const StepMetrics& m);
+
+ private:
+  Device device_;
+  int rank_, world_size_;
+  int64_t log_every_, steps_;
+  std::ofstream file_;
+  double tokens_per_step_, flops_per_step_, peak_;  // peak: FLOP/s per rank
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace spmd::train
