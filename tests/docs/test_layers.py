@@ -54,7 +54,7 @@ def allowed(path, target):
 
 
 def self_check():
-    cases = [("runtime/store.cpp", "tensor/tensor.h", False),
+    cases = [("runtime/env.cpp", "tensor/tensor.h", False),
              ("parallel/comm/tcp/ring.cpp", "parallel/comm/shm/zero_copy.h", False),
              ("parallel/comm/shm/zero_copy.cpp", "parallel/comm/tcp/algorithm.h", True),
              ("parallel/comm/shm/zero_copy.cpp", "parallel/comm/host/transport.h", False),
@@ -62,8 +62,8 @@ def self_check():
              ("parallel/comm/process_group.cpp", "autograd/engine.h", False),
              ("autograd/nn/module.h", "parallel/placement.h", False),
              ("parallel/ddp/ddp.cpp", "train/config.h", False),
-             ("launcher/spmdrun.cpp", "parallel/comm/init.h", False),
-             ("launcher/preflight/x.cpp", "parallel/comm/init.h", True),
+             ("launcher/main.cpp", "parallel/comm/init.h", False),
+             ("launcher/preflight/spmd_preflight.cpp", "parallel/comm/init.h", True),
              ("train/trainer.cpp", "parallel/fsdp/fully_shard.h", True)]
     for path, target, want in cases:
         assert allowed(path, target) == want, (path, target, want)
