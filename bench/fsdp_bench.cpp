@@ -33,10 +33,10 @@
 #include "parallel/ddp/ddp.h"
 #include "parallel/device_mesh.h"
 #include "parallel/fsdp/fully_shard.h"
+#include "runtime/flag_checks.h"
 #include "tensor/cpu/allocator.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
-#include "runtime/flag_checks.h"
 
 using namespace spmd;
 
@@ -85,7 +85,8 @@ void run(const std::shared_ptr<dist::ProcessGroup>& world, const Flags& f) {
     dist::FsdpOptions o;
     o.reshard_after_forward = !f.keep_after_forward;
     o.prefetch = !f.no_prefetch;
-    for (size_t i = 0; i < model->layers->size(); ++i) dist::fully_shard(model->layers->at(i), mesh, o);
+    for (size_t i = 0; i < model->layers->size(); ++i)
+      dist::fully_shard(model->layers->at(i), mesh, o);
     root = dist::fully_shard(model, mesh, o);
   }
   nn::Module& m = ddp ? static_cast<nn::Module&>(*ddp) : *model;
@@ -150,7 +151,8 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-after-forward", f.keep_after_forward,
                "fsdp: reshard_after_forward false (keep units gathered until backward)");
   app.add_option("--config", f.config, "tiny or small")->check(CLI::IsMember({"tiny", "small"}));
-  app.add_option("--threads", f.threads, "CPU threads per rank")->check(spmd::flags::count(1, 1024));
+  app.add_option("--threads", f.threads, "CPU threads per rank")
+      ->check(spmd::flags::count(1, 1024));
   app.add_option("--steps", f.steps, "timed steps")->check(spmd::flags::count(1));
   app.add_option("--warmup", f.warmup, "untimed steps first")->check(spmd::flags::count(0));
   app.add_option("--batch", f.batch, "sequences per step, all ranks together")

@@ -15,7 +15,7 @@
 
 namespace spmd::dist {
 
-class Work;     // work.h
+class Work;  // work.h
 
 // What an operation's interval records, taken at its issue (before the op
 // is moved into the backend).

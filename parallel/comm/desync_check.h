@@ -44,7 +44,6 @@
 
 namespace spmd::dist {
 
-
 class DesyncCheck {
  public:
   // Whether SPMD_DESYNC_CHECK leaves the check on (it is unless "0").

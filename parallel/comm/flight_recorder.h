@@ -28,7 +28,6 @@
 
 namespace spmd::dist {
 
-
 struct FlightEntry {
   enum class State : uint8_t { kPending, kCompleted, kFailed };
 

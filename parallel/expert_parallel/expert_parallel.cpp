@@ -90,8 +90,6 @@ void sync(nn::Module& model, const ExpertParallelism& g, bool dense_too) {
 }  // namespace
 
 void sync_gradients(nn::Module& model, const ExpertParallelism& g) { sync(model, g, true); }
-void sync_expert_gradients(nn::Module& model, const ExpertParallelism& g) {
-  sync(model, g, false);
-}
+void sync_expert_gradients(nn::Module& model, const ExpertParallelism& g) { sync(model, g, false); }
 
 }  // namespace spmd::dist::ep

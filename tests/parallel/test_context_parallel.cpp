@@ -47,8 +47,8 @@ void check_ring(int cp, DType dtype, int64_t Hkv, double tol) {
     const Tensor got = cp::ring_attention(ql, kl, vl, world);
     const int64_t blocks = cp::ring_attention_blocks() - blocks_before;
     backward(got, mine(g));
-    const std::string what = str_cat("cp=", cp, " ", dtype_name(dtype), " Hkv=", Hkv, " rank ",
-                                     world.rank());
+    const std::string what =
+        str_cat("cp=", cp, " ", dtype_name(dtype), " Hkv=", Hkv, " rank ", world.rank());
     expect(blocks == 2 * cp + 1, what, ": computed ", blocks, " blocks, not 2 cp + 1");
     const std::pair<const char*, std::pair<Tensor, Tensor>> pairs[] = {
         {"out", {got, mine(detach(want))}},
@@ -123,18 +123,21 @@ Run train_cp(ProcessGroup& world, int dp, bool llama) {
 }
 
 void check_training(int world_size, int dp, const std::string& name, bool llama = false) {
-  run_world(world_size, [&](ProcessGroup& world) {
-    const Run want = train_reference(2 * dp, llama), got = train_cp(world, dp, llama);
-    for (int s = 0; s < kSteps; ++s) {
-      const double rel = std::abs(got.losses[s] - want.losses[s]) / want.losses[s];
-      expect(rel <= 1e-5, name, ": step ", s, " loss ", got.losses[s], " vs ", want.losses[s]);
-    }
-    const auto a = got.model->named_parameters(), b = want.model->named_parameters();
-    for (size_t i = 0; i < a.size(); ++i) {
-      const double rel = relative_difference(a[i].second, b[i].second);
-      expect(rel <= 1e-5, name, ": ", a[i].first, " differs by ", rel);
-    }
-  }, std::chrono::seconds(60));
+  run_world(
+      world_size,
+      [&](ProcessGroup& world) {
+        const Run want = train_reference(2 * dp, llama), got = train_cp(world, dp, llama);
+        for (int s = 0; s < kSteps; ++s) {
+          const double rel = std::abs(got.losses[s] - want.losses[s]) / want.losses[s];
+          expect(rel <= 1e-5, name, ": step ", s, " loss ", got.losses[s], " vs ", want.losses[s]);
+        }
+        const auto a = got.model->named_parameters(), b = want.model->named_parameters();
+        for (size_t i = 0; i < a.size(); ++i) {
+          const double rel = relative_difference(a[i].second, b[i].second);
+          expect(rel <= 1e-5, name, ": ", a[i].first, " differs by ", rel);
+        }
+      },
+      std::chrono::seconds(60));
 }
 
 }  // namespace

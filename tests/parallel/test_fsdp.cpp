@@ -91,14 +91,14 @@ TEST_CASE("a full state dict loads into a sharded model and back out", "[fsdp]")
     try {
       load_full_state_dict(*model, bad);
     } catch (const Error& e) {
-      refused = std::string(e.what()).find("norm.weight is [3] in the state dict") != std::string::npos;
+      refused =
+          std::string(e.what()).find("norm.weight is [3] in the state dict") != std::string::npos;
     }
     expect(refused, "a wrong shape was not refused by name");
   });
 }
 
-TEST_CASE("prefetch issues the next unit's all_gather before this unit computes",
-          "[fsdp][trace]") {
+TEST_CASE("prefetch issues the next unit's all_gather before this unit computes", "[fsdp][trace]") {
   const std::string dir = "/tmp/spmd_test_fsdp_trace_" + std::to_string(::getpid());
   for (bool prefetch : {true, false}) {
     run_world(2, [&](ProcessGroup& world) {
@@ -181,30 +181,35 @@ Peak measure(ProcessGroup& world, const std::string& strategy, bool prefetch) {
 
 TEST_CASE("FSDP's peak per rank is 1/N of the model state plus one unit", "[fsdp][memory]") {
   for (int n : {1, 2, 4}) {
-    run_world(n, [n](ProcessGroup& world) {
-      const Peak f = measure(world, "fsdp", /*prefetch=*/false);
-      const Peak fp = measure(world, "fsdp", /*prefetch=*/true);
-      const Peak d = measure(world, "ddp", false);
-      // Model state: f32 parameters, gradients and AdamW's two moments.
-      const double state = 16.0 * double(f.params) / n;
-      const double unit = 8.0 * double(f.largest_unit);  // its gathered parameters and gradients
-      // Backward does not wait for a unit's reduce_scatter before the next
-      // unit computes, so while it is in flight (longer on a loaded
-      // machine) the previous unit's whole gradient is held too.
-      const double in_flight = 4.0 * double(f.largest_unit);
-      const double bound = 1.1 * (state + unit + in_flight);
-      if (world.rank() == 0) {
-        std::fprintf(stderr, "N=%d: FSDP peak %zu B, with prefetch %zu B, bound %zu B, DDP %zu B\n",
-                     n, f.step_peak, fp.step_peak, size_t(bound), d.step_peak);
-      }
-      expect(double(f.step_peak) <= bound, "N=", n, ": FSDP's peak ", f.step_peak,
-             " B exceeds 1.1 x (state/N ", size_t(state), " + a unit ", size_t(unit),
-             " + a gradient in flight ", size_t(in_flight), ")");
-      // Prefetch holds the next unit's all_gather buffer while this one
-      // computes, and for a moment its copy-out too: two units' parameters.
-      expect(double(fp.step_peak) <= bound + 8.0 * double(f.largest_unit), "N=", n,
-             ": with prefetch the peak ", fp.step_peak, " B is more than two units above");
-    }, std::chrono::seconds(60));
+    run_world(
+        n,
+        [n](ProcessGroup& world) {
+          const Peak f = measure(world, "fsdp", /*prefetch=*/false);
+          const Peak fp = measure(world, "fsdp", /*prefetch=*/true);
+          const Peak d = measure(world, "ddp", false);
+          // Model state: f32 parameters, gradients and AdamW's two moments.
+          const double state = 16.0 * double(f.params) / n;
+          const double unit =
+              8.0 * double(f.largest_unit);  // its gathered parameters and gradients
+          // Backward does not wait for a unit's reduce_scatter before the next
+          // unit computes, so while it is in flight (longer on a loaded
+          // machine) the previous unit's whole gradient is held too.
+          const double in_flight = 4.0 * double(f.largest_unit);
+          const double bound = 1.1 * (state + unit + in_flight);
+          if (world.rank() == 0) {
+            std::fprintf(stderr,
+                         "N=%d: FSDP peak %zu B, with prefetch %zu B, bound %zu B, DDP %zu B\n", n,
+                         f.step_peak, fp.step_peak, size_t(bound), d.step_peak);
+          }
+          expect(double(f.step_peak) <= bound, "N=", n, ": FSDP's peak ", f.step_peak,
+                 " B exceeds 1.1 x (state/N ", size_t(state), " + a unit ", size_t(unit),
+                 " + a gradient in flight ", size_t(in_flight), ")");
+          // Prefetch holds the next unit's all_gather buffer while this one
+          // computes, and for a moment its copy-out too: two units' parameters.
+          expect(double(fp.step_peak) <= bound + 8.0 * double(f.largest_unit), "N=", n,
+                 ": with prefetch the peak ", fp.step_peak, " B is more than two units above");
+        },
+        std::chrono::seconds(60));
   }
 }
 
@@ -228,7 +233,8 @@ TEST_CASE("bf16 parameters for compute, f32 shards and gradients", "[fsdp][mixed
       backward(la);
       backward(lb);
       for (const Tensor& p : bf16->parameters())
-        expect(p.dtype() == DType::kF32 && p.grad().dtype() == DType::kF32, "shard or grad not f32");
+        expect(p.dtype() == DType::kF32 && p.grad().dtype() == DType::kF32,
+               "shard or grad not f32");
       const double rel = std::abs(lb.item<double>() - la.item<double>()) / la.item<double>();
       expect(rel < 2e-2, "step ", step, ": bf16 loss ", lb.item<double>(), " vs f32 ",
              la.item<double>());
@@ -256,8 +262,7 @@ TEST_CASE("fully_shard refuses what it cannot shard, by name", "[fsdp][errors]")
     refuses([&] { fully_shard(block, mesh); }, "was already passed to fully_shard");
     FsdpOptions bad_axis;
     bad_axis.shard_axis = "dp_shard";
-    refuses([&] { fully_shard(model->layers->at(1), mesh, bad_axis); },
-            "has no axis 'dp_shard'");
+    refuses([&] { fully_shard(model->layers->at(1), mesh, bad_axis); }, "has no axis 'dp_shard'");
     // A parameter shared between units: layer 2's MLP weight is layer 1's.
     auto a = std::dynamic_pointer_cast<nn::TransformerBlock>(model->layers->at(1));
     auto b = std::dynamic_pointer_cast<nn::TransformerBlock>(model->layers->at(2));
