@@ -71,8 +71,9 @@ namespace spmd::train {
 //   ->  clip_grad_norm(max)  ->  optimizer_step(lr)  ->  batch_loss(loss)
 //
 // and never asks which strategies are on: each method does what the layout
-// needs. Every method that communicates is collective over the world: all
-// ranks call it, in the same order.
+// needs (train_step.cpp; the pipeline's share in pipeline_train.cpp). Every
+// method that communicates is collective over the world: all ranks call it,
+// in the same order.
 class Parallelized {
  public:
   // What each step of parallelize() set up, strategy by strategy; a

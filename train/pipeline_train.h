@@ -28,8 +28,10 @@ namespace spmd::train {
 
 // One step's pipeline steps over this rank's rows x, y: one per chunk of
 // `chunks`, each under cp on this rank's chunks of every sequence. Returns
-// the last stage's loss, the mean over the chunks, on every stage.
-// Collective over the pp group (and the groups the stages use).
+// the last stage's loss, the mean over the chunks, on every stage (an
+// all_reduce over pp, issued after the step's backwards and before the
+// gradients' sync: every rank in that order). Collective over the pp group
+// (and the groups the stages use).
 double pipeline_forward_backward(const Parallelized::Pipeline& pipeline, dist::ProcessGroup& cp,
                                  const Tensor& x, const Tensor& y, int64_t chunks);
 

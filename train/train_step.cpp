@@ -12,7 +12,7 @@
 #include "parallel/placement.h"
 #include "runtime/trace.h"
 #include "tensor/ops.h"
-#include "train/parallelize.h"
+#include "train/parallelize.h"  // Parallelized, whose methods these are
 #include "train/pipeline_train.h"
 
 namespace spmd::train {

@@ -1,4 +1,4 @@
-// The TCP backend's collective queue on its own (threads, no sockets): who
+// The host backend's collective queue on its own (threads, no sockets): who
 // runs each collective and in what order. A waiter runs its collective, and
 // any queued before it, on its own thread, in issue order; the worker starts
 // one that nobody waits on, and not before `start_after`; a waiter never

@@ -263,8 +263,8 @@ TEST_CASE("a collective moves its output's version counter, as an in-place op do
   }));
 }
 
-// Sizes the group's shared segment takes by default (tcp/segment_collectives.h:
-// from 64 KiB, a 1 MiB slot per rank), odd so that no chunk or part comes
+// Sizes the group's shared segment takes by default (shm/tuning.h,
+// shm/segment_collectives.h: from 64 KiB, a 1 MiB slot per rank), odd so that no chunk or part comes
 // out even: broadcast in 2 chunks, all_gather in 2, reduce_scatter in 3;
 // with averages and maxima, in place and not. Over TCP (the _tcp variant)
 // the same calls take the trees and rings.

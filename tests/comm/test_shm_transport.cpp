@@ -286,7 +286,7 @@ TEST_CASE("no lost wake-up: 4 ranks that always sleep run 2000 small all_reduces
   // posts' sleep flag and doorbells, on 4 ranks of however few cores. A
   // wake-up lost there is only ended by the next wait report's timer, 100 ms
   // later: on 2 cores, before the sleeper watched every peer's link
-  // (Mesh::sleep_for_posts), one call took 11.7 ms on average, so 2,000 took
+  // (shm::PostWait::sleep), one call took 11.7 ms on average, so 2,000 took
   // over 20 s; after, 0.04 ms (docs/measurements/shm.md). The bound leaves a loaded
   // machine 100 times that.
   ScopedEnv transport("SPMD_TRANSPORT", "shm");

@@ -16,8 +16,9 @@
 // SPMD_TRANSPORT_HOST_SPLIT=k makes group ranks below k and ranks from k on
 // count as two hosts (for tests and benchmarks: a mixed world on one
 // machine). Every rank of a group must set both (and SPMD_SHM_SLOT_BYTES,
-// SPMD_SHM_SEGMENT_MIN_BYTES and SPMD_SHM_POST_BYTES) alike; a rank that does not gets an error
-// naming both settings before any collective.
+// SPMD_SHM_SEGMENT_MIN_BYTES, SPMD_SHM_POST_BYTES and SPMD_SHM_ZERO_COPY_BYTES)
+// alike; a rank that does not gets an error naming both settings before any
+// collective.
 #pragma once
 
 #include <chrono>

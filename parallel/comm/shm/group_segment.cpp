@@ -96,7 +96,7 @@ std::unique_ptr<GroupSegment> GroupSegment::connect(Store& store, const std::str
   bool zero_copy = zero_copy_bytes > 0 && why.empty();
   bool all = true, posts = post_bytes > 0;
   try {
-    if (zero_copy_bytes > 0) {  // every rank asks alike (the settings agree: transport.h)
+    if (zero_copy_bytes > 0) {  // every rank asks alike (the settings agree: ../host/transport.h)
       probe = std::make_unique<MappingProbe>();
       store.set(str_cat(group, "/zero_copy_probe/", rank), probe->text());
       for (int r = 0; r < size; ++r) {

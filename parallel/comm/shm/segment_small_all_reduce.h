@@ -55,7 +55,7 @@ class SegmentSmallAllReduce {
   void run();
 
   // In two halves, for a caller that posts at once and finishes later (the
-  // issuing thread, start_inline.cpp): post() writes this rank's part;
+  // issuing thread, ../host/start_inline.cpp): post() writes this rank's part;
   // all_posted() looks `hot_polls` times (poll_hot), then spins until
   // `give_up` (yielding the core each idle round when `yield`, never
   // sleeping) and says whether every peer's part has come; finish() waits

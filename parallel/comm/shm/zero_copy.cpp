@@ -48,16 +48,19 @@ void copy(char* dst, const char* src, size_t bytes, bool stream) {
 constexpr size_t kMappedAt = sizeof(BufferDescriptor);
 static_assert(kMappedAt < 64, "a slot has at least 64 bytes");
 
-// Publishes `mine` in this rank's slot of the next set, runs the barrier,
-// maps every peer's buffer, says in its slot whether it could, runs a second
-// barrier, and returns every rank's buffer as an address here (this rank's:
-// `data`); or an empty vector when some rank's is not shareable, or some
-// rank could not map a peer's (EMFILE, ENOMEM, vm.max_map_count): then all
-// take the staged path, having decided alike from what all published.
-std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* data, size_t bytes,
-                            bool usable) {
+}  // namespace
+
+// The descriptors' exchange: this rank's in its slot of the next set, the
+// barrier; every peer's buffer mapped, whether it could in its slot, a
+// second barrier. A rank that could not map a peer's (EMFILE, ENOMEM,
+// vm.max_map_count) warns once a process; every rank then takes the staged
+// path, having decided alike from what all published.
+std::vector<char*> map_peer_buffers(const Context& ctx, GroupSegment& segment,
+                                    const SharedBuffer& shared) {
   const int p = ctx.size(), r = ctx.rank();
-  const BufferDescriptor mine = usable ? describe_buffer(data, bytes) : BufferDescriptor{};
+  char* data = shared.span.data;
+  const BufferDescriptor mine =
+      shared.usable ? describe_buffer(data, shared.span.bytes()) : BufferDescriptor{};
   const int set = segment.next_set();
   std::memcpy(segment.slot(set, r), &mine, sizeof mine);
   segment_barrier(ctx, segment);  // every descriptor written (release) and visible (acquire)
@@ -90,6 +93,8 @@ std::vector<char*> exchange(const Context& ctx, GroupSegment& segment, char* dat
   if (!mapped) return {};
   return at;
 }
+
+namespace {
 
 // out = own (op) each peer's piece, a piece at a time; then / p for kAvg;
 // then reduced(at, bytes) on the piece at that byte offset, while it is in
@@ -191,11 +196,6 @@ std::optional<SharedBuffer> zero_copy_buffer(const Context& ctx, OpType type, Sp
     default:
       return std::nullopt;
   }
-}
-
-std::vector<char*> map_peer_buffers(const Context& ctx, GroupSegment& segment,
-                                    const SharedBuffer& shared) {
-  return exchange(ctx, segment, shared.span.data, shared.span.bytes(), shared.usable);
 }
 
 void run_zero_copy(const Context& ctx, GroupSegment& segment, const std::vector<char*>& at,

@@ -2,7 +2,7 @@
 // algorithm is a class in the manner of Gloo's: the constructor works out the
 // peers, the segments and the chunks; run() is the narrated loop (post sends,
 // post receives, wait, reduce, forward), on the thread the collective queue
-// chose (collective_queue.h: its waiter, else the worker).
+// chose (../host/collective_queue.h: its waiter, else the worker).
 #pragma once
 
 #include <cstddef>

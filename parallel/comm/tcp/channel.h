@@ -1,7 +1,7 @@
 // Channel: the byte pipe to one peer under a Link (collectives) or the
 // point-to-point engine: bytes go in order, nothing blocks. Two kinds:
 //   - SocketChannel: the TCP socket itself;
-//   - ShmChannel (shm_channel.h): two single-producer single-consumer rings
+//   - ShmChannel (../shm/shm_channel.h): two single-producer single-consumer rings
 //     in a segment both processes map, for a peer on this host; the socket
 //     stays as its doorbell (a byte wakes a peer asleep in poll()) and as
 //     the sign of the peer's death (the kernel closes it).

@@ -15,7 +15,7 @@
 // peer's, which is checked the moment it lands.
 //
 // Thread-safety: none; a Link is used by the thread running the current
-// collective (one at a time: collective_queue.h).
+// collective (one at a time: ../host/collective_queue.h).
 #pragma once
 
 #include <cstddef>

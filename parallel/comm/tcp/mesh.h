@@ -1,6 +1,6 @@
 // Mesh: a group's full mesh of Links (one per peer) and the progress loop that
 // moves their bytes. A collective algorithm runs on the thread that runs the
-// collective (collective_queue.h; one at a time): it queues sends and posts
+// collective (../host/collective_queue.h; one at a time): it queues sends and posts
 // receives on the links it needs, then calls wait_recv()/wait_sent() for the
 // ticket it depends on next. While it waits, the Mesh pumps every link the
 // collective has touched, so sends and receives to all peers progress
@@ -105,7 +105,7 @@ class Mesh {
   void set_spin(SpinPolicy spin) { spin_ = spin; }
   // Calls `glance` before each sleep in poll() in wait_until: a look at
   // memory the peers write outside the links (the group segment's posts,
-  // segment_small_all_reduce.h), which throws what it finds wrong there.
+  // ../shm/segment_small_all_reduce.h), which throws what it finds wrong there.
   void set_glance(std::function<void()> glance) { glance_ = std::move(glance); }
   // Calls `hook` once per collective that has waited longer than `after`.
   void set_slow_hook(std::chrono::milliseconds after, std::function<void()> hook);

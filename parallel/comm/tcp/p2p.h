@@ -10,7 +10,7 @@
 // Who moves the bytes. Posting an operation tries its I/O at once, on the
 // caller's thread (a small send usually leaves whole; a recv whose message
 // is already here completes). What remains is driven, as a collective is
-// (collective_queue.h), by the thread that waits on it: it pumps the
+// (../host/collective_queue.h), by the thread that waits on it: it pumps the
 // sockets itself, spinning for a bounded time and then sleeping in poll()
 // on them, so a message wakes the one thread that needs it. Only what no
 // thread waits on for `start_after` goes to the engine's thread (asleep on a

@@ -85,7 +85,7 @@ struct Tuning {
   // How long a launched collective (or point-to-point operation) waits for
   // a thread to wait on it (and run it itself, with no thread hand-off)
   // before the group's worker (or engine) thread starts it
-  // (collective_queue.h, p2p.h): how late one that nobody waits on starts,
+  // (../host/collective_queue.h, p2p.h): how late one that nobody waits on starts,
   // and, in a stream of collectives, about how often the worker wakes up for
   // nothing. 0 starts every collective on the worker at once.
   int start_after_us = 1000;

@@ -3,7 +3,7 @@
 // small, so the chunk is still in cache when the reduction reads it), and a
 // scratch buffer for partial results that must not overwrite a caller's input
 // (reduce_scatter, reduce on a non-root rank). Used by one collective at a
-// time (collective_queue.h) and grown on demand, so steady-state collectives
+// time (../host/collective_queue.h) and grown on demand, so steady-state collectives
 // never allocate.
 #pragma once
 
