@@ -10,6 +10,7 @@
 #include "parallel/context_parallel/context_parallel.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
+#include "tensor/ops.h"
 
 namespace spmd::train {
 namespace {
@@ -88,6 +89,13 @@ dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp) {
   return tp.size() > 1 ? dist::tp::vocab_parallel_cross_entropy(logits, targets, tp)
                        : cross_entropy(logits, targets);
+}
+
+double reduce_scalar(dist::ProcessGroup& group, double value, dist::ReduceOp op) {
+  if (group.size() == 1) return value;
+  Tensor t = ops::scalar_tensor(value, {DType::kF64});
+  group.wait(group.all_reduce(t, op), dist::OpType::kAllReduce);
+  return t.item<double>();
 }
 
 namespace {

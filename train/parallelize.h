@@ -205,6 +205,11 @@ class Parallelized {
 // (a step's, a pipeline's last stage's, the held-out one) goes through it.
 Tensor lm_loss(const Tensor& logits, const Tensor& targets, dist::ProcessGroup& tp);
 
+// `value` combined over `group` by `op`, in f64 (on a group of one, `value`):
+// the step's scalars, its losses and norms. Collective over `group`.
+double reduce_scalar(dist::ProcessGroup& group, double value,
+                     dist::ReduceOp op = dist::ReduceOp::kSum);
+
 // Refuses a layout this trainer does not build (ep under FSDP not
 // dividing dp_shard x cp).
 void check_supported(const ParallelConfig& p);

@@ -16,9 +16,7 @@ namespace {
 // The last stage's `value` on every rank of `pp` (the others pass anything,
 // NaN included).
 double from_last_stage(double value, bool is_last, dist::ProcessGroup& pp) {
-  Tensor v = ops::scalar_tensor(is_last ? value : 0.0, {DType::kF64});
-  pp.wait(pp.all_reduce(v), dist::OpType::kAllReduce);
-  return v.item<double>();
+  return reduce_scalar(pp, is_last ? value : 0.0);
 }
 
 }  // namespace
@@ -48,9 +46,7 @@ double pipeline_grad_norm(const std::vector<Tensor>& params, dist::ProcessGroup&
   // This rank's stages' norm (over their tp pieces, if split), squared,
   // summed over the stages.
   const double mine = dist::grad_norm(params);
-  Tensor sq = ops::scalar_tensor(mine * mine, {DType::kF64});
-  pp.wait(pp.all_reduce(sq), dist::OpType::kAllReduce);
-  return std::sqrt(sq.item<double>());
+  return std::sqrt(reduce_scalar(pp, mine * mine));
 }
 
 double pipeline_val_loss(const Parallelized::Pipeline& pipeline, dist::ProcessGroup& tp,
@@ -84,11 +80,9 @@ double pipeline_val_loss(const Parallelized::Pipeline& pipeline, dist::ProcessGr
     }
   }
   const double mean = batches.empty() ? 0.0 : total / double(batches.size());
-  Tensor loss = ops::scalar_tensor(from_last_stage(mean, pipeline.stages.back()->is_last(), pp),
-                                   {DType::kF64});
-  if (cp.size() > 1)  // each cp rank saw its chunks: the sequence's loss is their mean
-    cp.wait(cp.all_reduce(loss, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
-  return loss.item<double>();
+  const double loss = from_last_stage(mean, pipeline.stages.back()->is_last(), pp);
+  // Each cp rank saw its chunks: the sequence's loss is their mean.
+  return reduce_scalar(cp, loss, dist::ReduceOp::kAvg);
 }
 
 }  // namespace spmd::train

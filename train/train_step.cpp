@@ -74,11 +74,7 @@ void Parallelized::optimizer_step(double lr) {
 }
 
 double Parallelized::batch_loss(double loss) const {
-  Tensor mean = ops::scalar_tensor(loss, {DType::kF64});
-  dist::ProcessGroup& batch = *groups_.batch;
-  if (batch.size() > 1)
-    batch.wait(batch.all_reduce(mean, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
-  return mean.item<double>();
+  return reduce_scalar(*groups_.batch, loss, dist::ReduceOp::kAvg);
 }
 
 double Parallelized::val_loss(const data::TextDataset& ds, int64_t T, const Device& device) {
@@ -90,12 +86,9 @@ double Parallelized::val_loss(const data::TextDataset& ds, int64_t T, const Devi
   double total = 0;
   for (const data::Batch& b : batches)
     total += forward(ops::to(b.x, device), ops::to(b.y, device)).loss.item<double>();
-  Tensor mean =
-      ops::scalar_tensor(batches.empty() ? 0.0 : total / double(batches.size()), {DType::kF64});
-  dist::ProcessGroup& cp = *groups_.cp;
-  if (cp.size() > 1)  // each cp rank saw its chunks: the sequence's loss is their mean
-    cp.wait(cp.all_reduce(mean, dist::ReduceOp::kAvg), dist::OpType::kAllReduce);
-  return mean.item<double>();
+  const double mean = batches.empty() ? 0.0 : total / double(batches.size());
+  // Each cp rank saw its chunks: the sequence's loss is their mean.
+  return reduce_scalar(*groups_.cp, mean, dist::ReduceOp::kAvg);
 }
 
 Parallelized::Losses Parallelized::forward(Tensor x, Tensor y) {
