@@ -25,9 +25,8 @@ using namespace host;  // NOLINT
 // not blocked. Returns nothing when the collective is not one for here.
 std::optional<Work> HostProcessGroup::start_inline(CommOp& op) {
   constexpr auto kIssueSpin = std::chrono::microseconds(3);
-  if (!segment_ || segment_->post_bytes() == 0 || op.type != OpType::kAllReduce ||
-      !op.tensor.defined() || op.tensor.nbytes() > segment_->post_bytes() || !queue_ ||
-      !queue_->try_claim()) {
+  if (!segment_ || op.type != OpType::kAllReduce || !op.tensor.defined() ||
+      !segment_->fits_post(op.tensor.nbytes()) || !queue_ || !queue_->try_claim()) {
     return std::nullopt;
   }
   if (!aborted_.empty()) {  // the queued path fails it, as any later collective

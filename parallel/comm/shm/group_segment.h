@@ -90,6 +90,9 @@ class GroupSegment {
   // The data a post holds; 0 when the group has no posts (some rank's links
   // are not all shared memory, or SPMD_SHM_POST_BYTES=0).
   size_t post_bytes() const { return posts_ ? post_bytes_ : 0; }
+  // Whether an all_reduce of `bytes` goes through the posts: the group has
+  // them and they hold it (an empty one too).
+  bool fits_post(size_t bytes) const { return posts_ && bytes <= post_bytes_; }
   Post& post(int set, int rank) const;
   // Raised by `rank` before it sleeps waiting for posts.
   std::atomic<uint64_t>& asleep(int rank) const;

@@ -32,8 +32,7 @@ bool run_in_segment(const Context& ctx, GroupSegment& segment, OpType type, Span
                     int root, ReduceOp op) {
   const size_t p = size_t(ctx.size());
   const Tuning& t = ctx.tuning;
-  const size_t post = segment.post_bytes();  // 0: the group has no posts
-  if (type == OpType::kAllReduce && post > 0 && whole.bytes() <= post) {  // 1. the posts
+  if (type == OpType::kAllReduce && segment.fits_post(whole.bytes())) {  // 1. the posts
     SegmentSmallAllReduce(ctx, segment, whole, op).run();
     return true;
   }

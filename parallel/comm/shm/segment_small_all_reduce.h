@@ -48,7 +48,7 @@ void glance_at_posts(GroupSegment& segment, const Mesh& mesh);
 
 class SegmentSmallAllReduce {
  public:
-  // REQUIRES: data.bytes() <= segment.post_bytes().
+  // REQUIRES: segment.fits_post(data.bytes()).
   SegmentSmallAllReduce(const Context& ctx, GroupSegment& segment, Span data, ReduceOp op)
       : ctx_(ctx), segment_(segment), data_(data), op_(op) {}
   // post() then finish().

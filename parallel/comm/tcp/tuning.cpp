@@ -12,11 +12,6 @@
 
 namespace spmd::dist::tcp {
 namespace {
-template <class T>
-void override_from(const char* name, T& value, long long min) {
-  value = T(knob_from_env(name, (long long)value, min));
-}
-
 // The threads this process may run on (its affinity mask: a container or
 // taskset may allow fewer than the machine has).
 int usable_hardware_threads() {
@@ -53,15 +48,15 @@ Tuning Tuning::from_env() {
   Tuning t;
   t.spin_us = int(default_spin(local_world_size(), usable_hardware_threads()).budget.count());
   int yield = 1;
-  override_from("SPMD_TCP_SPIN_US", t.spin_us, 0);
-  override_from("SPMD_TCP_SPIN_YIELD", yield, 0);
+  override_from_env("SPMD_TCP_SPIN_US", t.spin_us, 0);
+  override_from_env("SPMD_TCP_SPIN_YIELD", yield, 0);
   t.spin_yield = yield != 0;
-  override_from("SPMD_TCP_START_AFTER_US", t.start_after_us, 0);
-  override_from("SPMD_TCP_SMALL_ALL_REDUCE_BYTES", t.small_all_reduce_bytes, 0);
-  override_from("SPMD_TCP_SMALL_ROOTED_BYTES", t.small_rooted_bytes, 0);
-  override_from("SPMD_TCP_CHUNK_BYTES", t.chunk_bytes, 1024);
-  override_from("SPMD_TCP_WINDOW", t.window, 1);
-  override_from("SPMD_TCP_SEND_BUFFER_BYTES", t.send_buffer_bytes, 0);
+  override_from_env("SPMD_TCP_START_AFTER_US", t.start_after_us, 0);
+  override_from_env("SPMD_TCP_SMALL_ALL_REDUCE_BYTES", t.small_all_reduce_bytes, 0);
+  override_from_env("SPMD_TCP_SMALL_ROOTED_BYTES", t.small_rooted_bytes, 0);
+  override_from_env("SPMD_TCP_CHUNK_BYTES", t.chunk_bytes, 1024);
+  override_from_env("SPMD_TCP_WINDOW", t.window, 1);
+  override_from_env("SPMD_TCP_SEND_BUFFER_BYTES", t.send_buffer_bytes, 0);
   return t;
 }
 

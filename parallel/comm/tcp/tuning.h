@@ -52,6 +52,11 @@ inline constexpr int kHotPolls = 32;
 // `value`, or the integer in the environment variable `name` when it is set.
 // Throws InvalidArgument naming the variable when it is not an integer >= min.
 long long knob_from_env(const char* name, long long value, long long min);
+// The same, in place, for a knob of any integer type (../shm/tuning.cpp too).
+template <class T>
+void override_from_env(const char* name, T& value, long long min) {
+  value = T(knob_from_env(name, (long long)value, min));
+}
 
 struct Tuning {
   // all_reduce below this many bytes uses recursive doubling, above it the ring.
