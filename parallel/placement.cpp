@@ -66,9 +66,9 @@ void set_placements(const Tensor& local, const DeviceMesh& mesh, std::vector<Pla
   SPMD_CHECK(int(placements.size()) == mesh.ndim(), "set_placements: ", placements.size(),
              " placements for a mesh of ", mesh.ndim(), " axes");
   if (parent != nullptr) {
-    const Shape parent_local = local_shape(parent->global_shape, parent->placements,
-                                           parent->mesh.shape(), parent->mesh.coordinate(),
-                                           "set_placements (parent)");
+    const Shape parent_local =
+        local_shape(parent->global_shape, parent->placements, parent->mesh.shape(),
+                    parent->mesh.coordinate(), "set_placements (parent)");
     SPMD_CHECK(parent_local == global_shape, "set_placements: a piece of a piece must be cut from ",
                "the parent's local shape ", parent_local, ", not ", global_shape);
   }
@@ -143,8 +143,8 @@ std::vector<Block> local_blocks(const LayoutMeta& layout, const std::vector<int6
       for (int d = 0; d < nd; ++d) {
         // Both boxes in the parent piece's coordinates: mine.global_*, pb.local_*.
         const int64_t lo_d = std::max(mine.global_offset[d], pb.local_offset[d]);
-        const int64_t hi_d = std::min(mine.global_offset[d] + mine.size[d],
-                                      pb.local_offset[d] + pb.size[d]);
+        const int64_t hi_d =
+            std::min(mine.global_offset[d] + mine.size[d], pb.local_offset[d] + pb.size[d]);
         if (hi_d <= lo_d) {
           empty = true;
           break;
@@ -157,6 +157,19 @@ std::vector<Block> local_blocks(const LayoutMeta& layout, const std::vector<int6
     }
   }
   return out;
+}
+
+std::vector<Block> local_blocks(const Tensor& t) {
+  if (const LayoutMeta* layout = placements_of(t))
+    return local_blocks(*layout, layout->mesh.coordinate());
+  const Shape zeros(std::vector<int64_t>(size_t(t.ndim()), 0));
+  return {Block{zeros, zeros, t.shape()}};
+}
+
+Tensor box_view(const Tensor& t, const Shape& offset, const Shape& size) {
+  Tensor v = t;
+  for (int d = 0; d < t.ndim(); ++d) v = ops::narrow(v, d, offset[d], size[d]);
+  return v;
 }
 
 // --- full_tensor -----------------------------------------------------------------------------

@@ -57,8 +57,8 @@ namespace spmd {
 // What a split parameter carries (Tensor::layout_meta()).
 struct LayoutMeta {
   dist::DeviceMesh mesh;
-  std::vector<dist::Placement> placements;  // one per mesh axis, outermost first
-  Shape global_shape;  // of the whole tensor, or of the parent's local piece
+  std::vector<dist::Placement> placements;   // one per mesh axis, outermost first
+  Shape global_shape;                        // of the whole tensor, or of the parent's local piece
   std::shared_ptr<const LayoutMeta> parent;  // null unless this is a piece of a piece
 };
 
@@ -102,6 +102,11 @@ struct Block {
   Shape global_offset, local_offset, size;
 };
 std::vector<Block> local_blocks(const LayoutMeta& layout, const std::vector<int64_t>& coordinate);
+// This rank's blocks of t: those of its placements (at this rank's
+// coordinate), or, for a tensor no strategy split, the whole tensor.
+std::vector<Block> local_blocks(const Tensor& t);
+// t[offset : offset + size] along every dim, as a view.
+Tensor box_view(const Tensor& t, const Shape& offset, const Shape& size);
 
 // The whole tensor, on every rank: the pieces gathered along each sharded
 // axis (and Partial ones summed). A tensor without placements comes back as

@@ -7,6 +7,7 @@
 
 #include "runtime/profiler.h"
 #include "tensor/cpu/cpu_backend.h"
+#include "tensor/meta_backend.h"
 #include "tensor/profiled_backend.h"
 #if SPMD_WITH_CUDA
 #include "tensor/cuda/cuda_backend.h"
@@ -40,6 +41,7 @@ namespace {
 
 Backend& device_backend(Device device) {
   if (device.is_cpu()) return cpu_backend();
+  if (device.is_meta()) return meta_backend();
 #if SPMD_WITH_CUDA
   return cuda_backend();
 #else

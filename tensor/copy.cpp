@@ -1,6 +1,7 @@
 // Copies between tensors, dtypes and devices. A copy that touches a GPU runs
 // on the CUDA backend (which moves bytes between host and device); a CPU-only
-// copy runs on the CPU backend. Writing into a tensor bumps its storage's
+// copy runs on the CPU backend; one that touches the meta device on its
+// backend (a no-op into meta, an error out of it). Writing into a tensor bumps its storage's
 // version, so autograd notices when a tensor it saved was overwritten.
 #include "tensor/copy.h"
 
@@ -12,7 +13,9 @@ namespace spmd::ops {
 
 const Tensor& copy_(const Tensor& dst, const Tensor& src) {
   const Tensor from = src.shape() == dst.shape() ? src : expand(src, dst.shape());
-  Backend& backend = backend_for(dst.is_cuda() ? dst.device() : src.device());
+  Device on = dst.is_cuda() ? dst.device() : src.device();
+  if (src.device().is_meta() || dst.device().is_meta()) on = Device::meta();
+  Backend& backend = backend_for(on);
   backend.copy(from, dst);
   dst.storage()->bump_version();
   return dst;

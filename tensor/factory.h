@@ -1,5 +1,6 @@
 // Making tensors: uninitialized, filled, ranges, random, and from host data.
-// Every factory takes an optional dtype (default f32) and device (default cpu).
+// Every factory takes an optional dtype (default f32) and device (default
+// cpu, or the device of a DefaultDeviceGuard on this thread).
 #pragma once
 
 #include <span>
@@ -12,7 +13,7 @@ namespace spmd::ops {
 
 struct TensorOptions {
   DType dtype = DType::kF32;
-  Device device = Device::cpu();
+  Device device = default_device();  // the CPU, unless a DefaultDeviceGuard says otherwise
 };
 
 // Uninitialized memory of the given shape (contiguous).

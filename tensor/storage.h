@@ -47,6 +47,14 @@ class Storage {
   }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // A meta storage becomes a real one: `data`, a block of nbytes() on
+  // `device`, are its bytes from now on (every view of it sees them). A
+  // released meta storage takes the device and stays released (pass a
+  // null `data`). REQUIRES: device() is meta. tensor/deferred.h.
+  void materialize(DataPtr data, Device device) {
+    data_ = std::move(data);
+    device_ = device;
+  }
 
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }

@@ -44,9 +44,7 @@ Tensor::Impl& Tensor::impl() {
 }
 
 int64_t Tensor::size(int dim) const { return shape()[wrap_dim(dim, ndim(), "Tensor::size")]; }
-int64_t Tensor::stride(int dim) const {
-  return strides()[wrap_dim(dim, ndim(), "Tensor::stride")];
-}
+int64_t Tensor::stride(int dim) const { return strides()[wrap_dim(dim, ndim(), "Tensor::stride")]; }
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -59,6 +57,8 @@ bool Tensor::is_contiguous() const {
 }
 
 void* Tensor::raw_data() const {
+  SPMD_CHECK(!device().is_meta(), "this tensor is on the meta device: it has a shape (", shape(),
+             ") but no values until it is materialized (tensor/deferred.h)");
   SPMD_CHECK(!storage()->is_released(),
              "this tensor's bytes were released (an FSDP parameter read while its unit is "
              "sharded: call the module, or unshard() it, first)");
@@ -91,7 +91,8 @@ Tensor& Tensor::requires_grad_(bool requires_grad) {
   SPMD_CHECK(!requires_grad || is_floating(dtype()),
              "requires_grad_: only floating-point tensors can require gradients, got ",
              dtype_name(dtype()));
-  SPMD_CHECK(is_leaf(), "requires_grad_: can only be set on a leaf tensor (one no recorded "
+  SPMD_CHECK(is_leaf(),
+             "requires_grad_: can only be set on a leaf tensor (one no recorded "
              "operation produced); use detach() first");
   ensure_autograd_meta().requires_grad = requires_grad;
   return *this;

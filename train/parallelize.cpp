@@ -8,6 +8,7 @@
 #include "autograd/nn_functional.h"
 #include "autograd/tensor_ops.h"
 #include "parallel/context_parallel/context_parallel.h"
+#include "parallel/materialize.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
 #include "tensor/ops.h"
@@ -21,13 +22,15 @@ Parallelized::Pipeline split_pipeline(const std::shared_ptr<nn::Transformer>& mo
                                       dist::DeviceMesh& mesh, const ParallelConfig& p);
 Parallelized::Experts parallelize_experts(nn::Transformer& model, dist::DeviceMesh& mesh,
                                           const ParallelConfig& p);
-Parallelized::DataParallel parallelize_data(const std::shared_ptr<nn::Transformer>& model,
-                                            const Parallelized::Pipeline& pipeline,
-                                            dist::DeviceMesh& mesh, const ParallelConfig& p);
 Parallelized::DataParallel apply_fsdp(const std::shared_ptr<nn::Transformer>& model,
                                       const Parallelized::Pipeline& pipeline,
                                       dist::DeviceMesh& mesh, const ParallelConfig& p);
 dist::DeviceMesh fsdp_mesh(dist::DeviceMesh& mesh, const ParallelConfig& p);
+void materialize_pieces(nn::Transformer& model, const Parallelized::Pipeline& pipeline,
+                        const Device& device);
+Parallelized::DataParallel replicate_data(const std::shared_ptr<nn::Transformer>& model,
+                                          const Parallelized::Pipeline& pipeline,
+                                          dist::DeviceMesh& mesh, const ParallelConfig& p);
 std::vector<std::shared_ptr<dist::FsdpModule>> shard_stages(
     const std::vector<std::shared_ptr<dist::pp::TransformerStage>>& stages,
     const dist::DeviceMesh& mesh, const dist::FsdpOptions& o, bool split_backward);
@@ -40,7 +43,7 @@ void collect_groups(Parallelized::Groups& groups, const Parallelized::DataParall
 }  // namespace
 
 Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
-                         const TrainConfig& config) {
+                         const TrainConfig& config, const Device& device) {
   const ParallelConfig& p = config.parallel;
   Parallelized::Groups groups = data_groups(mesh);
 
@@ -62,10 +65,17 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   if (config.training.activation_checkpointing == "full")
     nn::apply_activation_checkpointing(*model->layers);
 
-  // 5. Data parallel: FSDP (HSDP) when dp_shard > 1, else DDP over replicas.
-  Parallelized::DataParallel data = parallelize_data(model, pipeline, mesh, p);
+  // 5. Fully sharded data parallel: FSDP (HSDP) when dp_shard > 1.
+  Parallelized::DataParallel data;
+  if (p.dp_shard > 1) data = apply_fsdp(model, pipeline, mesh, p);
 
-  // 6. The pipeline's schedule, over the stages as the steps above left them.
+  // 6. Materialize: this rank's pieces, and only those, get bytes and values.
+  materialize_pieces(*model, pipeline, device);
+
+  // 7. Replicated data parallel: DDP over the replicas, without FSDP.
+  if (p.dp_shard == 1) data = replicate_data(model, pipeline, mesh, p);
+
+  // 8. The pipeline's schedule, over the stages as the steps above left them.
   if (p.pp > 1) build_schedule(pipeline, groups.tp, config);
 
   collect_groups(groups, data, experts, mesh, p);
@@ -145,15 +155,13 @@ Parallelized::Experts parallelize_experts(nn::Transformer& model, dist::DeviceMe
   return experts;
 }
 
-// The replicas' gradients averaged, with the cp ranks': by FSDP (HSDP)'s
-// reduce-scatters when dp_shard > 1, else by DDP's hooks; a pipeline's
-// stages by hand once per step (DDP's hooks would wait for gradients only
-// other stages make); under expert parallelism without FSDP by
+// Without FSDP, the replicas' gradients averaged, with the cp ranks': by
+// DDP's hooks; a pipeline's stages by hand once per step (DDP's hooks would
+// wait for gradients only other stages make); under expert parallelism by
 // ep::sync_gradients (the experts' gradients are not DDP's average).
-Parallelized::DataParallel parallelize_data(const std::shared_ptr<nn::Transformer>& model,
-                                            const Parallelized::Pipeline& pipeline,
-                                            dist::DeviceMesh& mesh, const ParallelConfig& p) {
-  if (p.dp_shard > 1) return apply_fsdp(model, pipeline, mesh, p);
+Parallelized::DataParallel replicate_data(const std::shared_ptr<nn::Transformer>& model,
+                                          const Parallelized::Pipeline& pipeline,
+                                          dist::DeviceMesh& mesh, const ParallelConfig& p) {
   Parallelized::DataParallel data;
   if (p.ep > 1) return data;
   if (!pipeline.on() && p.dp_replicate == 1 && p.cp == 1)
@@ -168,7 +176,8 @@ Parallelized::DataParallel parallelize_data(const std::shared_ptr<nn::Transforme
   return data;
 }
 
-// FSDP over dp_shard (x cp), HSDP when dp_replicate > 1 too: each block a
+// FSDP over dp_shard (x cp), HSDP when dp_replicate > 1 too (the replicas'
+// gradients averaged, with the cp ranks', by its reduce-scatters): each block a
 // unit and the model the root, or, under pp, each stage sharded on its own
 // (shard_stages). The experts differ between the dp_shard ranks: FSDP
 // leaves them to ep's average and shards the dense parameters only.
@@ -209,6 +218,26 @@ dist::DeviceMesh fsdp_mesh(dist::DeviceMesh& mesh, const ParallelConfig& p) {
                             {"dp_replicate", "dp_shard", "cp", "tp"});
   return dist::DeviceMesh(ranks, {p.dp_replicate, p.dp_shard * p.cp, p.tp},
                           {"dp_replicate", "dp_shard_cp", "tp"});
+}
+
+// The parameters this rank trains (its stages' under pp, else the model's,
+// each a piece or whole) given bytes on `device` and the values the
+// one-process model holds there; the parameters it does not hold stay on
+// meta. The buffers (RoPE tables, built on the CPU) move to the device.
+void materialize_pieces(nn::Transformer& model, const Parallelized::Pipeline& pipeline,
+                        const Device& device) {
+  std::vector<std::pair<std::string, Tensor>> named;
+  if (pipeline.on()) {
+    for (const auto& st : pipeline.stages)
+      for (auto& piece : st->named_parameters()) named.push_back(std::move(piece));
+  } else {
+    named = model.named_parameters();
+  }
+  dist::materialize(
+      named, device,
+      [&model](const std::string& name, const Tensor& box, const Shape& whole,
+               const Shape& offset) { model.init_parameter(name, box, whole, offset); });
+  model.buffers_to(device);
 }
 
 // FSDP per pipeline stage (TorchTitan's): each block of the stage a unit,

@@ -5,7 +5,14 @@
 //   pipeline split on "pp"  ->  tensor (and sequence) parallel on "tp"
 //   ->  context parallel on "cp"  ->  expert parallel on "ep"
 //   ->  activation checkpointing  ->  FSDP on "dp_shard" (HSDP with
-//   "dp_replicate")  or  DDP on "dp_replicate"  ->  the pipeline's schedule
+//   "dp_replicate")  ->  materialize  ->  or DDP on "dp_replicate"
+//   ->  the pipeline's schedule
+//
+// The model comes built on the meta device (shapes, no bytes): every step
+// up to FSDP decides placements only, then each rank gives bytes to the
+// pieces it holds and fills them with the values the one-process model has
+// there (parallel/materialize.h), so no rank ever holds a parameter whole
+// that a strategy split.
 //
 // Each step only reads and writes the model's parameters and their
 // placements, so any subset composes; the model code knows none of it.
@@ -219,8 +226,11 @@ dist::DeviceMesh build_mesh(const std::shared_ptr<dist::ProcessGroup>& world,
                             const ParallelConfig& p);
 
 // Applies the strategies the config asks for, in order, and builds the
-// optimizer over what this rank then trains. Collective.
+// optimizer over what this rank then trains. A model built on the meta
+// device is laid out on its shapes, then this rank's pieces are
+// materialized on `device` (and a whole model's parameters stay where they
+// are). Collective.
 Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMesh& mesh,
-                         const TrainConfig& config);
+                         const TrainConfig& config, const Device& device);
 
 }  // namespace spmd::train

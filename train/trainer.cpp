@@ -90,16 +90,17 @@ void check_run(const TrainConfig& config, dist::ProcessGroup& world) {
              "\": spmd-train steps with AdamW only");
 }
 
-// The whole model from the seed, on the training device (on the CPU first
-// checked against the host's memory, which a CPU step uses).
+// The model from the seed as names and shapes on the meta device, with no
+// bytes: parallelize() lays it out and gives each rank's pieces theirs (on
+// the CPU first checked against the host's memory, which a CPU step uses).
 std::shared_ptr<nn::Transformer> build_model(const TrainConfig& config, const Device& device) {
-  auto model =
-      std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
-  if (device.is_cuda()) {
-    model->to(device);
-  } else {
-    check_fits(config, *model);
+  std::shared_ptr<nn::Transformer> model;
+  {
+    DefaultDeviceGuard meta(Device::meta());
+    model =
+        std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
   }
+  if (!device.is_cuda()) check_fits(config, *model);
   return model;
 }
 
@@ -163,7 +164,7 @@ TrainResult run_training(const TrainConfig& config,
   // The layout, the model on it, the data dealt over its dp ranks.
   dist::DeviceMesh mesh = build_mesh(world, config.parallel);
   const Device device = training_device(config, world->size());
-  Parallelized par = parallelize(build_model(config, device), mesh, config);
+  Parallelized par = parallelize(build_model(config, device), mesh, config, device);
   const int64_t T = par.model().config.max_seq_len;
   const data::TextDataset dataset = load_dataset(config, T);
   dist::DataLoader loader(dataset, T, t.global_batch, par.dp_size(), par.dp_rank(), t.seed);

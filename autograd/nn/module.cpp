@@ -200,6 +200,12 @@ void Module::to(Device device) {
   });
 }
 
+void Module::buffers_to(Device device) {
+  visit("", [device](const std::string&, Module& m) {
+    for (Buffer& b : m.buffers_) *b.slot = ops::to(*b.slot, device);
+  });
+}
+
 void Module::to(DType dtype) {
   NoGradGuard no_grad;
   visit("", [dtype](const std::string&, Module& m) {

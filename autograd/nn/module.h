@@ -90,6 +90,9 @@ class Module : public std::enable_shared_from_this<Module> {
   // Moves (or converts, for floating tensors) every parameter and buffer, in place.
   void to(Device device);
   void to(DType dtype);
+  // Moves every buffer only: for a model whose parameters were built on the
+  // meta device and given bytes on `device` in place (tensor/deferred.h).
+  void buffers_to(Device device);
 
   // --- Hooks ---------------------------------------------------------------------------
   // Returns a handle for remove_hook.

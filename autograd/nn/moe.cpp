@@ -128,15 +128,6 @@ MoE::MoE(const MoEOptions& o, Generator* gen)
   register_parameter("b3", b3);
 }
 
-void MoE::init_normal(Generator& gen, double std, double residual_std) {
-  NoGradGuard no_grad;
-  ops::copy_(w1, ops::normal(w1.shape(), 0, std, {}, &gen));
-  ops::copy_(w2, ops::normal(w2.shape(), 0, residual_std, {}, &gen));
-  if (w3.defined()) ops::copy_(w3, ops::normal(w3.shape(), 0, std, {}, &gen));
-  for (Tensor* b : {&b1, &b2, &b3})
-    if (b->defined()) ops::zero_(*b);
-}
-
 void MoE::set_dispatcher(std::shared_ptr<MoEDispatcher> dispatcher) {
   dispatcher_ = dispatcher ? std::move(dispatcher) : std::make_shared<LocalDispatcher>();
 }

@@ -96,8 +96,6 @@ class MoE : public Module {
   // Every expert runs, on zero rows if it has none, so each expert weight
   // has a gradient after backward. Returns (M, C).
   Tensor run_experts(const Tensor& x, const std::vector<int64_t>& counts);
-  // GPT-2's scheme: w1, w3 N(0, std), w2 N(0, residual_std), biases zero.
-  void init_normal(Generator& gen, double std, double residual_std);
 
   // The auxiliary loss of the last forward: a 0-d tensor in its graph.
   // REQUIRES: forward has run.

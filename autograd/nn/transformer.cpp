@@ -6,6 +6,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/nn_functional.h"
 #include "autograd/tensor_ops.h"
+#include "tensor/deferred.h"
 #include "tensor/ops.h"
 
 namespace spmd::nn {
@@ -117,7 +118,7 @@ Tensor TransformerBlock::forward(const Tensor& x) {
 
 // --- The model -------------------------------------------------------------------------------
 
-Transformer::Transformer(const TransformerConfig& c, uint64_t seed) : config(c) {
+Transformer::Transformer(const TransformerConfig& c, uint64_t seed) : config(c), seed_(seed) {
   SPMD_CHECK(c.vocab_size > 0 && c.max_seq_len > 0 && c.n_layers > 0, "Transformer: vocab_size ",
              c.vocab_size, ", max_seq_len ", c.max_seq_len, ", n_layers ", c.n_layers,
              " must be positive");
@@ -141,28 +142,64 @@ Transformer::Transformer(const TransformerConfig& c, uint64_t seed) : config(c) 
     output =
         register_module("output", std::make_shared<Linear>(c.d_model, c.vocab_size, false, &gen));
   }
-  init_weights(gen);
+  plan_init();
+  init_weights();
 }
 
 // GPT-2's initialization (as nanoGPT): every Linear and Embedding weight
 // N(0, 0.02), the projections into the residual stream (attn.wo, mlp.w2)
 // N(0, 0.02 / sqrt(2 n_layers)) so the stream's variance does not grow with
-// depth, biases zero; norms keep their ones and zeros. MoE experts alike
-// (their w2 is a residual projection), routers as Linears.
-void Transformer::init_weights(Generator& gen) {
-  NoGradGuard no_grad;
-  const double residual_std = 0.02 / std::sqrt(2.0 * double(config.n_layers));
+// depth, biases zero, norms one (weights) and zero (biases). MoE experts
+// alike (their w2 is a residual projection), routers as Linears.
+void Transformer::plan_init() {
+  const ParamInit normal{ParamInit::Kind::kNormal, 0.02}, zeros{ParamInit::Kind::kZeros, 0},
+      ones{ParamInit::Kind::kOnes, 0};
+  const ParamInit residual{ParamInit::Kind::kNormal,
+                           0.02 / std::sqrt(2.0 * double(config.n_layers))};
   for (auto& [name, m] : named_modules()) {
-    const bool residual = name.ends_with("attn.wo") || name.ends_with("mlp.w2");
-    if (auto* moe = dynamic_cast<MoE*>(m)) {
-      moe->init_normal(gen, 0.02, residual_std);
-    } else if (auto* lin = dynamic_cast<Linear*>(m)) {
-      ops::copy_(lin->weight,
-                 ops::normal(lin->weight.shape(), 0, residual ? residual_std : 0.02, {}, &gen));
-      if (lin->bias.defined()) ops::zero_(lin->bias);
-    } else if (auto* emb = dynamic_cast<Embedding*>(m)) {
-      ops::copy_(emb->weight, ops::normal(emb->weight.shape(), 0, 0.02, {}, &gen));
+    const std::string at = name.empty() ? "" : name + ".";
+    if (dynamic_cast<MoE*>(m)) {
+      init_[at + "w1"] = init_[at + "w3"] = normal;
+      init_[at + "w2"] = residual;
+      init_[at + "b1"] = init_[at + "b2"] = init_[at + "b3"] = zeros;
+    } else if (dynamic_cast<Linear*>(m)) {
+      init_[at + "weight"] =
+          name.ends_with("attn.wo") || name.ends_with("mlp.w2") ? residual : normal;
+      init_[at + "bias"] = zeros;
+    } else if (dynamic_cast<Embedding*>(m)) {
+      init_[at + "weight"] = normal;
+    } else if (dynamic_cast<LayerNorm*>(m) || dynamic_cast<RMSNorm*>(m)) {
+      init_[at + "weight"] = ones;
+      init_[at + "bias"] = zeros;
     }
+  }
+  for (const auto& [name, p] : named_parameters())
+    SPMD_CHECK(init_.contains(name), "Transformer: no initialization for parameter ", name);
+}
+
+// Each parameter drawn whole: on the meta device this writes nothing, and
+// the pieces a layout makes are filled later through init_parameter.
+void Transformer::init_weights() {
+  for (const auto& [name, p] : named_parameters())
+    init_parameter(name, p, p.shape(), Shape(std::vector<int64_t>(size_t(p.ndim()), 0)));
+}
+
+void Transformer::init_parameter(const std::string& name, const Tensor& piece, const Shape& whole,
+                                 const Shape& offset) const {
+  const auto rule = init_.find(name);
+  SPMD_CHECK(rule != init_.end(), "Transformer::init_parameter: the model has no parameter ", name);
+  NoGradGuard no_grad;
+  Tensor box = piece;
+  switch (rule->second.kind) {
+    case ParamInit::Kind::kNormal:
+      ops::normal_box_(box, 0, rule->second.std, ops::init_key(seed_, name), whole, offset);
+      break;
+    case ParamInit::Kind::kZeros:
+      ops::fill_(box, 0);
+      break;
+    case ParamInit::Kind::kOnes:
+      ops::fill_(box, 1);
+      break;
   }
 }
 

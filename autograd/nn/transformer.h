@@ -13,6 +13,7 @@
 // strategies find its layers by name ("layers.3.attn.wqkv").
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "autograd/nn/attention.h"
@@ -98,8 +99,12 @@ class TransformerBlock : public Module {
 
 class Transformer : public Module {
  public:
-  // Parameters drawn from a generator seeded with `seed` (GPT-2's scheme:
-  // N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers), zero biases).
+  // Parameters drawn with `seed` (GPT-2's scheme: N(0, 0.02), residual
+  // projections scaled by 1/sqrt(2 n_layers), zero biases, unit norms),
+  // each from a key of its own (tensor/deferred.h). Built under
+  // DefaultDeviceGuard(Device::meta()) the parameters have no bytes (the
+  // RoPE tables, buffers, are built on the CPU all the same); whoever
+  // gives them bytes fills them through init_parameter.
   explicit Transformer(const TransformerConfig& config, uint64_t seed = 0);
   // ids (B, T) integers -> logits (B, T, V)
   Tensor forward(const Tensor& ids) override;
@@ -112,8 +117,24 @@ class Transformer : public Module {
   std::shared_ptr<Module> norm;
   std::shared_ptr<Linear> output;  // null when tied to tok_embeddings
 
+  // Fills `piece`, the box at `offset` of parameter `name` (a name of
+  // named_parameters(), whose whole shape is `whole`), with its initial
+  // values: the bits the one-process model holds there, whichever rank
+  // fills which box. No gradient is recorded.
+  void init_parameter(const std::string& name, const Tensor& piece, const Shape& whole,
+                      const Shape& offset) const;
+
  private:
-  void init_weights(Generator& gen);
+  struct ParamInit {
+    enum class Kind : uint8_t { kNormal, kZeros, kOnes };
+    Kind kind;
+    double std;  // kNormal's
+  };
+  void plan_init();
+  void init_weights();
+
+  uint64_t seed_;
+  std::map<std::string, ParamInit> init_;  // by parameter name
 };
 
 }  // namespace spmd::nn

@@ -26,8 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<Block> blocks_of(const Tensor& t);
-Tensor box_view(const Tensor& t, const Shape& offset, const Shape& size);
 void check_not_partial(const std::string& name, const LayoutMeta& layout,
                        const std::string& prefix);
 bool writes_blocks(const LayoutMeta& layout);
@@ -136,7 +134,7 @@ CheckpointIndex write_shard(const TensorMap& state, const std::string& tmp, int 
     SavedTensor& saved = part.tensors[name];
     saved = {t.dtype(), layout ? whole_shape(*layout) : t.shape(), {}};
     if (layout != nullptr && !writes_blocks(*layout)) continue;  // a copy of another rank's
-    for (const Block& b : blocks_of(t)) {
+    for (const Block& b : local_blocks(t)) {
       const std::string key = block_key(name, b, saved.shape);
       SPMD_CHECK(blocks.count(key) == 0, "two blocks would be saved as '", key, "'");
       blocks[key] = box_view(t, b.local_offset, b.size);
@@ -259,7 +257,7 @@ void load_tensor(const std::string& name, const Tensor& t, const SavedTensor& sa
              saved.shape, " in the checkpoint at ", dir);
   SPMD_CHECK(t.dtype() == saved.dtype, "load_sharded: '", name, "' is ", dtype_name(t.dtype()),
              " here but ", dtype_name(saved.dtype), " in the checkpoint at ", dir);
-  for (const Block& mine : blocks_of(t)) {
+  for (const Block& mine : local_blocks(t)) {
     const Box wanted{mine.global_offset, mine.size};
     int64_t filled = 0;
     for (const SavedBlock& b : saved.blocks) {
@@ -307,21 +305,6 @@ void load_sharded(const TensorMap& state, const std::string& dir) {
 // --- Helpers ---------------------------------------------------------------------------------
 
 namespace {
-
-// This rank's blocks of t: those of its placements, or the whole tensor.
-std::vector<Block> blocks_of(const Tensor& t) {
-  if (const LayoutMeta* layout = placements_of(t))
-    return local_blocks(*layout, layout->mesh.coordinate());
-  const Shape zeros(std::vector<int64_t>(t.ndim(), 0));
-  return {Block{zeros, zeros, t.shape()}};
-}
-
-// t[offset : offset + size] along every dim, as a view.
-Tensor box_view(const Tensor& t, const Shape& offset, const Shape& size) {
-  Tensor v = t;
-  for (int d = 0; d < t.ndim(); ++d) v = ops::narrow(v, d, offset[d], size[d]);
-  return v;
-}
 
 void check_not_partial(const std::string& name, const LayoutMeta& layout,
                        const std::string& prefix) {

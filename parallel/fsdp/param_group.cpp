@@ -5,9 +5,10 @@
 #include <algorithm>
 
 #include "autograd/grad_mode.h"
-#include "tensor/autograd_meta.h"
 #include "parallel/placement.h"
 #include "runtime/trace.h"
+#include "tensor/autograd_meta.h"
+#include "tensor/deferred.h"
 #include "tensor/ops.h"
 
 namespace spmd::dist {
@@ -95,8 +96,20 @@ ParamGroup::ParamGroup(std::vector<std::pair<std::string, Tensor*>> slots, const
 
 // --- Gather --------------------------------------------------------------------------
 
+// A unit sharded on the meta device follows its shards once they have bytes
+// (parallel/materialize.h): its buffers are made on their device, and the
+// full parameters, still without bytes, take it too.
+void ParamGroup::follow_materialized_shards() {
+  if (!device_.is_meta()) return;
+  device_ = params_[0].shard.device();
+  SPMD_CHECK(!device_.is_meta(), "fully_shard(", name_, "): ", params_[0].name,
+             " is still on the meta device: materialize the shards before the first forward");
+  for (Param& p : params_) ops::materialize_(p.full, device_);
+}
+
 void ParamGroup::start_gather() {
   if (state_ != State::kSharded) return;
+  follow_materialized_shards();
   NoGradGuard no_grad;
   const int64_t n = shard_group_->size(), r = shard_group_->rank();
   gather_buffer_ = ops::empty(Shape{n * block_numel_}, {param_dtype_, device_});
@@ -121,7 +134,8 @@ void ParamGroup::finish_gather() {
   times.wait_us = trace_now_us() - t0;
   times.done_us = gather_done_us_->load();
   if (trace_enabled())
-    trace_record("fsdp all_gather " + name_, "comm", times.issue_us, times.done_us - times.issue_us);
+    trace_record("fsdp all_gather " + name_, "comm", times.issue_us,
+                 times.done_us - times.issue_us);
 
   // Each parameter's chunks, from every rank's block, into fresh bytes that
   // then become the full tensor's (its Storage and version stay as they
@@ -161,7 +175,8 @@ void ParamGroup::reshard() {
 // --- Reduce ----------------------------------------------------------------------------
 
 void ParamGroup::start_reduce() {
-  SPMD_CHECK(!reduce_work_.has_value(), "fsdp ", name_, ": a gradient reduction is already pending");
+  SPMD_CHECK(!reduce_work_.has_value(), "fsdp ", name_,
+             ": a gradient reduction is already pending");
   NoGradGuard no_grad;
   const int64_t n = shard_group_->size();
   reduce_input_ = ops::empty(Shape{n * block_numel_}, {reduce_dtype_, device_});
@@ -190,10 +205,11 @@ void ParamGroup::start_reduce() {
   // thread that completes it), not when this thread next looks: so the next
   // unit's backward does not hold this one's full gradients too.
   reduce_input_bytes_->store(reduce_input_.nbytes());
-  reduce_work_->on_complete([input = std::move(reduce_input_), bytes = reduce_input_bytes_]() mutable {
-    input = Tensor();
-    bytes->store(0);
-  });
+  reduce_work_->on_complete(
+      [input = std::move(reduce_input_), bytes = reduce_input_bytes_]() mutable {
+        input = Tensor();
+        bytes->store(0);
+      });
   reduce_input_ = Tensor();
   reduce_times_.push_back(times);
 }

@@ -58,15 +58,15 @@ struct CommTimes {
 class ParamGroup {
  public:
   struct Param {
-    std::string name;  // its path below the unit's module
-    Tensor* slot;      // the module member forward reads
-    Tensor shard;      // this rank's rows (a leaf that requires grad)
-    Tensor full;       // the whole parameter; holds bytes only while gathered
+    std::string name;               // its path below the unit's module
+    Tensor* slot;                   // the module member forward reads
+    Tensor shard;                   // this rank's rows (a leaf that requires grad)
+    Tensor full;                    // the whole parameter; holds bytes only while gathered
     std::weak_ptr<Storage> origin;  // the parameter's bytes before sharding (to spot sharing)
-    int64_t rows = 0;       // rows of dim 0 in the whole parameter
-    int64_t chunk = 0;      // rows of a full chunk: ceil(rows / N)
-    int64_t row_numel = 0;  // elements per row
-    int64_t offset = 0;     // where its chunk starts in one rank's block (elements)
+    int64_t rows = 0;               // rows of dim 0 in the whole parameter
+    int64_t chunk = 0;              // rows of a full chunk: ceil(rows / N)
+    int64_t row_numel = 0;          // elements per row
+    int64_t offset = 0;             // where its chunk starts in one rank's block (elements)
   };
 
   // Takes over the parameters at `slots` (the unit's own, not its children's):
@@ -109,13 +109,14 @@ class ParamGroup {
 
  private:
   enum class State { kSharded, kGathering, kGathered };
+  void follow_materialized_shards();
 
   std::vector<Param> params_;
   std::string name_;
   std::shared_ptr<ProcessGroup> shard_group_, replicate_group_;  // replicate: HSDP only
   int64_t block_numel_ = 0;
   DType param_dtype_, reduce_dtype_;
-  Device device_;
+  Device device_;  // the shards' (meta until they are materialized)
   State state_ = State::kSharded;
 
   Tensor gather_buffer_;  // N blocks, while an all_gather is in flight

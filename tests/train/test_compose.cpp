@@ -85,7 +85,7 @@ TEST_CASE("FSDP stages reduce-scatter each unit once per step, not once per micr
           dist::DeviceMesh mesh = train::build_mesh(dist::testing::borrow(world), c.parallel);
           auto model = std::make_shared<nn::Transformer>(train::transformer_config(c.model),
                                                          c.training.seed);
-          train::Parallelized par = train::parallelize(model, mesh, c);
+          train::Parallelized par = train::parallelize(model, mesh, c, Device::cpu());
           Generator gen(7);
           const Tensor x =
               ops::randint(0, c.model.vocab_size, {4, c.model.seq_len}, {DType::kI64}, &gen);
