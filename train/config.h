@@ -61,7 +61,7 @@ struct DataConfig {
   // (model.vocab_size at least its vocabulary's).
   std::string path = "";
   std::string tokenizer = "byte";  // "byte" or "bpe"
-  double eval_fraction = 0.1;  // the tail of the tokens held out for eval
+  double eval_fraction = 0.1;      // the tail of the tokens held out for eval
   bool operator==(const DataConfig&) const = default;
 };
 
@@ -90,6 +90,10 @@ struct TrainingConfig {
   uint64_t seed = 0;         // less than 2^63 (a TOML integer)
   int threads = 0;           // intra-op threads per rank; 0: OpenMP's default
   std::string activation_checkpointing = "none";  // "none" or "full" (every block)
+  // "f32", or "bf16": bf16 compute (autocast) and, under FSDP, bf16
+  // gathered parameters; f32 master weights, optimizer state and gradient
+  // reductions (FSDP2's MixedPrecisionPolicy; docs/memory.md).
+  std::string mixed_precision = "f32";
   // "cpu", or "cuda": each rank on GPU LOCAL_RANK (spmdrun sets it), the
   // NCCL backend unless parallel.backend says otherwise.
   std::string device = "cpu";
@@ -110,7 +114,7 @@ struct ParallelConfig {
   std::string pp_schedule = "1f1b";  // "gpipe", "1f1b", "interleaved" or "zbh1"
   int64_t pp_microbatches = 0;       // 0: pp
   int64_t pp_stages_per_rank = 1;    // virtual stages per rank; "interleaved" needs 2 or more
-  std::string backend = "auto";  // "auto" (nccl on GPUs, else tcp), "tcp" (= "gloo"), "nccl"
+  std::string backend = "auto";      // "auto" (nccl on GPUs, else tcp), "tcp" (= "gloo"), "nccl"
   bool fsdp_reshard_after_forward = true;
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -24,7 +24,7 @@ Parallelized::Experts parallelize_experts(nn::Transformer& model, dist::DeviceMe
                                           const ParallelConfig& p);
 Parallelized::DataParallel apply_fsdp(const std::shared_ptr<nn::Transformer>& model,
                                       const Parallelized::Pipeline& pipeline,
-                                      dist::DeviceMesh& mesh, const ParallelConfig& p);
+                                      dist::DeviceMesh& mesh, const TrainConfig& config);
 dist::DeviceMesh fsdp_mesh(dist::DeviceMesh& mesh, const ParallelConfig& p);
 void materialize_pieces(nn::Transformer& model, const Parallelized::Pipeline& pipeline,
                         const Device& device);
@@ -67,7 +67,7 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
 
   // 5. Fully sharded data parallel: FSDP (HSDP) when dp_shard > 1.
   Parallelized::DataParallel data;
-  if (p.dp_shard > 1) data = apply_fsdp(model, pipeline, mesh, p);
+  if (p.dp_shard > 1) data = apply_fsdp(model, pipeline, mesh, config);
 
   // 6. Materialize: this rank's pieces, and only those, get bytes and values.
   materialize_pieces(*model, pipeline, device);
@@ -180,11 +180,17 @@ Parallelized::DataParallel replicate_data(const std::shared_ptr<nn::Transformer>
 // gradients averaged, with the cp ranks', by its reduce-scatters): each block a
 // unit and the model the root, or, under pp, each stage sharded on its own
 // (shard_stages). The experts differ between the dp_shard ranks: FSDP
-// leaves them to ep's average and shards the dense parameters only.
+// leaves them to ep's average and shards the dense parameters only. With
+// training.mixed_precision = "bf16" the units gather bf16 parameters and
+// reduce-scatter f32 gradients into the f32 shards (FSDP2's
+// MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=f32)).
 Parallelized::DataParallel apply_fsdp(const std::shared_ptr<nn::Transformer>& model,
                                       const Parallelized::Pipeline& pipeline,
-                                      dist::DeviceMesh& mesh, const ParallelConfig& p) {
+                                      dist::DeviceMesh& mesh, const TrainConfig& config) {
+  const ParallelConfig& p = config.parallel;
   dist::FsdpOptions o;
+  if (config.training.mixed_precision == "bf16")
+    o.mixed_precision = {.param_dtype = DType::kBF16, .reduce_dtype = DType::kF32};
   o.shard_axis = p.cp > 1 ? "dp_shard_cp" : "dp_shard";
   if (p.dp_replicate > 1) o.replicate_axis = "dp_replicate";
   o.reshard_after_forward = p.fsdp_reshard_after_forward;

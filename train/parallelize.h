@@ -130,6 +130,7 @@ class Parallelized {
   void zero_grad() { optimizer_->zero_grad(); }
 
   // One step's forwards and backwards over this rank's rows x, y (rows, T),
+  // under bf16 autocast with training.mixed_precision = "bf16",
   // in training.microbatches chunks whose gradients accumulate (each a
   // pipeline step under pp). Returns this rank's loss: the mean over its
   // rows (under cp over its chunks of each), without the experts'
@@ -204,6 +205,9 @@ class Parallelized {
   // without experts).
   bool experts_in_model_;
   double moe_aux_coef_;
+  // training.mixed_precision = "bf16": forwards (and the backwards they
+  // record) under autocast; FSDP's units gather bf16 and reduce in f32.
+  bool bf16_;
 };
 
 // The mean cross-entropy of logits against targets: the logits (b, T, V),

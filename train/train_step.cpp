@@ -3,6 +3,7 @@
 // the stages' share to pipeline_train.h.
 #include <optional>
 
+#include "autograd/autocast.h"
 #include "autograd/autograd.h"
 #include "autograd/grad_mode.h"
 #include "autograd/nn/moe.h"
@@ -26,7 +27,8 @@ Parallelized::Parallelized(std::shared_ptr<nn::Transformer> model, Groups groups
       experts_(std::move(experts)),
       microbatches_(config.training.microbatches),
       experts_in_model_(config.model.n_experts > 0),
-      moe_aux_coef_(config.model.moe_aux_coef) {
+      moe_aux_coef_(config.model.moe_aux_coef),
+      bf16_(config.training.mixed_precision == "bf16") {
   if (pipeline_.on()) {
     for (const auto& st : pipeline_.stages)
       for (auto& named : st->named_parameters()) named_.push_back(std::move(named));
@@ -44,6 +46,8 @@ Parallelized::Parallelized(std::shared_ptr<nn::Transformer> model, Groups groups
 }
 
 double Parallelized::forward_backward(const Tensor& x, const Tensor& y) {
+  std::optional<AutocastGuard> bf16;  // the products in bf16, on any layout
+  if (bf16_) bf16.emplace(DType::kBF16, /*cpu=*/true);
   if (pipeline_.on()) return pipeline_forward_backward(pipeline_, *groups_.cp, x, y, microbatches_);
   const int64_t rows = x.size(0) / microbatches_;
   double loss = 0;
@@ -78,6 +82,8 @@ double Parallelized::batch_loss(double loss) const {
 }
 
 double Parallelized::val_loss(const data::TextDataset& ds, int64_t T, const Device& device) {
+  std::optional<AutocastGuard> bf16;
+  if (bf16_) bf16.emplace(DType::kBF16, /*cpu=*/true);
   if (pipeline_.on())
     return pipeline_val_loss(pipeline_, *groups_.tp, *groups_.cp, model_->config.d_model, ds, T,
                              device);

@@ -342,6 +342,9 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
   CHECK(load_error("", {"schedule.decay=cos"}) ==
         "override --schedule.decay=cos: schedule.decay must be one of \"cosine\", \"linear\", "
         "\"constant\", got \"cos\"");
+  CHECK(load_error("", {"training.mixed_precision=fp16"}) ==
+        "override --training.mixed_precision=fp16: training.mixed_precision must be one of "
+        "\"f32\", \"bf16\", got \"fp16\"");
   CHECK(load_error("", {"parallel.pp_schedule=zb"}) ==
         "override --parallel.pp_schedule=zb: parallel.pp_schedule must be one of \"gpipe\", "
         "\"1f1b\", \"interleaved\", \"zbh1\", got \"zb\"");
@@ -397,9 +400,9 @@ TEST_CASE("check_layout: the dims' product is the world; every split divides", "
         "parallel: dp_replicate 1 x dp_shard 2 x cp 1 x tp 2 x pp 1 = 4 ranks, but the world "
         "has 2");
   // dp x tp x pp on 8 ranks: 2 x 2 x 2.
-  CHECK(layout_error({"parallel.dp_shard=2", "parallel.tp=2", "parallel.pp=2",
-                      "model.tie_embeddings=false"},
-                     8) == "");
+  CHECK(layout_error(
+            {"parallel.dp_shard=2", "parallel.tp=2", "parallel.pp=2", "model.tie_embeddings=false"},
+            8) == "");
   CHECK(layout_error({"parallel.pp=2"}, 2) ==
         "parallel: pp 2 with model.tie_embeddings = true: the head would live on the last stage "
         "and its embedding on the first; set model.tie_embeddings = false");
@@ -424,10 +427,10 @@ TEST_CASE("check_layout: the dims' product is the world; every split divides", "
   CHECK(layout_error({"parallel.pp=8", "training.global_batch=8"}, 8) ==
         "parallel: pp 8 x pp_stages_per_rank 1 = 8 stages is more than model.n_layers 4 (every "
         "stage needs a layer)");
-  CHECK(layout_error({"parallel.pp=2", "parallel.pp_schedule=interleaved",
-                      "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=1",
-                      "model.tie_embeddings=false"},
-                     2) ==
+  CHECK(layout_error(
+            {"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_stages_per_rank=2",
+             "parallel.pp_microbatches=1", "model.tie_embeddings=false"},
+            2) ==
         "parallel: the interleaved schedule needs pp_microbatches a multiple of pp 2, got 1");
   CHECK(load_error("", {"parallel.pp_schedule=interleaved"}) ==
         "override --parallel.pp_schedule=interleaved: parallel.pp_stages_per_rank 1 with "
