@@ -11,12 +11,16 @@
 // backend's business: the CPU one (tensor/cpu/attention.cpp) computes only
 // the causal half of the scores, block by block, and never holds the whole
 // (T, S) probability matrix; the CUDA one is a flash-attention kernel.
+//
+// The output and the log-sum-exp are on selective checkpointing's save list
+// (autograd/selective_checkpoint.h): a recomputation takes them as they are.
 #include "tensor/attention.h"
 
 #include <cmath>
 
 #include "autograd/nn_functional.h"
 #include "autograd/node.h"
+#include "autograd/selective_checkpoint.h"
 #include "tensor/ops.h"
 
 namespace spmd {
@@ -27,7 +31,11 @@ using autograd::TensorList;
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                                     double scale) {
   if (scale <= 0 && q.ndim() == 4) scale = 1.0 / std::sqrt(double(q.size(3)));
-  ops::AttentionResult r = ops::attention(q, k, v, causal, scale);
+  const TensorList kept = autograd::keep_or_reuse("scaled_dot_product_attention", [&] {
+    ops::AttentionResult a = ops::attention(q, k, v, causal, scale);
+    return TensorList{a.out, a.lse};
+  });
+  const ops::AttentionResult r{kept[0], kept[1]};
   if (!autograd::needs_grad({&q, &k, &v})) return r.out;
   return record(
       "scaled_dot_product_attention", {&q, &k, &v}, r.out,

@@ -13,6 +13,13 @@
 // This is PyTorch's reentrant checkpoint: if x does not require grad there
 // is no node to hang the recomputation on, so fn simply runs with recording
 // on (correct, just not memory-saving).
+//
+// Selective checkpointing (kSaveProducts) keeps, besides x, the outputs of
+// the products inside fn (linear, matmul, attention: selective_checkpoint.h),
+// and the recomputation takes them as they are: only the cheap ops between
+// them run again. It keeps more than kRecomputeAll and far less than no
+// checkpoint (the products' inputs, the norms' and activations' outputs
+// and the dropout masks are gone), and backward redoes no GEMM.
 #pragma once
 
 #include <functional>
@@ -21,6 +28,13 @@
 
 namespace spmd::autograd {
 
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x);
+// What a checkpointed function keeps from its forward besides its input.
+enum class CheckpointPolicy {
+  kRecomputeAll,  // nothing: every op runs again in backward ("full")
+  kSaveProducts,  // the listed ops' outputs: the rest runs again ("selective", op level)
+};
+
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& x,
+                  CheckpointPolicy policy = CheckpointPolicy::kRecomputeAll);
 
 }  // namespace spmd::autograd

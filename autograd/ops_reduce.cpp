@@ -5,10 +5,12 @@
 // (mean), or only the extreme ones get it (amax, amin; ties share it). A
 // matrix product C = A B has dA = dC B^T and dB = A^T dC, with the batch dims
 // that broadcast summed away; linear() folds every leading dim into one so
-// that dW is one GEMM, not one per batch and a sum.
+// that dW is one GEMM, not one per batch and a sum. Both products are on
+// selective checkpointing's save list (autograd/selective_checkpoint.h).
 #include "autograd/autocast.h"
 #include "autograd/engine.h"
 #include "autograd/node.h"
+#include "autograd/selective_checkpoint.h"
 #include "autograd/tensor_ops.h"
 #include "tensor/ops.h"
 
@@ -80,7 +82,7 @@ Tensor amin(const Tensor& t, const std::vector<int>& dims, bool keepdim) {
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   const Tensor a = autograd::autocast_low(a_in), b = autograd::autocast_low(b_in);
-  Tensor out = ops::matmul(a, b);
+  Tensor out = autograd::keep_or_reuse("matmul", [&] { return ops::matmul(a, b); });
   if (!autograd::needs_grad({&a, &b})) return out;
   const bool na = a.requires_grad(), nb = b.requires_grad();
   return record(
@@ -123,7 +125,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 Tensor linear(const Tensor& x_in, const Tensor& weight, const Tensor& bias) {
   const Tensor x = autograd::autocast_low(x_in);
   const Tensor w = autograd::autocast_operand(weight), b = autograd::autocast_operand(bias);
-  Tensor out = ops::linear(x, w, b);
+  Tensor out = autograd::keep_or_reuse("linear", [&] { return ops::linear(x, w, b); });
   if (!autograd::needs_grad({&x, &weight, &bias})) return out;
   const bool nx = x.requires_grad(), nw = weight.requires_grad();
   const bool nb = bias.defined() && bias.requires_grad();

@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
 #include "runtime/error.h"
 #include "train/config_toml.h"
@@ -126,6 +127,17 @@ void check_optimizer(const OptimizerConfig& o, const Checker& c) {
   c.finite_at_least("optimizer.weight_decay", o.weight_decay, 0);
 }
 
+// k of a selective_ac_option "k", or 0 when it is not a positive integer.
+int64_t every_k(const std::string& option) {
+  if (option.empty() || option.size() > 9) return 0;
+  int64_t k = 0;
+  for (char ch : option) {
+    if (ch < '0' || ch > '9') return 0;
+    k = 10 * k + (ch - '0');
+  }
+  return k;
+}
+
 // The training loop's values and the learning-rate schedule.
 void check_training(const TrainConfig& t, const Checker& c) {
   const TrainingConfig& r = t.training;
@@ -137,7 +149,13 @@ void check_training(const TrainConfig& t, const Checker& c) {
             r.global_batch, " is not divisible by training.microbatches ", r.microbatches);
   c.finite_at_least("training.grad_clip", r.grad_clip, 0);
   c.at_least("training.threads", r.threads, 0);
-  c.one_of("training.activation_checkpointing", r.activation_checkpointing, {"none", "full"});
+  c.one_of("training.activation_checkpointing", r.activation_checkpointing,
+           {"none", "full", "selective"});
+  c.require(r.selective_ac_option == "op" || every_k(r.selective_ac_option) > 0,
+            {"training.selective_ac_option"},
+            "training.selective_ac_option must be \"op\" or a positive integer k as a string "
+            "(\"2\": every 2nd block), got ",
+            toml_string(r.selective_ac_option));
   c.one_of("training.device", r.device, {"cpu", "cuda"});
   c.one_of("training.mixed_precision", r.mixed_precision, {"f32", "bf16"});
 
@@ -235,5 +253,14 @@ nn::TransformerConfig transformer_config(const ModelConfig& m) {
   t.moe_every = m.moe_every;
   t.moe_capacity_factor = m.moe_capacity_factor;
   return t;
+}
+
+nn::CheckpointOptions checkpoint_options(const TrainingConfig& training) {
+  SPMD_CHECK(training.activation_checkpointing != "none",
+             "checkpoint_options: activation_checkpointing is \"none\"");
+  if (training.activation_checkpointing == "full") return {};
+  if (training.selective_ac_option == "op")
+    return {.policy = autograd::CheckpointPolicy::kSaveProducts};
+  return {.every = every_k(training.selective_ac_option)};
 }
 }  // namespace spmd::train

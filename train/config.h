@@ -28,7 +28,8 @@
 
 namespace spmd::nn {
 struct TransformerConfig;  // autograd/nn/transformer.h
-}
+struct CheckpointOptions;  // autograd/nn/checkpoint_wrapper.h
+}  // namespace spmd::nn
 
 namespace spmd::train {
 
@@ -89,7 +90,13 @@ struct TrainingConfig {
   double grad_clip = 1.0;    // max global grad norm; 0: no clipping
   uint64_t seed = 0;         // less than 2^63 (a TOML integer)
   int threads = 0;           // intra-op threads per rank; 0: OpenMP's default
-  std::string activation_checkpointing = "none";  // "none" or "full" (every block)
+  // "none", "full" (every block recomputed in backward) or "selective":
+  // TorchTitan's modes (docs/activation_checkpointing.md).
+  std::string activation_checkpointing = "none";
+  // With "selective": "op" (every block keeps its products' outputs and
+  // recomputes the rest) or a positive integer k as a string, "2" (every
+  // k-th block fully checkpointed, the others not): TorchTitan's key.
+  std::string selective_ac_option = "op";
   // "f32", or "bf16": bf16 compute (autocast) and, under FSDP, bf16
   // gathered parameters; f32 master weights, optimizer state and gradient
   // reductions (FSDP2's MixedPrecisionPolicy; docs/memory.md).
@@ -163,6 +170,14 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
 // The model this config describes: the preset's TransformerConfig (or the
 // shape's, for "custom") with this config's dims, dropout and tying.
 nn::TransformerConfig transformer_config(const ModelConfig& model);
+
+// The blocks' checkpointing that training.activation_checkpointing and
+// training.selective_ac_option name: "full", every block, all recomputed;
+// "selective" with "op", every block, the products' outputs kept; with "k",
+// every k-th block, all recomputed.
+// REQUIRES: activation_checkpointing is "full" or "selective", and the
+// config passed load_config's checks.
+nn::CheckpointOptions checkpoint_options(const TrainingConfig& training);
 
 // Checks the parallel dims against a world of `world_size` ranks:
 // dp_replicate x dp_shard x cp x tp x pp == world_size, ep divides

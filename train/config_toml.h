@@ -59,6 +59,7 @@ void for_each_field(F&& f, C&... c) {
   f("training", "seed", c.training.seed...);
   f("training", "threads", c.training.threads...);
   f("training", "activation_checkpointing", c.training.activation_checkpointing...);
+  f("training", "selective_ac_option", c.training.selective_ac_option...);
   f("training", "device", c.training.device...);
   f("training", "mixed_precision", c.training.mixed_precision...);
   f("parallel", "dp_replicate", c.parallel.dp_replicate...);

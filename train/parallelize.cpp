@@ -61,9 +61,9 @@ Parallelized parallelize(std::shared_ptr<nn::Transformer> model, dist::DeviceMes
   Parallelized::Experts experts;
   if (p.ep > 1) experts = parallelize_experts(*model, mesh, p);
 
-  // 4. Activation checkpointing: each block recomputed in backward.
-  if (config.training.activation_checkpointing == "full")
-    nn::apply_activation_checkpointing(*model->layers);
+  // 4. Activation checkpointing: each block (or every k-th) recomputed in backward.
+  if (config.training.activation_checkpointing != "none")
+    nn::apply_activation_checkpointing(*model->layers, checkpoint_options(config.training));
 
   // 5. Fully sharded data parallel: FSDP (HSDP) when dp_shard > 1.
   Parallelized::DataParallel data;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autograd/function.h"
+#include "autograd/selective_checkpoint.h"
 #include "runtime/trace.h"
 #include "tensor/attention.h"
 #include "tensor/ops.h"
@@ -156,48 +157,60 @@ Tensor sum_heads(const Tensor& t, int64_t Hkv) {
   return ops::sum(ops::view(t, Shape{s[0], Hkv, s[1] / Hkv, s[2], s[3]}), {2});
 }
 
+// The ring's forward: {out, lse, then each block's own lse in compute order}.
+autograd::TensorList ring_forward(const Tensor& q, const Tensor& k_in, const Tensor& v_in,
+                                  ProcessGroup& g, double scale) {
+  const int64_t n = g.size(), r = g.rank(), H = q.size(1), c = q.size(2) / 2;
+  const auto [a, b] = chunk_ids(n, r);
+  const Tensor qc[2] = {ops::narrow(q, 2, 0, c), ops::narrow(q, 2, c, c)};
+  const int64_t qid[2] = {a, b};
+  Tensor kv = ops::stack({repeat_heads(k_in, H), repeat_heads(v_in, H)}, 0);
+  Partial acc[2];
+  autograd::TensorList outputs(2);  // out and lse, filled in at the end
+  for (int64_t step = 0; step < n; ++step) {
+    Tensor next;
+    std::optional<Transfer> moving;
+    if (step + 1 < n) moving.emplace(kv, next, g, 0);  // overlaps this step's blocks
+    const auto [ka, kb] = chunk_ids(n, (r - step + n) % n);
+    const int64_t kid[2] = {ka, kb};
+    for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 2; ++j) {
+        const Visible how = visibility(qid[i], kid[j]);
+        if (how == Visible::kNone) continue;
+        const Tensor k = ops::narrow(ops::select(kv, 0, 0), 2, j * c, c);
+        const Tensor v = ops::narrow(ops::select(kv, 0, 1), 2, j * c, c);
+        const Partial block = block_forward(qc[i], k, v, scale, how);
+        outputs.push_back(block.lse);
+        merge(acc[i], block);
+        g_blocks.fetch_add(1);
+      }
+    }
+    if (moving) {
+      moving->wait(g_forward);
+      kv = next;
+    }
+  }
+  outputs[0] = ops::cat({acc[0].out, acc[1].out}, 2);
+  outputs[1] = ops::cat({acc[0].lse, acc[1].lse}, 2);
+  return outputs;
+}
+
+// The output is on selective checkpointing's save list (autograd/
+// selective_checkpoint.h): a recomputation takes it, and the blocks' lse,
+// as they are, and runs no ring.
 struct Ring : autograd::Function<Ring> {
   static constexpr const char* kName = "ring_attention";
 
   static Tensor forward(autograd::FunctionCtx& ctx, const Tensor& q_in, const Tensor& k_in,
                         const Tensor& v_in, ProcessGroup* g, double scale) {
-    const int64_t n = g->size(), r = g->rank(), H = q_in.size(1), c = q_in.size(2) / 2;
     const Tensor q = ops::contiguous(q_in);
-    const auto [a, b] = chunk_ids(n, r);
-    const Tensor qc[2] = {ops::narrow(q, 2, 0, c), ops::narrow(q, 2, c, c)};
-    const int64_t qid[2] = {a, b};
-    Tensor kv = ops::stack({repeat_heads(k_in, H), repeat_heads(v_in, H)}, 0);
-    Partial acc[2];
-    std::vector<Tensor> block_lses;  // each block's own lse, in compute order (for backward)
-    for (int64_t step = 0; step < n; ++step) {
-      Tensor next;
-      std::optional<Transfer> moving;
-      if (step + 1 < n) moving.emplace(kv, next, *g, 0);  // overlaps this step's blocks
-      const auto [ka, kb] = chunk_ids(n, (r - step + n) % n);
-      const int64_t kid[2] = {ka, kb};
-      for (int i = 0; i < 2; ++i) {
-        for (int j = 0; j < 2; ++j) {
-          const Visible how = visibility(qid[i], kid[j]);
-          if (how == Visible::kNone) continue;
-          const Tensor k = ops::narrow(ops::select(kv, 0, 0), 2, j * c, c);
-          const Tensor v = ops::narrow(ops::select(kv, 0, 1), 2, j * c, c);
-          const Partial block = block_forward(qc[i], k, v, scale, how);
-          block_lses.push_back(block.lse);
-          merge(acc[i], block);
-          g_blocks.fetch_add(1);
-        }
-      }
-      if (moving) {
-        moving->wait(g_forward);
-        kv = next;
-      }
-    }
-    const Tensor out = ops::cat({acc[0].out, acc[1].out}, 2);
-    const Tensor lse = ops::cat({acc[0].lse, acc[1].lse}, 2);
+    const autograd::TensorList kept = autograd::keep_or_reuse(
+        "ring_attention", [&] { return ring_forward(q, k_in, v_in, *g, scale); });
+    const Tensor &out = kept[0], &lse = kept[1];
     ctx.save_for_backward({q, k_in, v_in, out, lse});
     ctx.set("group", g);
     ctx.set("scale", scale);
-    ctx.set("block_lses", std::move(block_lses));
+    ctx.set("block_lses", std::vector<Tensor>(kept.begin() + 2, kept.end()));
     return out;
   }
 
