@@ -139,6 +139,7 @@ void check_training(const TrainConfig& t, const Checker& c) {
   c.at_least("training.threads", r.threads, 0);
   c.one_of("training.activation_checkpointing", r.activation_checkpointing, {"none", "full"});
   c.one_of("training.device", r.device, {"cpu", "cuda"});
+  c.finite_at_least("training.memory_limit_gb", r.memory_limit_gb, 0);
 
   c.at_least("schedule.warmup_steps", t.schedule.warmup_steps, 0);
   c.require(t.schedule.warmup_steps <= r.steps, {"schedule.warmup_steps", "training.steps"},

@@ -60,6 +60,7 @@ void for_each_field(F&& f, C&... c) {
   f("training", "threads", c.training.threads...);
   f("training", "activation_checkpointing", c.training.activation_checkpointing...);
   f("training", "device", c.training.device...);
+  f("training", "memory_limit_gb", c.training.memory_limit_gb...);
   f("parallel", "dp_replicate", c.parallel.dp_replicate...);
   f("parallel", "dp_shard", c.parallel.dp_shard...);
   f("parallel", "tp", c.parallel.tp...);
