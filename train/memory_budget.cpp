@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "parallel/comm/object_collectives.h"
 #include "parallel/pipeline/stage.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
@@ -208,12 +209,21 @@ MemoryPlan check_memory_plan(const TrainConfig& config, dist::ProcessGroup& worl
     std::printf("%s", plan_table(plans, smallest(budget)).c_str());
     std::fflush(stdout);
   }
-  const bool fits = plan.peak() <= smallest(budget).bytes;
-  const int first = int(reduce_scalar(world, fits ? n : world.rank(), dist::ReduceOp::kMin));
-  if (first == world.rank()) check_plan_fits(config, n, plan, budget);
-  if (first < n)
-    SPMD_THROW(OutOfMemoryError, "rank ", first,
-               "'s memory plan does not fit its budget (its own message says how)");
+  // Every rank's refusal (empty where it fits), so that each rank says the
+  // whole of the first one's, whichever rank the launcher reports.
+  std::string why;
+  try {
+    check_plan_fits(config, n, plan, budget);
+  } catch (const OutOfMemoryError& e) {
+    why = e.what();
+  }
+  const std::vector<uint8_t> mine(why.begin(), why.end());
+  const auto all =
+      n == 1 ? std::vector<std::vector<uint8_t>>{mine} : dist::all_gather_bytes(world, mine);
+  for (int r = 0; r < n; ++r)
+    if (!all[size_t(r)].empty())
+      SPMD_THROW(OutOfMemoryError, r == world.rank() ? "" : str_cat("rank ", r, ": "),
+                 std::string(all[size_t(r)].begin(), all[size_t(r)].end()));
   return plan;
 }
 

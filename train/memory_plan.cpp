@@ -123,7 +123,8 @@ struct Place {
 Place place_of(const TrainConfig& config, int64_t rank) {
   const ParallelConfig& p = config.parallel;
   const Dims c = dist::mesh_coordinate({p.pp, p.dp_replicate, p.dp_shard, p.cp, p.tp}, rank);
-  Place at{c[0], c[1], c[2], c[3], c[4]};
+  Place at;
+  at.pp = c[0], at.dp_replicate = c[1], at.dp_shard = c[2], at.cp = c[3], at.tp = c[4];
   const int v = int(p.pp_stages_per_rank);
   at.num_stages = int(p.pp) * v;
   at.starts = dist::pp::split_layers_interleaved(config.model.n_layers, int(p.pp), v);

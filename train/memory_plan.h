@@ -111,8 +111,9 @@ void check_plan_fits(const TrainConfig& config, int world_size, const MemoryPlan
 // What spmd-train does before it builds anything: each rank plans its own
 // memory and finds its budget (this machine's limits; LOCAL_WORLD_SIZE ranks
 // on the node); rank 0 prints the table (its plan and the largest rank's);
-// then, if any rank does not fit, every rank throws OutOfMemoryError, the
-// first such rank with check_plan_fits()'s message, the others naming it.
+// then, if any rank does not fit, every rank throws OutOfMemoryError with
+// check_plan_fits()'s message of the first such rank ("rank 3: ..." on the
+// others).
 // Collective over `world`. Returns this rank's plan.
 MemoryPlan check_memory_plan(const TrainConfig& config, dist::ProcessGroup& world);
 
