@@ -191,7 +191,7 @@ void check_plan_fits(const TrainConfig& config, int world_size, const MemoryPlan
         "no layout of up to 1024 times as many ranks fits: lower training.global_batch "
         "(or raise training.microbatches), model.seq_len or the model's size";
   }
-  SPMD_THROW(OutOfMemoryError, "spmd-train needs ", format_bytes(plan.peak()), " per rank on ",
+  SPMD_THROW(OutOfMemoryError, "the job needs ", format_bytes(plan.peak()), " per rank on ",
              world_size, world_size == 1 ? " rank" : " ranks", " (rank ", plan.rank, ": ", parts,
              "); the limit is ", format_bytes(limit.bytes), " (", limit.source, ")",
              others.empty() ? "" : str_cat(", and the others: ", others.substr(2)), "; ", fix);

@@ -102,9 +102,9 @@ MemoryPlan largest_plan(const TrainConfig& config, int world_size);
 std::optional<TrainConfig> layout_that_fits(const TrainConfig& config, int world_size,
                                             uint64_t budget);
 
-// Throws OutOfMemoryError when plan.peak() exceeds the budget: "spmd-train
-// needs 7.9 GiB per rank on 1 rank; the limit is 3.0 GiB (...): parameters
-// ..., ...; dp_shard = 4 needs 2.4 GiB per rank".
+// Throws OutOfMemoryError when plan.peak() exceeds the budget: "the job
+// needs 7.9 GiB per rank on 1 rank (rank 0: parameters ..., ...); the limit
+// is 3.0 GiB (...); dp_shard = 4 on 4 ranks needs 2.4 GiB per rank".
 void check_plan_fits(const TrainConfig& config, int world_size, const MemoryPlan& plan,
                      const std::vector<BudgetTerm>& budget);
 

@@ -196,7 +196,7 @@ def group_files():
     Case("spmd-train training.global_batch 100000",
          [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
           "--parallel.dp_shard=1", "--training.global_batch=100000"], prlimit=cap).run().expect(
-        code=1, says=r"spmd-train needs [0-9.]+ [GT]iB per rank on 1 rank \(rank 0: .*activations "
+        code=1, says=r"the job needs [0-9.]+ [GT]iB per rank on 1 rank \(rank 0: .*activations "
                      r"[0-9.]+ [GT]iB.*\); the limit is [0-9.]+ [GM]iB", within_s=15)
     Case("spmd-train eval_every with no held-out batch",
          [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),

@@ -252,7 +252,7 @@ TEST_CASE("memory budget: spmd-train refuses before it builds the model", "[trai
       expect(false, "rank ", world.rank(), ": no refusal");
     } catch (const OutOfMemoryError& e) {
       const std::string m = e.what();
-      expect(m.find(world.rank() == 0 ? "spmd-train needs" : "rank 0: spmd-train needs") == 0 &&
+      expect(m.find(world.rank() == 0 ? "the job needs" : "rank 0: the job needs") == 0 &&
                  m.find("no layout") != std::string::npos,
              "rank ", world.rank(), ": ", m);
     }
