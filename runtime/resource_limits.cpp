@@ -21,7 +21,7 @@
 namespace spmd {
 namespace {
 
-constexpr uint64_t kUnlimited = std::numeric_limits<uint64_t>::max();
+constexpr uint64_t kUnlimited = kNoMemoryLimit;
 
 // A "Key:   123 kB" line of a /proc status file, in bytes (kUnlimited when absent).
 uint64_t proc_kb_field(const char* file, const std::string& key) {
@@ -29,26 +29,6 @@ uint64_t proc_kb_field(const char* file, const std::string& key) {
   for (std::string line; std::getline(in, line);)
     if (line.rfind(key + ":", 0) == 0) return std::stoull(line.substr(key.size() + 1)) * 1024;
   return kUnlimited;
-}
-
-// One number from a cgroup file ("max" and absence: kUnlimited).
-uint64_t cgroup_number(const std::string& path) {
-  std::ifstream in(path);
-  std::string word;
-  if (!(in >> word) || word == "max") return kUnlimited;
-  try {
-    return std::stoull(word);
-  } catch (const std::exception&) {
-    return kUnlimited;
-  }
-}
-
-// This process's cgroup v2 folder (from the "0::/path" line of /proc/self/cgroup).
-std::string cgroup_dir() {
-  std::ifstream in("/proc/self/cgroup");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
-  return "";
 }
 
 // The tasks (threads) that `uid` runs now, from /proc/<pid>/status.
@@ -77,26 +57,36 @@ void take_smaller(MemoryBudget& b, uint64_t bytes, const std::string& source) {
 
 }  // namespace
 
-MemoryBudget available_memory() {
-  MemoryBudget b{kUnlimited, "no limit found"};
-  take_smaller(b, proc_kb_field("/proc/meminfo", "MemAvailable"), "MemAvailable in /proc/meminfo");
+MemoryLimits memory_limits(const CgroupFiles& files) {
+  MemoryLimits m;
+  m.mem_available = proc_kb_field("/proc/meminfo", "MemAvailable");
   rlimit as{};
   if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
     const uint64_t used = proc_kb_field("/proc/self/status", "VmSize");
-    const uint64_t cap = uint64_t(as.rlim_cur);
-    take_smaller(
-        b, used < cap ? cap - used : 0,
-        "RLIMIT_AS (ulimit -v) of " + format_bytes(cap) + ", less the address space in use");
+    m.address_space_cap = uint64_t(as.rlim_cur);
+    m.address_space_left = used < m.address_space_cap ? m.address_space_cap - used : 0;
   }
-  const std::string dir = cgroup_dir();
-  if (!dir.empty()) {
-    const uint64_t max = cgroup_number(dir + "/memory.max");
-    const uint64_t current = cgroup_number(dir + "/memory.current");
-    if (max != kUnlimited && current != kUnlimited)
-      take_smaller(b, current < max ? max - current : 0,
-                   "the cgroup's memory.max of " + format_bytes(max) + ", less memory.current");
-  }
+  m.cgroup = cgroup_memory_limit(files);
+  return m;
+}
+
+MemoryBudget available_memory() {
+  const MemoryLimits m = memory_limits();
+  MemoryBudget b{kUnlimited, "no limit found"};
+  take_smaller(b, m.mem_available, "MemAvailable in /proc/meminfo");
+  take_smaller(b, m.address_space_left,
+               "RLIMIT_AS (ulimit -v) of " + format_bytes(m.address_space_cap) +
+                   ", less the address space in use");
+  if (m.cgroup)
+    take_smaller(b, m.cgroup->left(),
+                 "the cgroup limit of " + format_bytes(m.cgroup->limit) + " in " + m.cgroup->file +
+                     ", less its usage");
   return b;
+}
+
+uint64_t peak_resident_bytes() {
+  const uint64_t hwm = proc_kb_field("/proc/self/status", "VmHWM");
+  return hwm == kUnlimited ? 0 : hwm;
 }
 
 void check_memory_fits(const std::string& what, uint64_t bytes) {

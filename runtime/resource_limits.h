@@ -1,6 +1,7 @@
 // What the machine lets this process have, asked before a program commits to
 // something that would not fit: memory (the least of the kernel's estimate,
-// the address-space limit and the cgroup's), file descriptors and processes.
+// the address-space limit and the cgroup's, runtime/cgroup_memory.h), file
+// descriptors and processes.
 // A program that checks first ends with a message naming the numbers; one
 // that does not is killed by the kernel's OOM killer without a word.
 //
@@ -12,18 +13,39 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "runtime/cgroup_memory.h"
+
 namespace spmd {
+
+// What reads as "no limit" in the fields below.
+inline constexpr uint64_t kNoMemoryLimit = ~uint64_t(0);
+
+// Each limit on this process's memory, apart, so that a caller can share
+// some of them between processes (a node's memory between its ranks) and not
+// others (the address space is each process's own).
+struct MemoryLimits {
+  uint64_t mem_available = kNoMemoryLimit;       // MemAvailable of /proc/meminfo: the machine's
+  uint64_t address_space_cap = kNoMemoryLimit;   // RLIMIT_AS (ulimit -v)
+  uint64_t address_space_left = kNoMemoryLimit;  // RLIMIT_AS less VmSize
+  std::optional<CgroupMemoryLimit> cgroup;       // the tightest level, cgroup_memory_limit()
+};
+MemoryLimits memory_limits(const CgroupFiles& files = {});
 
 struct MemoryBudget {
   uint64_t bytes = 0;  // the most this process can still allocate, about
   std::string source;  // which limit says so: "MemAvailable in /proc/meminfo", ...
 };
 
-// The least of: MemAvailable (/proc/meminfo), RLIMIT_AS less the address
-// space in use (VmSize), and the cgroup's memory.max less memory.current.
+// The least of memory_limits(): MemAvailable (/proc/meminfo), RLIMIT_AS less
+// the address space in use (VmSize), and what the cgroup's limit leaves.
 MemoryBudget available_memory();
+
+// The most memory this process has held resident so far (VmHWM of
+// /proc/self/status, its peak RSS), in bytes; 0 when unknown.
+uint64_t peak_resident_bytes();
 
 // Throws OutOfMemoryError "<what> needs about N GiB, but only M GiB are
 // available (<source>)" when `bytes` exceed available_memory().

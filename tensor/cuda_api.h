@@ -50,6 +50,12 @@ size_t memory_reserved(int device = -1);       // bytes cudaMalloc'ed: live + ca
 void reset_peak_memory_stats(int device = -1);
 // Returns every cached (unused) block of every device to CUDA.
 void empty_cache();
+// The device's free and total bytes, as CUDA sees them (cudaMemGetInfo:
+// memory this process's allocator has cached counts as used).
+struct MemInfo {
+  size_t free = 0, total = 0;
+};
+MemInfo mem_get_info(int device = -1);
 
 // --- Matrix products --------------------------------------------------------------
 // Lets f32 matmuls use TF32 tensor cores (10-bit mantissa inputs, f32

@@ -27,6 +27,7 @@ size_t max_memory_allocated(int) { unavailable("max_memory_allocated"); }
 size_t memory_reserved(int) { unavailable("memory_reserved"); }
 void reset_peak_memory_stats(int) { unavailable("reset_peak_memory_stats"); }
 void empty_cache() { unavailable("empty_cache"); }
+MemInfo mem_get_info(int) { unavailable("mem_get_info"); }
 void set_allow_tf32(bool) { unavailable("set_allow_tf32"); }
 bool allow_tf32() { return false; }
 

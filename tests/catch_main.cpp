@@ -1,7 +1,7 @@
 // Catch2's main, compiled once for every test binary. It counts the test
-// cases that skipped for lack of a GPU (tests/skip.h) and exits 77 when some
-// did and none failed: ctest's SKIP_RETURN_CODE, so such a run shows as
-// skipped rather than passed.
+// cases that skipped (for lack of a GPU, or of root: tests/skip.h) and exits
+// 77 when some did and none failed: ctest's SKIP_RETURN_CODE, so such a run
+// shows as skipped rather than passed.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -23,17 +23,20 @@ struct CaseListener : Catch::TestEventListenerBase {
 
 CATCH_REGISTER_LISTENER(CaseListener)
 
-void spmd::testing::mark_skipped_without_gpu() {
+void spmd::testing::mark_skipped() {
   if (g_case_skipped) return;
   g_case_skipped = true;
   ++g_skipped;
 }
 
+void spmd::testing::mark_skipped_without_gpu() { mark_skipped(); }
+
 int main(int argc, char** argv) {
   const int failed = Catch::Session().run(argc, argv);
   if (failed != 0) return failed;
   if (g_skipped > 0) {
-    std::printf("no GPU: %d test case%s skipped\n", g_skipped, g_skipped == 1 ? "" : "s");
+    std::printf("%d test case%s skipped (see the warnings above)\n", g_skipped,
+                g_skipped == 1 ? "" : "s");
     return kSkippedExitCode;
   }
   return 0;

@@ -1,4 +1,5 @@
-// Skipping a test case that needs a GPU, so that the run says so.
+// Skipping a test case that needs a GPU (or another thing the machine may
+// lack: root, a writable cgroup), so that the run says so.
 //
 // Catch2 v2 has no skip of its own. A case that finds no GPU calls
 // SPMD_SKIP_WITHOUT_GPU(): it warns, returns, and marks the binary's run as
@@ -16,6 +17,8 @@ namespace spmd::testing {
 
 // Records that the running test case skipped for lack of a GPU.
 void mark_skipped_without_gpu();
+// Records that the running test case skipped, for the reason it warned of.
+void mark_skipped();
 
 }  // namespace spmd::testing
 
@@ -24,4 +27,13 @@ void mark_skipped_without_gpu();
     WARN(reason);                                \
     ::spmd::testing::mark_skipped_without_gpu(); \
     return;                                      \
+  } while (0)
+
+// For a case that needs something other than a GPU: run it as a ctest entry
+// of its own (as [gpu] cases are), so its skip hides no other case.
+#define SPMD_SKIP(reason)            \
+  do {                               \
+    WARN(reason);                    \
+    ::spmd::testing::mark_skipped(); \
+    return;                          \
   } while (0)

@@ -104,6 +104,9 @@ struct TrainingConfig {
   // "cpu", or "cuda": each rank on GPU LOCAL_RANK (spmdrun sets it), the
   // NCCL backend unless parallel.backend says otherwise.
   std::string device = "cpu";
+  // The most memory each rank may use, in GiB (2^30 bytes), beside the limits
+  // found on the machine (train/memory_plan.h); 0: none of its own.
+  double memory_limit_gb = 0;
   bool operator==(const TrainingConfig&) const = default;
 };
 

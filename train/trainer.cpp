@@ -8,7 +8,6 @@
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
 #include "autograd/data/token_file.h"
-#include "autograd/nn/memory_estimate.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
 #include "parallel/agreement.h"
@@ -16,9 +15,11 @@
 #include "runtime/env.h"
 #include "runtime/resource_limits.h"
 #include "runtime/trace.h"
+#include "tensor/cpu/allocator.h"
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
+#include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/parallelize.h"
 #include "train/train_checkpoint.h"
@@ -66,21 +67,6 @@ data::TextDataset load_dataset(const TrainConfig& c, int64_t T) {
   return dataset;
 }
 
-// Refuses, before any parameter moves, a step that cannot fit in this rank's
-// memory: the lower bound of one micro-batch's step, split as evenly as tp,
-// cp and pp could split it (each rank holds at least that share).
-void check_fits(const TrainConfig& config, const nn::Transformer& model) {
-  const ParallelConfig& p = config.parallel;
-  const TrainingConfig& t = config.training;
-  const int64_t rows = std::max<int64_t>(
-      1, t.global_batch / (p.dp_replicate * p.dp_shard) / std::max<int64_t>(1, t.microbatches));
-  const uint64_t whole =
-      nn::training_step_bytes_lower_bound(model.config, model.num_parameters(), rows);
-  check_memory_fits(str_cat("training.global_batch ", t.global_batch, " (", rows,
-                            " rows per rank per micro-batch)"),
-                    whole / uint64_t(std::max<int64_t>(1, p.tp * p.cp * p.pp)));
-}
-
 // What every rank checks before it builds anything: the layout against the
 // world, the same config on every rank (every strategy assumes it), AdamW.
 void check_run(const TrainConfig& config, dist::ProcessGroup& world) {
@@ -91,17 +77,10 @@ void check_run(const TrainConfig& config, dist::ProcessGroup& world) {
 }
 
 // The model from the seed as names and shapes on the meta device, with no
-// bytes: parallelize() lays it out and gives each rank's pieces theirs (on
-// the CPU first checked against the host's memory, which a CPU step uses).
-std::shared_ptr<nn::Transformer> build_model(const TrainConfig& config, const Device& device) {
-  std::shared_ptr<nn::Transformer> model;
-  {
-    DefaultDeviceGuard meta(Device::meta());
-    model =
-        std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
-  }
-  if (!device.is_cuda()) check_fits(config, *model);
-  return model;
+// bytes: parallelize() lays it out and gives each rank's pieces theirs.
+std::shared_ptr<nn::Transformer> build_model(const TrainConfig& config) {
+  DefaultDeviceGuard meta(Device::meta());
+  return std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
 }
 
 // The step the latest checkpoint ends at, its state loaded into the
@@ -160,11 +139,12 @@ TrainResult run_training(const TrainConfig& config,
   const CheckpointConfig& ck = config.checkpoint;
   if (t.threads > 0) set_num_threads(t.threads);
   check_run(config, *world);
+  const MemoryPlan plan = check_memory_plan(config, *world);  // before anything is built
 
   // The layout, the model on it, the data dealt over its dp ranks.
   dist::DeviceMesh mesh = build_mesh(world, config.parallel);
   const Device device = training_device(config, world->size());
-  Parallelized par = parallelize(build_model(config, device), mesh, config, device);
+  Parallelized par = parallelize(build_model(config), mesh, config, device);
   const int64_t T = par.model().config.max_seq_len;
   const data::TextDataset dataset = load_dataset(config, T);
   dist::DataLoader loader(dataset, T, t.global_batch, par.dp_size(), par.dp_rank(), t.seed);
@@ -196,6 +176,10 @@ TrainResult run_training(const TrainConfig& config,
       save(ck, step, lr, par, loader, *world, m);
     log.write(m);
   }
+  const uint64_t peak = device.is_cuda() ? cuda::max_memory_allocated(device.index)
+                                         : cpu::host_memory_stats().peak_allocated;
+  if (world->rank() == 0)
+    std::printf("%s", measured_beside_plan(plan, peak, peak_resident_bytes()).c_str());
   return result;
 }
 

@@ -61,7 +61,10 @@ void shard(Tensor& slot, int dim, const std::vector<int64_t>& segments, const De
   for (const Block& b : local_blocks(layout, mesh.coordinate()))
     pieces.push_back(ops::narrow(slot, dim, b.global_offset[dim], b.size[dim]));
   NoGradGuard no_grad;
-  Tensor local = pieces.size() == 1 ? ops::contiguous(pieces[0]) : ops::cat(pieces, dim);
+  // A copy, even of rows that are contiguous already: a view would keep
+  // the whole parameter's storage (and, on the meta device, would make the
+  // rank materialize the whole of it).
+  Tensor local = pieces.size() == 1 ? ops::clone(pieces[0]) : ops::cat(pieces, dim);
   local.requires_grad_();
   set_placements(local, mesh, {p}, global);
   slot = local;

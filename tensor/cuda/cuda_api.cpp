@@ -104,6 +104,12 @@ void reset_peak_memory_stats(int device) {
   detail::CachingAllocator::instance().reset_peak(resolve(device));
 }
 void empty_cache() { detail::CachingAllocator::instance().empty_cache(); }
+MemInfo mem_get_info(int device) {
+  detail::DeviceScope scope(resolve(device));
+  MemInfo info;
+  SPMD_CUDA_CHECK(cudaMemGetInfo(&info.free, &info.total));
+  return info;
+}
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 bool allow_tf32() { return g_allow_tf32.load(); }

@@ -196,8 +196,8 @@ def group_files():
     Case("spmd-train training.global_batch 100000",
          [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
           "--parallel.dp_shard=1", "--training.global_batch=100000"], prlimit=cap).run().expect(
-        code=1, says=r"training.global_batch 100000 \(100000 rows per rank per micro-batch\) "
-                     r"needs about [0-9.]+ GiB, but only", within_s=15)
+        code=1, says=r"the job needs [0-9.]+ [GT]iB per rank on 1 rank \(rank 0: .*activations "
+                     r"[0-9.]+ [GT]iB.*\); the limit is [0-9.]+ [GM]iB", within_s=15)
     Case("spmd-train eval_every with no held-out batch",
          [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
           "--parallel.dp_shard=1", "--data.eval_fraction=0.0001", "--metrics.eval_every=1",
