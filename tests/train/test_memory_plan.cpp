@@ -39,8 +39,12 @@ uint64_t storage_bytes(const std::vector<Tensor>& tensors) {
 // One step of `c` on this rank, then the plan's terms against its tensors.
 void check_terms(const TrainConfig& c, dist::ProcessGroup& world, const std::string& name) {
   dist::DeviceMesh mesh = build_mesh(dist::testing::borrow(world), c.parallel);
-  auto model = std::make_shared<nn::Transformer>(transformer_config(c.model), c.training.seed);
-  Parallelized par = parallelize(model, mesh, c);
+  std::shared_ptr<nn::Transformer> model;
+  {
+    DefaultDeviceGuard meta(Device::meta());  // as spmd-train builds it
+    model = std::make_shared<nn::Transformer>(transformer_config(c.model), c.training.seed);
+  }
+  Parallelized par = parallelize(model, mesh, c, Device::cpu());
   Generator gen(7);
   const int64_t rows = c.training.global_batch / par.dp_size();
   const Shape shape{rows, c.model.seq_len};
