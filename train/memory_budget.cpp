@@ -1,7 +1,10 @@
 // The other half of memory_plan.h: the budget a rank must fit, the table
 // spmd-train prints, and the refusal with a layout that would fit.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 #include "parallel/comm/object_collectives.h"
 #include "parallel/pipeline/stage.h"
@@ -16,8 +19,34 @@ namespace {
 
 constexpr uint64_t kGiB = uint64_t(1) << 30;
 
-std::string shared_by(int64_t ranks) {
-  return ranks > 1 ? str_cat(", shared by the node's ", ranks, " ranks") : "";
+std::string shared_by(int64_t ranks, const char* place) {
+  return ranks > 1 ? str_cat(", shared by the ", place, "'s ", ranks, " ranks") : "";
+}
+
+// Where this rank runs: its machine (hostname and boot id, as the host
+// backend tells machines apart) and, after a '|', its cgroup's limit file.
+std::string place_of_rank(const MemoryLimits& limits) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return str_cat(host, "/", boot, "|", limits.cgroup ? limits.cgroup->file : "");
+}
+
+// How many ranks of the world share this one's machine and its cgroup.
+// Collective over `world`.
+Sharing sharing_of(dist::ProcessGroup& world, const MemoryLimits& limits) {
+  if (world.size() == 1) return {};
+  const std::string mine = place_of_rank(limits);
+  const std::string node = mine.substr(0, mine.find('|'));
+  Sharing sharing{0, 0};
+  for (const auto& bytes :
+       dist::all_gather_bytes(world, std::vector<uint8_t>(mine.begin(), mine.end()))) {
+    const std::string theirs(bytes.begin(), bytes.end());
+    sharing.node += theirs.substr(0, theirs.find('|')) == node;
+    sharing.cgroup += theirs == mine;
+  }
+  return sharing;
 }
 
 // The plan's terms as the table and the message name them.
@@ -78,19 +107,20 @@ std::optional<TrainConfig> with_layout(const TrainConfig& config, int64_t world,
 }  // namespace
 
 std::vector<BudgetTerm> budget_terms(const TrainConfig& config, const MemoryLimits& limits,
-                                     int64_t local_ranks, std::optional<uint64_t> device_free) {
+                                     Sharing sharing, std::optional<uint64_t> device_free) {
   std::vector<BudgetTerm> out;
-  const uint64_t n = uint64_t(std::max<int64_t>(local_ranks, 1));
+  const uint64_t n = uint64_t(std::max<int64_t>(sharing.node, 1));
+  const uint64_t in_cgroup = uint64_t(std::max<int64_t>(sharing.cgroup, 1));
   if (config.training.device == "cpu") {
     if (limits.cgroup)
-      out.push_back({limits.cgroup->left() / n,
+      out.push_back({limits.cgroup->left() / in_cgroup,
                      str_cat("the cgroup limit of ", format_bytes(limits.cgroup->limit), " in ",
                              limits.cgroup->file, ", less ", format_bytes(limits.cgroup->usage),
-                             " in use", shared_by(local_ranks))});
+                             " in use", shared_by(sharing.cgroup, "cgroup"))});
     if (limits.mem_available != kNoMemoryLimit)
-      out.push_back(
-          {limits.mem_available / n, str_cat("MemAvailable of ", format_bytes(limits.mem_available),
-                                             " in /proc/meminfo", shared_by(local_ranks))});
+      out.push_back({limits.mem_available / n,
+                     str_cat("MemAvailable of ", format_bytes(limits.mem_available),
+                             " in /proc/meminfo", shared_by(sharing.node, "node"))});
     if (limits.address_space_left != kNoMemoryLimit)
       out.push_back({limits.address_space_left,
                      str_cat("RLIMIT_AS (ulimit -v) of ", format_bytes(limits.address_space_cap),
@@ -195,7 +225,7 @@ void check_plan_fits(const TrainConfig& config, int world_size, const MemoryPlan
 MemoryPlan check_memory_plan(const TrainConfig& config, dist::ProcessGroup& world) {
   const int n = world.size();
   const MemoryPlan plan = plan_memory(config, world.rank());
-  const int64_t local_ranks = n == 1 ? 1 : launch_env_from_environment().local_world_size;
+  const MemoryLimits limits = memory_limits();
   // On a GPU, its free memory (the rank's own: GPU LOCAL_RANK).
   std::optional<uint64_t> device_free;
   if (config.training.device == "cuda" && cuda::is_available()) {
@@ -203,7 +233,7 @@ MemoryPlan check_memory_plan(const TrainConfig& config, dist::ProcessGroup& worl
     if (local < cuda::device_count()) device_free = cuda::mem_get_info(local).free;
   }
   const std::vector<BudgetTerm> budget =
-      budget_terms(config, memory_limits(), local_ranks, device_free);
+      budget_terms(config, limits, sharing_of(world, limits), device_free);
   if (world.rank() == 0) {
     const MemoryPlan largest = largest_plan(config, n);
     std::vector<MemoryPlan> plans = {plan};

@@ -74,15 +74,21 @@ struct BudgetTerm {
   std::string source;  // "the cgroup limit of 4.0 GiB in .../memory.max, less its usage, / 2 ranks"
 };
 
+// How many ranks share each limit with this one: the ranks on its machine
+// (MemAvailable) and the ranks in its cgroup (its limit), which are the
+// same when a launcher starts a node's ranks in one cgroup (spmdrun,
+// torchrun, srun) and fewer when each rank has a cgroup of its own.
+struct Sharing {
+  int64_t node = 1, cgroup = 1;
+};
+
 // The limits on one rank's memory: on the CPU, the cgroup's and the
-// machine's MemAvailable, each shared by `local_ranks` (the ranks of this
-// node, which are taken to share one cgroup, as spmdrun, torchrun and srun
-// start them), the address space (RLIMIT_AS) of the process;
-// training.memory_limit_gb in either case; the GPU's free memory, given by
-// the caller, when training on one (nullopt: not known). The smallest is
-// the budget.
+// machine's MemAvailable, each shared as `sharing` says, the address space
+// (RLIMIT_AS) of the process; training.memory_limit_gb in either case; the
+// GPU's free memory, given by the caller, when training on one (nullopt:
+// not known). The smallest is the budget.
 std::vector<BudgetTerm> budget_terms(const TrainConfig& config, const MemoryLimits& limits,
-                                     int64_t local_ranks,
+                                     Sharing sharing,
                                      std::optional<uint64_t> device_free = std::nullopt);
 BudgetTerm smallest(const std::vector<BudgetTerm>& terms);
 
@@ -107,9 +113,9 @@ void check_plan_fits(const TrainConfig& config, int world_size, const MemoryPlan
                      const std::vector<BudgetTerm>& budget);
 
 // What spmd-train does before it builds anything: each rank plans its own
-// memory and finds its budget (this machine's limits; LOCAL_WORLD_SIZE ranks
-// on the node); rank 0 prints the table (its plan and the largest rank's);
-// then, if any rank does not fit, every rank throws OutOfMemoryError with
+// memory and finds its budget (this machine's limits, shared with the ranks
+// on its machine and in its cgroup, counted over the world); rank 0 prints the table (its plan and
+// the largest rank's); then, if any rank does not fit, every rank throws OutOfMemoryError with
 // check_plan_fits()'s message of the first such rank ("rank 3: ..." on the
 // others).
 // Collective over `world`. Returns this rank's plan.

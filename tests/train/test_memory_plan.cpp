@@ -224,17 +224,21 @@ TEST_CASE("memory budget: the node's memory and its cgroup are shared by its ran
   MemoryLimits limits;
   limits.mem_available = uint64_t(21.8 * double(1ull << 30));  // the issue's machine
   // 2 ranks of 12.4 GiB each passed against the whole machine: now each has half.
-  const BudgetTerm node = smallest(budget_terms(c, limits, 2));
+  const BudgetTerm node = smallest(budget_terms(c, limits, {2, 2}));
   CHECK(node.bytes == limits.mem_available / 2);
   CHECK_THAT(node.source,
              Catch::Contains("MemAvailable") && Catch::Contains("shared by the node's 2 ranks"));
   limits.cgroup = CgroupMemoryLimit{4ull << 30, 1ull << 30, "/sys/fs/cgroup/job/memory.max"};
-  const BudgetTerm cgroup = smallest(budget_terms(c, limits, 2));
+  const BudgetTerm cgroup = smallest(budget_terms(c, limits, {2, 2}));
   CHECK(cgroup.bytes == (3ull << 30) / 2);
-  CHECK_THAT(cgroup.source, Catch::Contains("/sys/fs/cgroup/job/memory.max"));
+  CHECK_THAT(cgroup.source, Catch::Contains("/sys/fs/cgroup/job/memory.max") &&
+                                Catch::Contains("shared by the cgroup's 2 ranks"));
+  // A cgroup of its own: the rank has all of what its limit leaves.
+  const BudgetTerm alone = smallest(budget_terms(c, limits, {2, 1}));
+  CHECK(alone.bytes == (3ull << 30));
   // training.memory_limit_gb is per rank, shared with no one.
   const TrainConfig limited = base(1, {"training.memory_limit_gb=0.5"});
-  const BudgetTerm own = smallest(budget_terms(limited, limits, 2));
+  const BudgetTerm own = smallest(budget_terms(limited, limits, {2, 2}));
   CHECK(own.bytes == (1ull << 29));
   CHECK(own.source == "training.memory_limit_gb = 0.5");
 }
