@@ -158,6 +158,7 @@ void check_training(const TrainConfig& t, const Checker& c) {
             toml_string(r.selective_ac_option));
   c.one_of("training.device", r.device, {"cpu", "cuda"});
   c.one_of("training.mixed_precision", r.mixed_precision, {"f32", "bf16"});
+  c.at_least("training.skip_nonfinite_steps", r.skip_nonfinite_steps, 0);
   c.finite_at_least("training.memory_limit_gb", r.memory_limit_gb, 0);
 
   c.at_least("schedule.warmup_steps", t.schedule.warmup_steps, 0);

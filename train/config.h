@@ -101,6 +101,9 @@ struct TrainingConfig {
   // gathered parameters; f32 master weights, optimizer state and gradient
   // reductions (FSDP2's MixedPrecisionPolicy; docs/memory.md).
   std::string mixed_precision = "f32";
+  // Steps whose gradient norm is not finite that a run skips (without an
+  // update, with a warning) before it stops; 0: the first one stops it.
+  int64_t skip_nonfinite_steps = 0;
   // "cpu", or "cuda": each rank on GPU LOCAL_RANK (spmdrun sets it), the
   // NCCL backend unless parallel.backend says otherwise.
   std::string device = "cpu";

@@ -62,6 +62,7 @@ void for_each_field(F&& f, C&... c) {
   f("training", "selective_ac_option", c.training.selective_ac_option...);
   f("training", "device", c.training.device...);
   f("training", "mixed_precision", c.training.mixed_precision...);
+  f("training", "skip_nonfinite_steps", c.training.skip_nonfinite_steps...);
   f("training", "memory_limit_gb", c.training.memory_limit_gb...);
   f("parallel", "dp_replicate", c.parallel.dp_replicate...);
   f("parallel", "dp_shard", c.parallel.dp_shard...);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "autograd/autograd.h"
@@ -100,6 +101,55 @@ int64_t resume(const CheckpointConfig& ck, Parallelized& par, dist::DataLoader& 
   return state->step;
 }
 
+// The first parameter of this rank, or else the first gradient, holding a
+// value that is not finite: "the gradient of layers.0.mlp.w1.weight
+// (element 17 is nan)"; empty when all are finite. Read on the host: only
+// a step that already went wrong pays for it.
+std::string first_nonfinite(const NamedTensors& params) {
+  for (const bool grads : {false, true}) {
+    for (const auto& [name, p] : params) {
+      const Tensor t = grads ? p.grad() : p;
+      if (!t.defined() || t.device().is_meta()) continue;
+      const std::vector<float> v = ops::to_vector<float>(t);
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v[i]))
+          return str_cat(grads ? "the gradient of " : "the parameter ", name, " (element ", i,
+                         " is ", v[i], ")");
+    }
+  }
+  return "";
+}
+
+// A step whose gradient norm is not finite (a loss gone to inf or NaN, a
+// bad parameter, an lr too large) must not update the model. The norm is
+// reduced over every rank, so they all take this branch together: the
+// step is skipped with a warning while training.skip_nonfinite_steps
+// allows (llm.c's and Megatron's habit), else every rank stops, naming the
+// step, its first non-finite tensor and the checkpoint that stays the last.
+void on_nonfinite(int64_t step, double norm, int64_t skipped, const TrainConfig& config,
+                  const Parallelized& par, int64_t last_saved, int rank) {
+  const std::string what = first_nonfinite(par.named_parameters());
+  const std::string where = str_cat("step ", step, ": the gradient norm is ", norm, " (rank ", rank,
+                                    what.empty() ? ": every tensor of its own is finite" : ": ",
+                                    what, ")");
+  if (skipped <= config.training.skip_nonfinite_steps) {
+    if (rank == 0)
+      std::printf("warning: %s; the step is skipped (%lld of training.skip_nonfinite_steps = "
+                  "%lld)\n",
+                  where.c_str(), (long long)skipped,
+                  (long long)config.training.skip_nonfinite_steps);
+    return;
+  }
+  const std::string& folder = config.checkpoint.folder;
+  SPMD_THROW(Error, where, "; the run stops before the optimizer step",
+             folder.empty() ? std::string()
+                            : last_saved > 0 ? str_cat(", and the checkpoint of step ", last_saved,
+                                                       " in ", folder, " stays the last")
+                                             : str_cat(", with no checkpoint in ", folder),
+             " (training.skip_nonfinite_steps = ", config.training.skip_nonfinite_steps,
+             " lets a run skip that many such steps)");
+}
+
 // Whether step (from 0) ends a period of `every` steps (0: never).
 bool ends_period(int64_t step, int64_t every) { return every > 0 && (step + 1) % every == 0; }
 
@@ -154,6 +204,7 @@ TrainResult run_training(const TrainConfig& config,
   MetricsLog log(config, par.model().config, device, world->rank(), world->size(),
                  result.first_step > 0);
   const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
+  int64_t nonfinite = 0, last_saved = result.first_step;
   for (int64_t step = result.first_step; step < last; ++step) {
     log.begin_step(par.comm_groups());
     manual_seed(t.seed * 1000003 + uint64_t(step));  // dropout: the same masks after a resume
@@ -165,15 +216,21 @@ TrainResult run_training(const TrainConfig& config,
     TraceSpan optimizer_span("optimizer step");  // the gradient norm, clipping, AdamW
     const double grad_norm = par.clip_grad_norm(t.grad_clip);
     const double lr = schedule_lr(config, step);
-    par.optimizer_step(lr);
+    if (std::isfinite(grad_norm)) {
+      par.optimizer_step(lr);
+    } else {
+      on_nonfinite(step, grad_norm, ++nonfinite, config, par, last_saved, world->rank());
+    }
     optimizer_span.end();
 
     const double loss = par.batch_loss(rank_loss);
     result.losses.push_back(loss);
     StepMetrics m = log.end_step(step, loss, grad_norm, lr, par.comm_groups());
     if (ends_period(step, config.metrics.eval_every)) m.val_loss = par.val_loss(dataset, T, device);
-    if (!ck.folder.empty() && (ends_period(step, ck.interval) || step + 1 == t.steps))
+    if (!ck.folder.empty() && (ends_period(step, ck.interval) || step + 1 == t.steps)) {
       save(ck, step, lr, par, loader, *world, m);
+      last_saved = step + 1;
+    }
     log.write(m);
   }
   const uint64_t peak = device.is_cuda() ? cuda::max_memory_allocated(device.index)

@@ -258,3 +258,41 @@ TEST_CASE("a run saved with experts split resumes split or whole", "[train][chec
                     {1, {}, 1e-5, "ep 2 -> one process"},
                 });
 }
+
+TEST_CASE("a non-finite gradient norm stops the run before the update, naming the step and tensor",
+          "[train][nonfinite]") {
+  // lr 1e30: the first update throws the parameters to ~1e30, and the next
+  // forward's logits overflow: its loss, gradients and norm are not finite.
+  const std::string folder = "/tmp/spmd_test_nonfinite_" + std::to_string(::getpid());
+  fs::remove_all(folder);
+  const std::vector<std::string> blow_up = {"optimizer.lr=1e30", "schedule.warmup_steps=0",
+                                            "checkpoint.folder=\"" + folder + "\"",
+                                            "checkpoint.interval=1"};
+  const train::TrainConfig c = base(4, blow_up);
+  try {
+    run_single(c);
+    FAIL("a run whose gradients are not finite went on");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK_THAT(what, Catch::Contains("the gradient norm is") &&
+                         Catch::Contains("the run stops before the optimizer step") &&
+                         Catch::Contains("training.skip_nonfinite_steps"));
+    CHECK_THAT(what, Catch::Contains("step 1:") || Catch::Contains("step 2:"));
+    CHECK_THAT(what, Catch::Contains("the gradient of ") || Catch::Contains("the parameter "));
+    CHECK_THAT(what, Catch::Contains("stays the last"));
+  }
+  // The checkpoint it left holds finite values only (no step that went bad was saved).
+  for (const auto& [name, t] : whole_parameters(c, folder))
+    for (const float v : ops::to_vector<float>(t)) REQUIRE(std::isfinite(v));
+  fs::remove_all(folder);
+
+  // With training.skip_nonfinite_steps the bad steps are skipped, never applied.
+  std::vector<std::string> skipping = {"optimizer.lr=1e30", "schedule.warmup_steps=0",
+                                       "training.skip_nonfinite_steps=3"};
+  const std::vector<double> losses = run_single(base(4, skipping));
+  CHECK(losses.size() == 4);
+  CHECK(std::isfinite(losses[0]));
+  skipping.back() = "training.skip_nonfinite_steps=1";
+  CHECK_THROWS_WITH(run_single(base(4, skipping)), Catch::Contains("the run stops"));
+}
