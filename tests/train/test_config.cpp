@@ -342,6 +342,8 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
   CHECK(load_error("", {"schedule.decay=cos"}) ==
         "override --schedule.decay=cos: schedule.decay must be one of \"cosine\", \"linear\", "
         "\"constant\", got \"cos\"");
+  CHECK_THAT(load_error("", {"training.skip_nonfinite_steps=-1"}),
+             Catch::Contains("training.skip_nonfinite_steps must be") && Catch::Contains("-1"));
   CHECK(load_error("", {"training.mixed_precision=fp16"}) ==
         "override --training.mixed_precision=fp16: training.mixed_precision must be one of "
         "\"f32\", \"bf16\", got \"fp16\"");
