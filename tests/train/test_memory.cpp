@@ -231,3 +231,25 @@ TEST_CASE("bf16 under DDP, TP, PP and CP trains as one process under the same au
         std::chrono::seconds(90));
   }
 }
+
+TEST_CASE("a unit sharded on the meta device and never materialized refuses its forward",
+          "[train][meta][fsdp]") {
+  const train::TrainConfig c = small("", {"parallel.dp_shard=2"});
+  run_world(2, [&](dist::ProcessGroup& w) {
+    dist::DeviceMesh mesh(borrow(w), {2}, {"dp_shard"});
+    const auto model = meta_model(c);
+    dist::FsdpOptions o;
+    o.shard_axis = "dp_shard";
+    for (size_t i = 0; i < model->layers->size(); ++i)
+      dist::fully_shard(model->layers->at(i), mesh, o);
+    dist::fully_shard(model, mesh, o);
+    const Tensor x = ops::zeros({1, c.model.seq_len}, {DType::kI64});
+    try {
+      (*model)(x);
+      expect(false, "a forward over meta shards ran");
+    } catch (const Error& e) {
+      expect(std::string(e.what()).find("still on the meta device") != std::string::npos,
+             "the message '", e.what(), "' does not say the shards are on meta");
+    }
+  });
+}
