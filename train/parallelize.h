@@ -5,8 +5,8 @@
 //   pipeline split on "pp"  ->  tensor (and sequence) parallel on "tp"
 //   ->  context parallel on "cp"  ->  expert parallel on "ep"
 //   ->  activation checkpointing  ->  FSDP on "dp_shard" (HSDP with
-//   "dp_replicate")  ->  materialize  ->  or DDP on "dp_replicate"
-//   ->  the pipeline's schedule
+//   "dp_replicate")  ->  materialize  ->  without FSDP, DDP on
+//   "dp_replicate"  ->  the pipeline's schedule
 //
 // The model comes built on the meta device (shapes, no bytes): every step
 // up to FSDP decides placements only, then each rank gives bytes to the
