@@ -61,32 +61,65 @@ std::vector<unsigned char> read_file(const std::string& path) {
   return bytes;
 }
 
-// One header entry as a tensor over `data` (the bytes after the header).
-Tensor parse_entry(const std::string& name, const json& entry, const unsigned char* data,
-                   uint64_t data_size, const std::string& path) {
+// One header entry: its dtype, shape and data offset, checked to lie within
+// the `data_size` bytes after the header.
+SafetensorsEntry parse_entry(const std::string& name, const json& entry, uint64_t data_size,
+                             const std::string& path) {
   const std::string where = "load_safetensors: " + path + ": tensor '" + name + "'";
   SPMD_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
                  entry.contains("data_offsets"),
              where, " needs dtype, shape and data_offsets");
-  const DType dtype = parse_format_dtype(entry.at("dtype").get<std::string>(), path);
-  Shape shape;
+  SafetensorsEntry e;
+  e.dtype = parse_format_dtype(entry.at("dtype").get<std::string>(), path);
   for (const json& d : entry.at("shape")) {
     SPMD_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, where, ": bad shape ",
                entry.at("shape").dump());
-    shape.push_back(d.get<int64_t>());
+    e.shape.push_back(d.get<int64_t>());
   }
   const json& range = entry.at("data_offsets");
   SPMD_CHECK(range.is_array() && range.size() == 2 && range[0].is_number_unsigned() &&
                  range[1].is_number_unsigned(),
              where, ": bad data_offsets ", range.dump());
   const uint64_t begin = range[0].get<uint64_t>(), end = range[1].get<uint64_t>();
-  const uint64_t nbytes = uint64_t(shape.numel()) * element_size(dtype);
+  const uint64_t nbytes = uint64_t(e.shape.numel()) * element_size(e.dtype);
   SPMD_CHECK(begin <= end && end <= data_size && end - begin == nbytes, where, ": data_offsets [",
-             begin, ", ", end, ") do not hold ", nbytes, " bytes of ", shape, " ",
-             dtype_name(dtype), " within ", data_size, " bytes of data");
-  Tensor t = ops::empty(shape, {dtype, Device::cpu()});
-  if (nbytes) std::memcpy(t.raw_data(), data + begin, nbytes);
-  return t;
+             begin, ", ", end, ") do not hold ", nbytes, " bytes of ", e.shape, " ",
+             dtype_name(e.dtype), " within ", data_size, " bytes of data");
+  e.offset = begin;  // from the data's start until the caller adds the header's length
+  return e;
+}
+
+// The header's n bytes of JSON, of a file of `size` bytes: every entry
+// checked to lie within the file, its offset counted from the file's start.
+SafetensorsIndex parse_header(const std::string& path, const unsigned char* header_json, uint64_t n,
+                              uint64_t size) {
+  json header;
+  try {
+    header = json::parse(header_json, header_json + n);
+  } catch (const json::exception& e) {
+    SPMD_THROW(InvalidArgument, "load_safetensors: ", path, ": the header is not JSON (", e.what(),
+               ")");
+  }
+  SPMD_CHECK(header.is_object(), "load_safetensors: ", path, ": the header is not a JSON object");
+  SafetensorsIndex index;
+  try {
+    for (const auto& [name, entry] : header.items()) {
+      if (name != "__metadata__") {
+        SafetensorsEntry e = parse_entry(name, entry, size - 8 - n, path);
+        e.offset += 8 + n;
+        index.entries[name] = std::move(e);
+        continue;
+      }
+      for (const auto& [key, value] : entry.items()) {
+        SPMD_CHECK(value.is_string(), "load_safetensors: ", path, ": metadata '", key,
+                   "' is not a string");
+        index.metadata[key] = value.get<std::string>();
+      }
+    }
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    SPMD_THROW(InvalidArgument, "load_safetensors: ", path, ": malformed header (", e.what(), ")");
+  }
+  return index;
 }
 
 }  // namespace
@@ -128,33 +161,50 @@ SafetensorsFile load_safetensors(const std::string& path) {
   const uint64_t n = read_u64_le(bytes.data());
   SPMD_CHECK(n <= bytes.size() - 8, "load_safetensors: ", path, ": header length ", n,
              " runs past the end of the file (", bytes.size(), " bytes)");
-  json header;
-  try {
-    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + std::ptrdiff_t(n));
-  } catch (const json::exception& e) {
-    SPMD_THROW(InvalidArgument, "load_safetensors: ", path, ": the header is not JSON (", e.what(),
-               ")");
-  }
-  SPMD_CHECK(header.is_object(), "load_safetensors: ", path, ": the header is not a JSON object");
+  SafetensorsIndex index = parse_header(path, bytes.data() + 8, n, bytes.size());
   SafetensorsFile file;
-  const unsigned char* data = bytes.data() + 8 + n;
-  const uint64_t data_size = bytes.size() - 8 - n;
-  try {
-    for (const auto& [name, entry] : header.items()) {
-      if (name != "__metadata__") {
-        file.tensors[name] = parse_entry(name, entry, data, data_size, path);
-        continue;
-      }
-      for (const auto& [key, value] : entry.items()) {
-        SPMD_CHECK(value.is_string(), "load_safetensors: ", path, ": metadata '", key,
-                   "' is not a string");
-        file.metadata[key] = value.get<std::string>();
-      }
-    }
-  } catch (const json::exception& e) {  // a field of the wrong JSON type
-    SPMD_THROW(InvalidArgument, "load_safetensors: ", path, ": malformed header (", e.what(), ")");
+  for (const auto& [name, e] : index.entries) {
+    Tensor t = ops::empty(e.shape, {e.dtype, Device::cpu()});
+    if (t.nbytes()) std::memcpy(t.raw_data(), bytes.data() + e.offset, t.nbytes());
+    file.tensors[name] = t;
   }
+  file.metadata = std::move(index.metadata);
   return file;
+}
+
+SafetensorsIndex read_safetensors_index(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  SPMD_CHECK(in.good(), "load_safetensors: cannot open ", path);
+  const uint64_t size = uint64_t(in.tellg());
+  SPMD_CHECK(size >= 8, "load_safetensors: ", path, " is ", size, " bytes, too short for a header");
+  unsigned char length[8];
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(length), 8);
+  const uint64_t n = read_u64_le(length);
+  SPMD_CHECK(in.good() && n <= size - 8, "load_safetensors: ", path, ": header length ", n,
+             " runs past the end of the file (", size, " bytes)");
+  std::vector<unsigned char> header(n);
+  in.read(reinterpret_cast<char*>(header.data()), std::streamsize(n));
+  SPMD_CHECK(in.good(), "load_safetensors: cannot read the header of ", path);
+  return parse_header(path, header.data(), n, size);
+}
+
+Tensor read_safetensors_rows(const std::string& path, const SafetensorsEntry& entry, int64_t begin,
+                             int64_t end) {
+  Shape shape = entry.shape;
+  const int64_t rows = shape.ndim() == 0 ? 1 : shape[0];
+  SPMD_CHECK(0 <= begin && begin <= end && end <= rows, "read_safetensors_rows: rows [", begin,
+             ", ", end, ") of ", path, "'s ", entry.shape, " tensor");
+  if (shape.ndim() > 0) shape[0] = end - begin;
+  Tensor t = ops::empty(shape, {entry.dtype, Device::cpu()});
+  const uint64_t row_bytes =
+      rows > 0 ? uint64_t(entry.shape.numel() / rows) * element_size(entry.dtype) : 0;
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(std::streamoff(entry.offset + uint64_t(begin) * row_bytes));
+  in.read(static_cast<char*>(t.raw_data()), std::streamsize(t.nbytes()));
+  SPMD_CHECK(in.good() || t.nbytes() == 0, "load_safetensors: cannot read rows [", begin, ", ", end,
+             ") of a tensor of ", path, " (the file is shorter than its header says)");
+  return t;
 }
 
 }  // namespace spmd

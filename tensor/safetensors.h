@@ -31,4 +31,25 @@ struct SafetensorsFile {
 // Reads a file; throws naming the file and what is malformed.
 SafetensorsFile load_safetensors(const std::string& path);
 
+// A file's header alone: each tensor's dtype, shape and where its bytes
+// lie, so that a reader takes only what it needs (a rank resuming its
+// shards from a checkpoint another layout wrote reads its rows, not the
+// files whole).
+struct SafetensorsEntry {
+  DType dtype = DType::kF32;
+  Shape shape;
+  uint64_t offset = 0;  // of its first byte, from the start of the file
+};
+struct SafetensorsIndex {
+  std::map<std::string, SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+// Reads and checks the header (every entry within the file); throws naming
+// the file and what is malformed.
+SafetensorsIndex read_safetensors_index(const std::string& path);
+// Rows [begin, end) of dim 0 of a tensor of `path` (all of a 0-d one),
+// read alone, as a CPU tensor. REQUIRES: entry from read_safetensors_index(path).
+Tensor read_safetensors_rows(const std::string& path, const SafetensorsEntry& entry, int64_t begin,
+                             int64_t end);
+
 }  // namespace spmd

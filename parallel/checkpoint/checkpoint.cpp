@@ -217,34 +217,38 @@ void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& 
 
 namespace {
 
-// The shard files of one checkpoint, each read once, when a block first
-// needs it.
+// The shard files of one checkpoint: each file's header read once, when a
+// block first needs it, and of a block only the rows a piece needs, so a
+// rank holds its own slices and not the files (a model saved whole,
+// resumed over 8 ranks, is not read whole by each).
 class ShardFiles {
  public:
   explicit ShardFiles(std::string dir) : dir_(std::move(dir)) {}
 
-  // The values of block `b` of tensor `name`, checked against the index.
-  const Tensor& block(const std::string& name, const SavedTensor& saved, const SavedBlock& b) {
+  // Rows [begin, end) (of dim 0) of block `b` of tensor `name`, checked
+  // against the index.
+  Tensor rows(const std::string& name, const SavedTensor& saved, const SavedBlock& b, int64_t begin,
+              int64_t end) {
     const std::string path = (fs::path(dir_) / b.file).string();
     auto file = files_.find(b.file);
     if (file == files_.end()) {
       SPMD_CHECK(fs::exists(path), "load_sharded: '", name, "' needs ", b.file,
                  ", which is missing from ", dir_);
-      file = files_.emplace(b.file, load_safetensors(path)).first;
+      file = files_.emplace(b.file, read_safetensors_index(path)).first;
     }
-    const auto it = file->second.tensors.find(b.key);
-    SPMD_CHECK(it != file->second.tensors.end(), "load_sharded: ", path, " holds no tensor '",
+    const auto it = file->second.entries.find(b.key);
+    SPMD_CHECK(it != file->second.entries.end(), "load_sharded: ", path, " holds no tensor '",
                b.key, "' (a block of '", name, "')");
-    SPMD_CHECK(it->second.shape() == b.box.size && it->second.dtype() == saved.dtype,
-               "load_sharded: ", path, ": '", b.key, "' is ", it->second.shape(), " ",
-               dtype_name(it->second.dtype()), " but the index says ", b.box.size, " ",
+    SPMD_CHECK(it->second.shape == b.box.size && it->second.dtype == saved.dtype,
+               "load_sharded: ", path, ": '", b.key, "' is ", it->second.shape, " ",
+               dtype_name(it->second.dtype), " but the index says ", b.box.size, " ",
                dtype_name(saved.dtype));
-    return it->second;
+    return read_safetensors_rows(path, it->second, begin, end);
   }
 
  private:
   std::string dir_;
-  std::map<std::string, SafetensorsFile> files_;  // by file name
+  std::map<std::string, SafetensorsIndex> files_;  // by file name
 };
 
 // Fills each of t's blocks from the saved blocks that overlap it.
@@ -268,7 +272,11 @@ void load_tensor(const std::string& name, const Tensor& t, const SavedTensor& sa
         in_mine[d] = mine.local_offset[d] + common->offset[d] - mine.global_offset[d];
         in_saved[d] = common->offset[d] - b.box.offset[d];
       }
-      const Tensor& src = files.block(name, saved, b);
+      // The rows of the saved block that overlap, read alone.
+      const int64_t row = whole.ndim() > 0 ? in_saved[0] : 0;
+      const int64_t rows = whole.ndim() > 0 ? common->size[0] : 1;
+      const Tensor src = files.rows(name, saved, b, row, row + rows);
+      if (whole.ndim() > 0) in_saved[0] = 0;
       ops::copy_(box_view(t, Shape(in_mine), common->size),
                  box_view(src, Shape(in_saved), common->size));
       filled += common->size.numel();

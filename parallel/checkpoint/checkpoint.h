@@ -14,8 +14,9 @@
 //
 // Not here: the train state (step, schedule, RNG), optimizer state as such
 // (pass its tensors in `state` under their own names) and a `latest`
-// pointer: the trainer writes those. Files are not fsync'ed, and loading
-// reads each needed shard file whole (no partial reads, no mmap).
+// pointer: the trainer writes those. Files are not fsync'ed. Loading reads
+// each needed file's header, then only the rows of the saved blocks that
+// overlap the rank's pieces.
 #pragma once
 
 #include <string>
