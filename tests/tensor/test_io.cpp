@@ -181,3 +181,26 @@ TEST_CASE("malformed safetensors files throw naming the file and the fault", "[s
                     Catch::Contains("'__metadata__' cannot name a tensor"));
   fs::remove_all(path.parent_path());
 }
+
+TEST_CASE("a safetensors file's rows are read alone, from its header's offsets", "[safetensors]") {
+  const std::string path = "/tmp/spmd_test_rows_" + std::to_string(::getpid()) + ".safetensors";
+  const Tensor a = ops::arange(0, 60, 1, {DType::kF32});
+  const Tensor m = ops::reshape(a, {5, 3, 4});
+  const Tensor s = ops::scalar_tensor(7.5);
+  save_safetensors(path, {{"m", m}, {"s", s}, {"b", ops::ones({2}, {DType::kBF16})}});
+  const SafetensorsIndex index = read_safetensors_index(path);
+  REQUIRE(index.entries.size() == 3);
+  CHECK(index.entries.at("m").shape == Shape{5, 3, 4});
+  CHECK(index.entries.at("b").dtype == DType::kBF16);
+  const Tensor rows = read_safetensors_rows(path, index.entries.at("m"), 1, 3);
+  CHECK(rows.shape() == Shape{2, 3, 4});
+  CHECK(ops::to_vector<float>(rows) == ops::to_vector<float>(ops::narrow(m, 0, 1, 2)));
+  CHECK(read_safetensors_rows(path, index.entries.at("m"), 4, 4).numel() == 0);
+  CHECK(read_safetensors_rows(path, index.entries.at("s"), 0, 1).item<double>() == 7.5);
+  CHECK_THROWS_WITH(read_safetensors_rows(path, index.entries.at("m"), 2, 6),
+                    Catch::Contains("rows [2, 6)"));
+  // A file cut short: the header still parses, its entries do not fit.
+  fs::resize_file(path, fs::file_size(path) - 8);
+  CHECK_THROWS_WITH(read_safetensors_index(path), Catch::Contains("do not hold"));
+  fs::remove(path);
+}
