@@ -149,6 +149,8 @@ void check_training(const TrainConfig& t, const Checker& c) {
             r.global_batch, " is not divisible by training.microbatches ", r.microbatches);
   c.finite_at_least("training.grad_clip", r.grad_clip, 0);
   c.at_least("training.threads", r.threads, 0);
+  c.require(r.threads <= 1024, {"training.threads"}, "training.threads = ", r.threads,
+            " is more than 1024 (threads per rank; 0 lets OpenMP choose one per core)");
   c.one_of("training.activation_checkpointing", r.activation_checkpointing,
            {"none", "full", "selective"});
   c.require(r.selective_ac_option == "op" || every_k(r.selective_ac_option) > 0,

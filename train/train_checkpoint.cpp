@@ -2,6 +2,7 @@
 // files rank 0 writes and renames into place.
 #include "train/train_checkpoint.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +103,28 @@ int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int ra
   return ec ? 0 : int64_t(size);
 }
 
+namespace {
+
+// A checkpoint's train_state.json, checked: every error names the file.
+TrainState read_train_state(const fs::path& path) {
+  TrainState state;
+  try {
+    const auto js = nlohmann::json::parse(read_file(path));
+    state = {js.at("step").get<int64_t>(), js.at("samples_consumed").get<int64_t>(),
+             js.at("lr").get<double>()};
+  } catch (const nlohmann::json::exception& e) {
+    SPMD_THROW(InvalidArgument, path.string(), " is not a train state (", e.what(),
+               "): it needs step, samples_consumed and lr");
+  }
+  SPMD_CHECK(state.step >= 0 && state.samples_consumed >= 0 && std::isfinite(state.lr),
+             path.string(), " holds step ", state.step, ", samples_consumed ",
+             state.samples_consumed, " and lr ", state.lr,
+             ": the counts must be at least 0 and lr finite");
+  return state;
+}
+
+}  // namespace
+
 std::optional<TrainState> load_latest_checkpoint(const std::string& folder,
                                                  const NamedTensors& params,
                                                  optim::Optimizer& optimizer,
@@ -111,9 +134,7 @@ std::optional<TrainState> load_latest_checkpoint(const std::string& folder,
   std::string name = read_file(latest);
   while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
   const fs::path dir = fs::path(folder) / name;
-  const auto js = nlohmann::json::parse(read_file(dir / "train_state.json"));
-  TrainState state{js.at("step").get<int64_t>(), js.at("samples_consumed").get<int64_t>(),
-                   js.at("lr").get<double>()};
+  const TrainState state = read_train_state(dir / "train_state.json");
 
   // Tensors to fill: the parameters, and moments shaped like them.
   NoGradGuard no_grad;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
@@ -68,10 +69,23 @@ data::TextDataset load_dataset(const TrainConfig& c, int64_t T) {
   return dataset;
 }
 
+// A folder the run will write into: absent (it will be made) or a
+// folder, never a file; refused naming the key.
+void check_folder(const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  SPMD_CHECK(!std::filesystem::exists(status) || std::filesystem::is_directory(status), key,
+             " = \"", path, "\" names a file, not a folder: the run writes a folder there");
+}
+
 // What every rank checks before it builds anything: the layout against the
-// world, the same config on every rank (every strategy assumes it), AdamW.
+// world, the folders it will write, the same config on every rank (every
+// strategy assumes it), AdamW.
 void check_run(const TrainConfig& config, dist::ProcessGroup& world) {
   check_layout(config, world.size());
+  check_folder("checkpoint.folder", config.checkpoint.folder);
+  check_folder("metrics.run_folder", config.metrics.run_folder);
   dist::check_same_text_on_every_rank(world, "the config", to_toml(config));
   SPMD_CHECK(config.optimizer.name == "adamw", "optimizer.name = \"", config.optimizer.name,
              "\": spmd-train steps with AdamW only");
@@ -129,23 +143,23 @@ std::string first_nonfinite(const NamedTensors& params) {
 void on_nonfinite(int64_t step, double norm, int64_t skipped, const TrainConfig& config,
                   const Parallelized& par, int64_t last_saved, int rank) {
   const std::string what = first_nonfinite(par.named_parameters());
-  const std::string where = str_cat("step ", step, ": the gradient norm is ", norm, " (rank ", rank,
-                                    what.empty() ? ": every tensor of its own is finite" : ": ",
-                                    what, ")");
+  const std::string where =
+      str_cat("step ", step, ": the gradient norm is ", norm, " (rank ", rank,
+              what.empty() ? ": every tensor of its own is finite" : ": ", what, ")");
   if (skipped <= config.training.skip_nonfinite_steps) {
     if (rank == 0)
-      std::printf("warning: %s; the step is skipped (%lld of training.skip_nonfinite_steps = "
-                  "%lld)\n",
-                  where.c_str(), (long long)skipped,
-                  (long long)config.training.skip_nonfinite_steps);
+      std::printf(
+          "warning: %s; the step is skipped (%lld of training.skip_nonfinite_steps = "
+          "%lld)\n",
+          where.c_str(), (long long)skipped, (long long)config.training.skip_nonfinite_steps);
     return;
   }
   const std::string& folder = config.checkpoint.folder;
   SPMD_THROW(Error, where, "; the run stops before the optimizer step",
-             folder.empty() ? std::string()
-                            : last_saved > 0 ? str_cat(", and the checkpoint of step ", last_saved,
-                                                       " in ", folder, " stays the last")
-                                             : str_cat(", with no checkpoint in ", folder),
+             folder.empty()   ? std::string()
+             : last_saved > 0 ? str_cat(", and the checkpoint of step ", last_saved, " in ", folder,
+                                        " stays the last")
+                              : str_cat(", with no checkpoint in ", folder),
              " (training.skip_nonfinite_steps = ", config.training.skip_nonfinite_steps,
              " lets a run skip that many such steps)");
 }

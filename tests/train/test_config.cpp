@@ -342,6 +342,9 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
   CHECK(load_error("", {"schedule.decay=cos"}) ==
         "override --schedule.decay=cos: schedule.decay must be one of \"cosine\", \"linear\", "
         "\"constant\", got \"cos\"");
+  CHECK(load_error("", {"training.threads=100000"}) ==
+        "override --training.threads=100000: training.threads = 100000 is more than 1024 "
+        "(threads per rank; 0 lets OpenMP choose one per core)");
   CHECK_THAT(load_error("", {"training.skip_nonfinite_steps=-1"}),
              Catch::Contains("training.skip_nonfinite_steps must be") && Catch::Contains("-1"));
   CHECK(load_error("", {"training.mixed_precision=fp16"}) ==

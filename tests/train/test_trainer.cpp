@@ -296,3 +296,30 @@ TEST_CASE("a non-finite gradient norm stops the run before the update, naming th
   skipping.back() = "training.skip_nonfinite_steps=1";
   CHECK_THROWS_WITH(run_single(base(4, skipping)), Catch::Contains("the run stops"));
 }
+
+TEST_CASE("spmd-train refuses at start a folder that is a file and a train state it cannot read",
+          "[train][errors]") {
+  const std::string file = "/tmp/spmd_test_not_a_folder_" + std::to_string(::getpid());
+  std::ofstream(file) << "x";
+  CHECK_THROWS_WITH(run_single(base(1, {"checkpoint.folder=\"" + file + "\""})),
+                    Catch::Contains("checkpoint.folder = \"" + file + "\" names a file"));
+  CHECK_THROWS_WITH(run_single(base(1, {"metrics.run_folder=\"" + file + "\""})),
+                    Catch::Contains("metrics.run_folder = \"" + file + "\" names a file"));
+  fs::remove(file);
+
+  // A checkpoint whose train_state.json is malformed, then one with a negative step.
+  const std::string folder = "/tmp/spmd_test_bad_state_" + std::to_string(::getpid());
+  fs::remove_all(folder);
+  const std::vector<std::string> o = {"checkpoint.folder=\"" + folder + "\""};
+  run_single(base(2, o));
+  std::ifstream in(folder + "/latest");
+  std::string step;
+  in >> step;
+  const std::string state = folder + "/" + step + "/train_state.json";
+  std::ofstream(state) << "{\"step\": ";
+  CHECK_THROWS_WITH(run_single(base(3, o)), Catch::Contains(state + " is not a train state"));
+  std::ofstream(state) << "{\"step\": -7, \"samples_consumed\": 16, \"lr\": 0.001}";
+  CHECK_THROWS_WITH(run_single(base(3, o)),
+                    Catch::Contains(state + " holds step -7") && Catch::Contains("at least 0"));
+  fs::remove_all(folder);
+}
