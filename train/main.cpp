@@ -55,6 +55,8 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--print-config") {
       a.print = true;
     } else if (arg == "--config" || arg.rfind("--config=", 0) == 0) {
+      SPMD_CHECK(a.config.empty(), "--config given twice (", a.config,
+                 " and another): give one file, and override its keys with --section.key=value");
       if (arg == "--config") {
         SPMD_CHECK(i + 1 < argc, "--config needs a file");
         a.config = argv[++i];

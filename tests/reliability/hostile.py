@@ -198,6 +198,10 @@ def group_files():
           "--parallel.dp_shard=1", "--training.global_batch=100000"], prlimit=cap).run().expect(
         code=1, says=r"the job needs [0-9.]+ [GT]iB per rank on 1 rank \(rank 0: .*activations "
                      r"[0-9.]+ [GT]iB.*\); the limit is [0-9.]+ [GM]iB", within_s=15)
+    Case("spmd-train --config twice",
+         [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
+          "--config", os.path.join(SOURCE, "configs", "ddp.toml")]).run().expect(
+        code=1, says=r"--config given twice \(.*default.toml and another\)", within_s=5)
     Case("spmd-train eval_every with no held-out batch",
          [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
           "--parallel.dp_shard=1", "--data.eval_fraction=0.0001", "--metrics.eval_every=1",
