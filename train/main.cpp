@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
       init.world_size = 1, init.rank = 0;
     }
     auto world = dist::init_process_group(init);
+    if (args.config.empty() && world->rank() == 0)
+      std::fprintf(stderr,
+                   "spmd-train: no --config: training the built-in defaults with the overrides "
+                   "given (--print-config shows them)\n");
     train::run_training(config, world);
     dist::destroy_process_group(world);
   } catch (const std::exception& e) {

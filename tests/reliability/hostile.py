@@ -202,6 +202,10 @@ def group_files():
          [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
           "--config", os.path.join(SOURCE, "configs", "ddp.toml")]).run().expect(
         code=1, says=r"--config given twice \(.*default.toml and another\)", within_s=5)
+    Case("spmd-train with no --config",
+         [train, "--training.steps=1", "--schedule.warmup_steps=1",
+          "--metrics.run_folder=" + os.path.join(tempfile.gettempdir(), "spmd_hostile_no_config")]
+         ).run().expect(code=0, says=r"no --config: training the built-in defaults", within_s=60)
     Case("spmd-train eval_every with no held-out batch",
          [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
           "--parallel.dp_shard=1", "--data.eval_fraction=0.0001", "--metrics.eval_every=1",
