@@ -62,6 +62,12 @@ data::TextDataset read_dataset(const TrainConfig& c) {
 // out when evals are asked for.
 data::TextDataset load_dataset(const TrainConfig& c, int64_t T) {
   data::TextDataset dataset = read_dataset(c);
+  const int64_t tokens = dataset.size(data::Split::kTrain), windows = (tokens - 1) / T;
+  SPMD_CHECK(windows >= c.training.global_batch, "data.path = \"",
+             c.data.path.empty() ? "(the embedded text)" : c.data.path, "\" leaves ", tokens,
+             " tokens to train on (data.eval_fraction = ", c.data.eval_fraction, " held out), ",
+             std::max<int64_t>(windows, 0), " windows of model.seq_len + 1 = ", T + 1,
+             " tokens: fewer than training.global_batch = ", c.training.global_batch);
   SPMD_CHECK(c.metrics.eval_every == 0 || !dataset.eval_batches(data::Split::kVal, 4, T, 1).empty(),
              "metrics.eval_every = ", c.metrics.eval_every, " asks for held-out evals, but ",
              "data.eval_fraction = ", c.data.eval_fraction, " holds out ",
@@ -205,12 +211,13 @@ TrainResult run_training(const TrainConfig& config,
   check_run(config, *world);
   const MemoryPlan plan = check_memory_plan(config, *world);  // before anything is built
 
-  // The layout, the model on it, the data dealt over its dp ranks.
+  // The data, checked before any work; the layout, the model on it, the
+  // data dealt over its dp ranks.
+  const int64_t T = config.model.seq_len;
+  const data::TextDataset dataset = load_dataset(config, T);
   dist::DeviceMesh mesh = build_mesh(world, config.parallel);
   const Device device = training_device(config, world->size());
   Parallelized par = parallelize(build_model(config), mesh, config, device);
-  const int64_t T = par.model().config.max_seq_len;
-  const data::TextDataset dataset = load_dataset(config, T);
   dist::DataLoader loader(dataset, T, t.global_batch, par.dp_size(), par.dp_rank(), t.seed);
 
   TrainResult result;

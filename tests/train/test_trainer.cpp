@@ -307,6 +307,14 @@ TEST_CASE("spmd-train refuses at start a folder that is a file and a train state
                     Catch::Contains("metrics.run_folder = \"" + file + "\" names a file"));
   fs::remove(file);
 
+  // A text too short for one batch of windows: named before any work.
+  const std::string text = "/tmp/spmd_test_short_text_" + std::to_string(::getpid());
+  std::ofstream(text) << std::string(100, 'a');
+  CHECK_THROWS_WITH(run_single(base(1, {"data.path=\"" + text + "\""})),
+                    Catch::Contains("data.path = \"" + text + "\" leaves") &&
+                        Catch::Contains("fewer than training.global_batch = 8"));
+  fs::remove(text);
+
   // A checkpoint whose train_state.json is malformed, then one with a negative step.
   const std::string folder = "/tmp/spmd_test_bad_state_" + std::to_string(::getpid());
   fs::remove_all(folder);
