@@ -224,6 +224,11 @@ TrainResult run_training(const TrainConfig& config,
   result.first_step = resume(ck, par, loader, world->rank() == 0);
   MetricsLog log(config, par.model().config, device, world->rank(), world->size(),
                  result.first_step > 0);
+  if (result.first_step >= t.steps && world->rank() == 0)
+    std::printf(
+        "resumed at step %lld, and training.steps = %lld: nothing left to train "
+        "(raise training.steps to train on)\n",
+        (long long)result.first_step, (long long)t.steps);
   const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
   int64_t nonfinite = 0, last_saved = result.first_step;
   for (int64_t step = result.first_step; step < last; ++step) {

@@ -13,6 +13,7 @@ message, not a kill.
 """
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -206,6 +207,15 @@ def group_files():
          [train, "--training.steps=1", "--schedule.warmup_steps=1",
           "--metrics.run_folder=" + os.path.join(tempfile.gettempdir(), "spmd_hostile_no_config")]
          ).run().expect(code=0, says=r"no --config: training the built-in defaults", within_s=60)
+    done = os.path.join(tempfile.gettempdir(), f"spmd_hostile_done_{os.getpid()}")
+    finished = [train, "--training.steps=1", "--schedule.warmup_steps=1",
+                "--checkpoint.folder=" + done, "--metrics.run_folder=" + done + "_runs"]
+    Case("spmd-train to its last step", finished).run().expect(code=0, says=r"step\s+0")
+    Case("spmd-train resumed past training.steps", finished).run().expect(
+        code=0, says=r"resumed at step 1, and training.steps = 1: nothing left to train",
+        within_s=30)
+    shutil.rmtree(done, ignore_errors=True)
+    shutil.rmtree(done + "_runs", ignore_errors=True)
     Case("spmd-train eval_every with no held-out batch",
          [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
           "--parallel.dp_shard=1", "--data.eval_fraction=0.0001", "--metrics.eval_every=1",
