@@ -75,14 +75,19 @@ data::TextDataset load_dataset(const TrainConfig& c, int64_t T) {
   return dataset;
 }
 
-// A folder the run will write into: absent (it will be made) or a
-// folder, never a file; refused naming the key.
+// A folder the run will write into: a folder, or absent with a folder
+// above it (where it will be made), never a file; refused naming the key.
 void check_folder(const std::string& key, const std::string& path) {
+  namespace fs = std::filesystem;
   if (path.empty()) return;
   std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  SPMD_CHECK(!std::filesystem::exists(status) || std::filesystem::is_directory(status), key,
-             " = \"", path, "\" names a file, not a folder: the run writes a folder there");
+  fs::path at = fs::absolute(path, ec);
+  while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path())
+    at = at.parent_path();
+  SPMD_CHECK(fs::is_directory(at, ec), key, " = \"", path, "\" ",
+             at == fs::absolute(path, ec) ? std::string("names a file")
+                                          : str_cat("lies under ", at.string(), ", a file"),
+             ", not a folder: the run writes a folder there");
 }
 
 // What every rank checks before it builds anything: the layout against the

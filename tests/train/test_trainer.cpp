@@ -305,6 +305,8 @@ TEST_CASE("spmd-train refuses at start a folder that is a file and a train state
                     Catch::Contains("checkpoint.folder = \"" + file + "\" names a file"));
   CHECK_THROWS_WITH(run_single(base(1, {"metrics.run_folder=\"" + file + "\""})),
                     Catch::Contains("metrics.run_folder = \"" + file + "\" names a file"));
+  CHECK_THROWS_WITH(run_single(base(1, {"metrics.run_folder=\"" + file + "/runs\""})),
+                    Catch::Contains("lies under " + file + ", a file"));
   fs::remove(file);
 
   // A text too short for one batch of windows: named before any work.
