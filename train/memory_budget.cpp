@@ -1,11 +1,10 @@
 // The other half of memory_plan.h: the budget a rank must fit, the table
 // spmd-train prints, and the refusal with a layout that would fit.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 
+#include "parallel/comm/host/transport.h"
 #include "parallel/comm/object_collectives.h"
 #include "parallel/pipeline/stage.h"
 #include "runtime/env.h"
@@ -23,14 +22,11 @@ std::string shared_by(int64_t ranks, const char* place) {
   return ranks > 1 ? str_cat(", shared by the ", place, "'s ", ranks, " ranks") : "";
 }
 
-// Where this rank runs: its machine (hostname and boot id, as the host
-// backend tells machines apart) and, after a '|', its cgroup's limit file.
+// Where this rank runs: its machine, as the host backend tells machines
+// apart (hostname, boot id, /dev/shm), and, after a '|', its cgroup's
+// limit file.
 std::string place_of_rank(const MemoryLimits& limits) {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return str_cat(host, "/", boot, "|", limits.cgroup ? limits.cgroup->file : "");
+  return str_cat(dist::host::host_identity(), "|", limits.cgroup ? limits.cgroup->file : "");
 }
 
 // How many ranks of the world share this one's machine and its cgroup.

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
 #include "parallel/device_mesh.h"
 #include "parallel/pipeline/schedule.h"
@@ -244,16 +245,14 @@ StageBytes stage_bytes(const TrainConfig& config, const Place& at, int s, int64_
   const ParallelConfig& p = config.parallel;
   const double tokens = double(rows) * double(c.max_seq_len / p.cp);
   const double stream = p.sequence_parallel ? 1.0 / double(p.tp) : 1.0;
-  // Checkpointing (train/config.h): "full" keeps each block's input only;
-  // "selective" with "op" each block's products, with "k" every k-th
-  // block's input only (blocks k-1, 2k-1, ... of the model). A block
-  // recomputed in backward holds its whole set again meanwhile.
-  const TrainingConfig& t = config.training;
-  const bool full = t.activation_checkpointing == "full";
-  const bool products = t.activation_checkpointing == "selective" && t.selective_ac_option == "op";
-  const int64_t every = t.activation_checkpointing == "selective" && !products
-                            ? std::stoll(t.selective_ac_option)
-                            : 0;
+  // Checkpointing, as parallelize() applies it (checkpoint_options): a
+  // wrapped block keeps its input only, or under kSaveProducts its products'
+  // outputs too; the wrapped blocks are those whose count from 1 divides by
+  // `every`. A block recomputed in backward holds its whole set again meanwhile.
+  const bool checkpointing = config.training.activation_checkpointing != "none";
+  const nn::CheckpointOptions ac =
+      checkpointing ? checkpoint_options(config.training) : nn::CheckpointOptions{};
+  const bool products = ac.policy == autograd::CheckpointPolicy::kSaveProducts;
   double floats = double(c.d_model) * stream;  // the stage's input (or the embeddings' output)
   double largest_block = 0;
   bool recomputes = false;
@@ -261,12 +260,12 @@ StageBytes stage_bytes(const TrainConfig& config, const Place& at, int s, int64_
     const bool moe = c.n_experts > 0 && b % c.moe_every == 0;
     const double block = block_floats(c, p.tp, stream, moe);
     largest_block = std::max(largest_block, block);
-    if (full || (every > 0 && (b + 1) % every == 0)) {
-      floats += double(c.d_model) * stream, recomputes = true;
+    if (!checkpointing || (b + 1) % ac.every != 0) {
+      floats += block;
     } else if (products) {
       floats += block_floats_selective(c, p.tp, stream, moe), recomputes = true;
     } else {
-      floats += block;
+      floats += double(c.d_model) * stream, recomputes = true;
     }
   }
   if (recomputes) floats += largest_block;  // the block being recomputed in backward
