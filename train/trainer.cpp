@@ -58,8 +58,9 @@ data::TextDataset read_dataset(const TrainConfig& c) {
   return data::TextDataset::from_tokens(std::move(file.tokens), c.data.eval_fraction);
 }
 
-// read_dataset's, with at least one eval batch of windows of T tokens held
-// out when evals are asked for.
+// read_dataset's, checked in the config's words before any work: enough
+// windows of T + 1 tokens for one global batch, and at least one eval
+// batch held out when evals are asked for.
 data::TextDataset load_dataset(const TrainConfig& c, int64_t T) {
   data::TextDataset dataset = read_dataset(c);
   const int64_t tokens = dataset.size(data::Split::kTrain), windows = (tokens - 1) / T;
@@ -81,13 +82,14 @@ void check_folder(const std::string& key, const std::string& path) {
   namespace fs = std::filesystem;
   if (path.empty()) return;
   std::error_code ec;
-  fs::path at = fs::absolute(path, ec);
+  const fs::path wanted = fs::absolute(path, ec);
+  fs::path at = wanted;  // the nearest part of the path that exists
   while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path())
     at = at.parent_path();
-  SPMD_CHECK(fs::is_directory(at, ec), key, " = \"", path, "\" ",
-             at == fs::absolute(path, ec) ? std::string("names a file")
-                                          : str_cat("lies under ", at.string(), ", a file"),
-             ", not a folder: the run writes a folder there");
+  SPMD_CHECK(
+      fs::is_directory(at, ec), key, " = \"", path, "\" ",
+      at == wanted ? std::string("names a file") : str_cat("lies under ", at.string(), ", a file"),
+      ", not a folder: the run writes a folder there");
 }
 
 // What every rank checks before it builds anything: the layout against the
