@@ -68,10 +68,13 @@ CpuId read_cpuid() {
   __builtin_cpu_init();
   id.x86_64_v3 = __builtin_cpu_supports("x86-64-v3");
   id.x86_64_v4 = __builtin_cpu_supports("x86-64-v4");
+  // Leaf 7: subleaf 0's EDX bit 22 is AMX-BF16; subleaf 1's EAX bit 5 is AVX512_BF16.
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) id.amx_bf16 = (d >> 22) & 1;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) id.avx512_bf16 = id.x86_64_v4 && ((a >> 5) & 1);
   return id;
 }
 #else
-CpuId read_cpuid() { return CpuId{"", "non-x86 CPU", 0, 0, false, false}; }
+CpuId read_cpuid() { return CpuId{.vendor = "", .model = "non-x86 CPU"}; }
 #endif
 
 bool cpu_runs(CpuCapability c) {

@@ -35,6 +35,11 @@ struct CpuId {
   int family = 0, model_number = 0;
   bool x86_64_v3 = false;  // AVX, AVX2, FMA, F16C, BMI1/2, LZCNT, MOVBE
   bool x86_64_v4 = false;  // and AVX-512 F, BW, CD, DQ, VL, with the OS saving zmm state
+  // bf16 arithmetic (tensor/cpu/peak.h): AVX512_BF16's vdpbf16ps (two bf16
+  // products summed into each f32 lane; only with x86_64_v4), and AMX's bf16
+  // tile products (the CPU has them; the OS must still grant the tile state).
+  bool avx512_bf16 = false;
+  bool amx_bf16 = false;
 };
 const CpuId& cpu_id();
 

@@ -1,0 +1,66 @@
+// The CPU's peak (tensor/cpu/peak.h) against what the machine says of
+// itself and against its own parts: the clock against /proc/cpuinfo, the
+// lanes against cpuid, the peak against lanes x 2 x ports x clock, and the
+// FMA loop, measured again, never faster than that peak.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <string>
+
+#include "tensor/cpu/capability.h"
+#include "tensor/cpu/peak.h"
+
+using namespace spmd;
+
+namespace {
+
+// The first "cpu MHz" of /proc/cpuinfo in Hz, 0 when there is none (a
+// hypervisor's CPU often states its nominal clock here).
+double cpuinfo_hz() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("cpu MHz", 0) != 0) continue;
+    return std::stod(line.substr(line.find(':') + 1)) * 1e6;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("cpu_peak: lanes x 2 x FMA ports x a measured clock", "[tensor][peak]") {
+  const cpu::CpuPeak& p = cpu::cpu_peak();
+  INFO(cpu::cpu_id().model << ": " << p.clock_hz / 1e9 << " GHz, " << p.lanes << " lanes, "
+                           << p.fma_ports << " FMA ports, FMA loop " << p.fma_flops / 1e9
+                           << " GFLOP/s");
+  // A clock no CPU of the last twenty years runs outside, and the kernel's
+  // own figure within a factor of 2 (turbo above it, a busy host below).
+  CHECK(p.clock_hz > 0.5e9);
+  CHECK(p.clock_hz < 7e9);
+  if (const double stated = cpuinfo_hz(); stated > 0) {
+    CHECK(p.clock_hz > stated / 2);
+    CHECK(p.clock_hz < stated * 2);
+  }
+  // The lanes follow cpuid; the ports are one or two vector FMAs a cycle.
+  const cpu::CpuId& id = cpu::cpu_id();
+  CHECK(p.lanes == (id.x86_64_v4 ? 16 : id.x86_64_v3 ? 8 : 4));
+  CHECK(p.lanes == cpu::fma_lanes());
+#if defined(__x86_64__)
+  CHECK((p.fma_ports == 1 || p.fma_ports == 2));
+#else
+  CHECK((p.fma_ports >= 1 && p.fma_ports <= 4));
+#endif
+  CHECK(p.f32_per_core() == double(p.lanes) * 2 * p.fma_ports * p.clock_hz);
+  CHECK(p.bf16_per_core() == (id.avx512_bf16 ? 2 : 1) * p.f32_per_core());
+  CHECK(p.bf16_dot == id.avx512_bf16);
+  // The FMA loop, at start and measured again, within 15% above the peak
+  // (rounding the ports may only raise it), and above half of it.
+  for (const double rate : {p.fma_flops, cpu::measure_fma_flops(p.lanes)}) {
+    CHECK(rate <= 1.15 * p.f32_per_core());
+    CHECK(rate > 0.5 * p.f32_per_core());
+  }
+  // Narrower vectors run at most as fast per lane.
+  if (p.lanes > 4) CHECK(cpu::measure_fma_flops(4) <= 1.15 * p.f32_per_core() / (p.lanes / 4));
+  CHECK_THROWS_WITH(cpu::measure_fma_flops(32),
+                    Catch::Contains("measure_fma_flops: 32 lanes; this CPU runs 4 to"));
+  // Measured once: the same object at every call.
+  CHECK(&cpu::cpu_peak() == &p);
+}
