@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "tensor/device.h"
 #include "tensor/tensor.h"
@@ -36,6 +37,9 @@ int device_count();
 // The calling thread's current device (the one "cuda" without an index means).
 int current_device();
 void set_device(int index);
+// The device's name as CUDA reports it (-1: the current device), as
+// torch.cuda.get_device_name: "NVIDIA H100 80GB HBM3".
+std::string device_name(int device = -1);
 // Blocks until all work queued on the device (-1: the current one) is done.
 // Waiting for the GPU (this, Stream/Event::synchronize, a copy to the host)
 // is also where an index out of range found by a CUDA op since the last

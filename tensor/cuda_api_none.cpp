@@ -20,6 +20,7 @@ bool is_available() { return false; }
 int device_count() { return 0; }
 int current_device() { unavailable("current_device"); }
 void set_device(int) { unavailable("set_device"); }
+std::string device_name(int) { unavailable("device_name"); }
 void synchronize(int) { unavailable("synchronize"); }
 
 size_t memory_allocated(int) { unavailable("memory_allocated"); }

@@ -82,6 +82,12 @@ int current_device() {
 
 void set_device(int index) { SPMD_CUDA_CHECK(cudaSetDevice(resolve(index))); }
 
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  SPMD_CUDA_CHECK(cudaGetDeviceProperties(&prop, resolve(device)));
+  return prop.name;
+}
+
 void synchronize(int device) {
   const int d = resolve(device);
   detail::DeviceScope scope(d);

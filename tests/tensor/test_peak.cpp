@@ -1,13 +1,15 @@
 // The CPU's peak (tensor/cpu/peak.h) against what the machine says of
 // itself and against its own parts: the clock against /proc/cpuinfo, the
 // lanes against cpuid, the peak against lanes x 2 x ports x clock, and the
-// FMA loop, measured again, never faster than that peak.
+// FMA loop, measured again, never faster than that peak. And the GPU
+// datasheet table (tensor/gpu_peak.h) against the names CUDA gives.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
 
 #include "tensor/cpu/capability.h"
 #include "tensor/cpu/peak.h"
+#include "tensor/gpu_peak.h"
 
 using namespace spmd;
 
@@ -63,4 +65,26 @@ TEST_CASE("cpu_peak: lanes x 2 x FMA ports x a measured clock", "[tensor][peak]"
                     Catch::Contains("measure_fma_flops: 32 lanes; this CPU runs 4 to"));
   // Measured once: the same object at every call.
   CHECK(&cpu::cpu_peak() == &p);
+}
+
+TEST_CASE("datasheet_peak: a GPU's dense peak by the name CUDA gives it", "[tensor][peak]") {
+  const auto h100 = cuda::datasheet_peak("NVIDIA H100 80GB HBM3");
+  REQUIRE(h100);
+  CHECK(h100->model == "H100 SXM");
+  CHECK(h100->bf16 == 989e12);
+  CHECK(h100->tf32 == 494.5e12);
+  CHECK(h100->f32 == 67e12);
+  CHECK(cuda::datasheet_peak("NVIDIA H200")->bf16 == 989e12);
+  CHECK(cuda::datasheet_peak("NVIDIA H100 PCIe")->bf16 == 756e12);
+  CHECK(cuda::datasheet_peak("NVIDIA H100 NVL")->model == "H100 NVL");
+  // CUDA's A100 names: dashes between the words, PCIE in capitals.
+  CHECK(cuda::datasheet_peak("NVIDIA A100-SXM4-80GB")->bf16 == 312e12);
+  CHECK(cuda::datasheet_peak("NVIDIA A100-PCIE-40GB")->tf32 == 156e12);
+  // A word, not a prefix: an A10 is not an A100, an L4 not an L40S.
+  CHECK(cuda::datasheet_peak("NVIDIA A10")->bf16 == 125e12);
+  CHECK(cuda::datasheet_peak("NVIDIA L4")->bf16 == 121e12);
+  CHECK(cuda::datasheet_peak("NVIDIA L40S")->bf16 == 362e12);
+  CHECK_FALSE(cuda::datasheet_peak("NVIDIA GeForce RTX 4090"));
+  CHECK_FALSE(cuda::datasheet_peak("NVIDIA H1000"));
+  CHECK_FALSE(cuda::datasheet_peak(""));
 }
