@@ -144,7 +144,9 @@ struct MetricsConfig {
   int64_t log_every = 1;                   // steps between console lines
   int64_t eval_every = 0;                  // steps between held-out evals; 0: none
   std::string run_folder = "runs/latest";  // JSON lines per rank, the resolved config
-  double peak_tflops = 0;  // per rank, for MFU (train/flops.h); 0: an f32 GEMM's, measured at start
+  // Per rank, for MFU (train/flops.h); 0: the hardware's peak for training.mixed_precision,
+  // the CPU's measured, a GPU's datasheet figure.
+  double peak_tflops = 0;
   bool operator==(const MetricsConfig&) const = default;
 };
 

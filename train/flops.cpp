@@ -1,12 +1,32 @@
-// FLOPs per token, and a GEMM's measured rate (flops.h).
+// FLOPs per token, a GEMM's measured rate, and the hardware's peak, each
+// with the words that say what it is (flops.h).
 #include "train/flops.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
+#include "tensor/cpu/peak.h"
+#include "tensor/cuda_api.h"
+#include "tensor/gpu_peak.h"
 #include "tensor/ops.h"
 
 namespace spmd::train {
+namespace {
+
+// The datasheet peak of the GPU that `device` is (gpu_peak.h), for `bf16` or f32 products.
+PeakFlops gpu_peak(const Device& device, bool bf16) {
+  const std::string name = cuda::device_name(device.index);
+  const std::optional<cuda::GpuPeak> p = cuda::datasheet_peak(name);
+  if (!p) return {0, str_cat("no datasheet peak for the GPU \"", name, "\"")};
+  const std::string of =
+      str_cat(" of the ", p->model, " (datasheet; CUDA names it \"", name, "\")");
+  if (bf16) return {p->bf16, "the dense bf16 tensor-core peak" + of};
+  if (cuda::allow_tf32()) return {p->tf32, "the dense TF32 tensor-core peak (allow_tf32)" + of};
+  return {p->f32, "the f32 CUDA-core peak (TF32 off)" + of};
+}
+
+}  // namespace
 
 double flops_per_token(const nn::TransformerConfig& c) {
   const double C = double(c.d_model), H = double(c.hidden_dim()), L = double(c.n_layers);
@@ -37,6 +57,32 @@ double measured_gemm_flops(const Device& device, int64_t n, int repeats) {
     best = std::min(best, std::chrono::duration<double>(took).count());
   }
   return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+PeakFlops hardware_peak(const Device& device, const std::string& precision, int threads) {
+  const bool bf16 = precision == "bf16";
+  if (device.is_cuda()) return gpu_peak(device, bf16);
+  const cpu::CpuPeak& p = cpu::cpu_peak();
+  const double per_core = bf16 ? p.bf16_per_core() : p.f32_per_core();
+  char ghz[16];
+  std::snprintf(ghz, sizeof ghz, "%.2f", p.clock_hz / 1e9);
+  // threads x lanes x 2 FLOPs x ports x clock, as the product is computed.
+  const std::string f32 =
+      str_cat(threads, threads == 1 ? " thread" : " threads", " x ", p.lanes, " lanes x 2 FLOPs x ",
+              p.fma_ports, " FMA ports x ", ghz, " GHz (measured)");
+  if (!bf16) return {threads * per_core, "the f32 peak: " + f32};
+  return {threads * per_core, p.bf16_dot ? "the bf16 peak: 2 (AVX512_BF16) x " + f32
+                                         : "the bf16 peak, the f32 one (no AVX512_BF16): " + f32};
+}
+
+std::string format_flops(double flops_per_s) {
+  char s[32];
+  if (flops_per_s >= 1e12) {
+    std::snprintf(s, sizeof s, "%.1f TFLOP/s", flops_per_s / 1e12);
+  } else {
+    std::snprintf(s, sizeof s, "%.1f GFLOP/s", flops_per_s / 1e9);
+  }
+  return s;
 }
 
 }  // namespace spmd::train

@@ -12,9 +12,16 @@
 // lookups. 12 L C T is attention's two products, q k^T and p v, whose
 // "weights" are the sequence itself (T keys per query; causal masking is not
 // discounted, as PaLM does not).
+//
+// The rate it is set against is the hardware's peak, as TorchTitan's MFU:
+// the CPU's from its vector lanes, FMA ports and measured clock
+// (tensor/cpu/peak.h) times the rank's threads, a GPU's from its datasheet
+// (tensor/gpu_peak.h). A GEMM measured at start is the second yardstick: how
+// far the step is from what the BLAS reaches on its best shape.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "autograd/nn/transformer.h"
 
@@ -24,9 +31,25 @@ namespace spmd::train {
 double flops_per_token(const nn::TransformerConfig& config);
 
 // FLOP/s of an f32 GEMM of n x n x n on `device` (the CPU: this process's
-// threads), the best of `repeats` timed runs after one warm-up: the peak
-// MFU is measured against when none is given (metrics.peak_tflops = 0).
-// n = 0: 512 on the CPU, 4096 on a GPU.
+// threads), the best of `repeats` timed runs after one warm-up: the GEMM
+// ceiling of gemm_mfu, and the peak of mfu on a GPU the datasheet table
+// does not know. n = 0: 512 on the CPU, 4096 on a GPU.
 double measured_gemm_flops(const Device& device = Device::cpu(), int64_t n = 0, int repeats = 3);
+
+// A peak FLOP/s per rank, and what it is, for the start-up line.
+struct PeakFlops {
+  double flops = 0;  // 0: no figure known (`what` says why)
+  std::string what;  // "the f32 peak: 1 thread x 16 lanes x 2 FLOPs x ..."
+};
+
+// The hardware's peak per rank for arithmetic in `precision`
+// (training.mixed_precision, "f32" or "bf16") on `device`. The CPU:
+// cpu::cpu_peak()'s per core (measured at the first call) x `threads`. A GPU:
+// its datasheet's dense bf16, or for f32 its TF32 when cuda::allow_tf32() is
+// on, else its CUDA cores' f32; flops = 0 for a GPU not in the table.
+PeakFlops hardware_peak(const Device& device, const std::string& precision, int threads);
+
+// "153.6 GFLOP/s", "989.0 TFLOP/s".
+std::string format_flops(double flops_per_s);
 
 }  // namespace spmd::train

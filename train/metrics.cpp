@@ -7,6 +7,7 @@
 
 #include "tensor/cpu/allocator.h"
 #include "tensor/cuda_api.h"
+#include "tensor/threads.h"
 #include "train/flops.h"
 
 namespace spmd::train {
@@ -55,13 +56,20 @@ MetricsLog::MetricsLog(const TrainConfig& config, const nn::TransformerConfig& m
              resumed ? std::ios::app : std::ios::trunc);
   tokens_per_step_ = double(config.training.global_batch * model.max_seq_len);
   flops_per_step_ = flops_per_token(model) * tokens_per_step_;
-  peak_ = config.metrics.peak_tflops > 0 ? config.metrics.peak_tflops * 1e12
-                                         : measured_gemm_flops(device);
-  if (rank == 0)
-    std::printf(
-        "mfu against %.1f GFLOP/s per rank (%s), %.2f MFLOP per token\n", peak_ / 1e9,
-        config.metrics.peak_tflops > 0 ? "metrics.peak_tflops" : "an f32 GEMM, measured here",
-        flops_per_token(model) / 1e6);
+  const int64_t n = device.is_cuda() ? 4096 : 512;
+  gemm_ = measured_gemm_flops(device, n);
+  PeakFlops peak =
+      config.metrics.peak_tflops > 0
+          ? PeakFlops{config.metrics.peak_tflops * 1e12, "as metrics.peak_tflops sets it"}
+          : hardware_peak(device, config.training.mixed_precision, num_threads());
+  if (peak.flops == 0)
+    peak = {gemm_, peak.what + ", so the GEMM ceiling below (metrics.peak_tflops sets one)"};
+  peak_ = peak.flops;
+  if (rank != 0) return;
+  std::printf("mfu against %s per rank, %s\n", format_flops(peak_).c_str(), peak.what.c_str());
+  std::printf(
+      "gemm_mfu against %s per rank, a %lld^3 f32 GEMM measured here; %.2f MFLOP per token\n",
+      format_flops(gemm_).c_str(), (long long)n, flops_per_token(model) / 1e6);
 }
 
 void MetricsLog::begin_step(const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups) {
@@ -81,13 +89,15 @@ StepMetrics MetricsLog::end_step(
 }
 
 void MetricsLog::write(const StepMetrics& m) {
-  const double mfu = flops_per_step_ / m.step_s / (peak_ * world_size_);
+  const double achieved = flops_per_step_ / m.step_s / world_size_;  // FLOP/s per rank
+  const double mfu = achieved / peak_, gemm_mfu = achieved / gemm_;
   nlohmann::json line = {{"step", m.step},
                          {"loss", m.loss},
                          {"grad_norm", m.grad_norm},
                          {"lr", m.lr},
                          {"tokens_per_s", tokens_per_step_ / m.step_s},
                          {"mfu", mfu},
+                         {"gemm_mfu", gemm_mfu},
                          {"step_ms", m.step_s * 1e3},
                          {"comm_wait_ms", m.comm_wait_ms},
                          {"mem_allocated", m.mem_allocated},
@@ -101,9 +111,11 @@ void MetricsLog::write(const StepMetrics& m) {
   const bool log_step = m.step % log_every_ == 0 || m.step + 1 == steps_ || m.val_loss;
   if (rank_ != 0 || !log_step) return;
   std::printf(
-      "step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  mfu %4.1f%%  %.0f ms%s\n",
+      "step %5lld  loss %.4f  grad_norm %.3f  lr %.2e  %8.0f tok/s  mfu %4.1f%% (gemm %.0f%%)  "
+      "%.0f ms%s\n",
       (long long)m.step, m.loss, m.grad_norm, m.lr, tokens_per_step_ / m.step_s, 100 * mfu,
-      m.step_s * 1e3, m.val_loss ? str_cat("  val_loss ", *m.val_loss).c_str() : "");
+      100 * gemm_mfu, m.step_s * 1e3,
+      m.val_loss ? str_cat("  val_loss ", *m.val_loss).c_str() : "");
   std::fflush(stdout);
 }
 

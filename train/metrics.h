@@ -2,9 +2,11 @@
 // step per rank in <run_folder>/metrics_rank<R>.jsonl, and on rank 0 a
 // console line every metrics.log_every steps (and on the last step and the
 // eval steps). MFU is the model's FLOPs per step (train/flops.h) over what
-// every rank's peak allows: metrics.peak_tflops, or an f32 GEMM measured
-// here. A step's time, communication wait and memory are taken when its
-// loss is known, before any eval or checkpoint.
+// every rank's peak allows: metrics.peak_tflops, or the hardware's peak for
+// training.mixed_precision (the CPU's measured, a GPU's datasheet figure);
+// gemm_mfu is the same FLOPs over an f32 GEMM measured here, the ceiling
+// the BLAS reaches. A step's time, communication wait and memory are taken
+// when its loss is known, before any eval or checkpoint.
 #pragma once
 
 #include <chrono>
@@ -32,8 +34,9 @@ struct StepMetrics {
 
 class MetricsLog {
  public:
-  // Opens this rank's file (appending when the run resumed at a step > 0)
-  // and, on rank 0, says what MFU is measured against.
+  // Opens this rank's file (appending when the run resumed at a step > 0),
+  // finds the peak and measures the GEMM ceiling, and on rank 0 says what
+  // mfu and gemm_mfu are measured against.
   MetricsLog(const TrainConfig& config, const nn::TransformerConfig& model, const Device& device,
              int rank, int world_size, bool resumed);
 
@@ -54,7 +57,8 @@ class MetricsLog {
   int rank_, world_size_;
   int64_t log_every_, steps_;
   std::ofstream file_;
-  double tokens_per_step_, flops_per_step_, peak_;  // peak: FLOP/s per rank
+  double tokens_per_step_, flops_per_step_;
+  double peak_, gemm_;  // FLOP/s per rank: mfu's and gemm_mfu's
   std::chrono::steady_clock::time_point start_;
 };
 

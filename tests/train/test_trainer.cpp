@@ -9,11 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <nlohmann/json.hpp>
 
 #include "autograd/data/bpe.h"
 #include "autograd/data/token_file.h"
 #include "parallel/comm/init.h"
 #include "runtime/hash_store.h"
+#include "tensor/cpu/peak.h"
 #include "tensor/cuda_api.h"
 #include "tests/skip.h"
 #include "tests/train/trainer_test_util.h"
@@ -41,6 +43,55 @@ TEST_CASE("flops_per_token: 6 x the weights a token meets + 12 L C T, by hand", 
   CHECK(train::flops_per_token(c) ==
         6.0 * (32768 + 4 * (128 * (128 + 2 * 64) + 16384 + 131072)) + 786432);
   CHECK(train::measured_gemm_flops(Device::cpu(), 64, 1) > 0);
+}
+
+namespace {
+
+// The JSON lines of a run's rank 0.
+std::vector<nlohmann::json> metrics_lines(const std::string& run_folder) {
+  std::ifstream in(run_folder + "/metrics_rank0.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("metrics: mfu against the hardware's peak, gemm_mfu against a GEMM, in every line",
+          "[train][mfu]") {
+  // Every line's mfu x peak / tokens_per_s is the model's FLOPs per token,
+  // whatever the peak: the CPU's f32 peak per core (base() runs 1 thread),
+  // its bf16 peak under mixed precision, or metrics.peak_tflops.
+  const std::string folder = "/tmp/spmd_test_mfu_" + std::to_string(::getpid());
+  const std::string run = "metrics.run_folder=\"" + folder + "\"";
+  const cpu::CpuPeak& peak = cpu::cpu_peak();
+  const struct {
+    std::vector<std::string> overrides;
+    double peak;
+  } runs[] = {{{run}, peak.f32_per_core()},
+              {{run, "training.mixed_precision=\"bf16\""}, peak.bf16_per_core()},
+              {{run, "metrics.peak_tflops=0.5"}, 0.5e12}};
+  std::vector<double> implied;  // FLOPs per token, from every line of every run
+  for (const auto& r : runs) {
+    run_single(base(2, r.overrides));
+    const auto lines = metrics_lines(folder);
+    REQUIRE(lines.size() == 2);
+    for (const auto& line : lines) {
+      REQUIRE(line.contains("mfu"));
+      REQUIRE(line.contains("gemm_mfu"));
+      const double mfu = line["mfu"], gemm_mfu = line["gemm_mfu"];
+      CHECK(mfu > 0);
+      CHECK(gemm_mfu > 0);
+      implied.push_back(mfu * r.peak / double(line["tokens_per_s"]));
+      // The same step time under both: their ratio is the GEMM's rate over
+      // the peak, and a GEMM does not beat the hardware.
+      if (r.peak != 0.5e12) CHECK(mfu <= 1.15 * gemm_mfu);
+    }
+    CHECK(double(lines[0]["mfu"]) / double(lines[0]["gemm_mfu"]) ==
+          Approx(double(lines[1]["mfu"]) / double(lines[1]["gemm_mfu"])).epsilon(1e-9));
+  }
+  for (const double f : implied) CHECK(f == Approx(implied[0]).epsilon(1e-9));
+  fs::remove_all(folder);
 }
 
 TEST_CASE("training.device = cuda without a GPU is refused before any step", "[train][device]") {
