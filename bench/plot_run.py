@@ -4,8 +4,10 @@ against the step, from the JSON lines rank 0 wrote.
 
 Reads RUN/metrics_rank0.jsonl (metrics.run_folder; a resumed run appends, and
 a step seen twice keeps its last line) and writes one PNG of two panels:
-loss and val_loss on the left, tokens/s and MFU on the right. Several runs
-draw side by side, each in its own colour, labelled by its folder name.
+loss and val_loss on the left, tokens/s and MFU on the right: `mfu`
+(against the hardware's peak) dotted and `gemm_mfu` (against the GEMM
+measured at start; runs before it was logged have none) dash-dotted. Several
+runs draw side by side, each in its own colour, labelled by its folder name.
 
   spmdrun --standalone --nproc-per-node 2 build/train/spmd-train --config configs/fsdp.toml
   bench/plot_run.py runs/fsdp runs/ddp --out runs/curves.png
@@ -60,6 +62,9 @@ def main():
         if all("mfu" in r for r in rows):
             mfu_axis.plot(steps, [100 * r["mfu"] for r in rows], ":", color=colour,
                           label=f"{name} MFU")
+        if all("gemm_mfu" in r for r in rows):
+            mfu_axis.plot(steps, [100 * r["gemm_mfu"] for r in rows], "-.", color=colour,
+                          label=f"{name} MFU vs GEMM")
         print(f"{name}: {len(rows)} steps, loss {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f}, "
               f"median {sorted(r['tokens_per_s'] for r in rows)[len(rows) // 2]:.0f} tok/s")
     left.set_xlabel("step")
@@ -67,7 +72,7 @@ def main():
     left.legend(fontsize=8)
     right.set_xlabel("step")
     right.set_ylabel("tokens/s")
-    mfu_axis.set_ylabel("MFU (%)")
+    mfu_axis.set_ylabel("MFU (%): dotted vs peak, dash-dot vs GEMM")
     right.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
