@@ -38,6 +38,7 @@
 #include "bench/gemm_libraries.h"
 #include "runtime/flag_checks.h"
 #include "tensor/attention.h"
+#include "tensor/cpu/bf16_gemm.h"
 #include "tensor/cpu/blas.h"
 #include "tensor/cpu/capability.h"
 #include "tensor/ops.h"
@@ -286,8 +287,8 @@ int main(int argc, char** argv) {
   app.add_flag("--info", info_only, "print the CPU, capability and BLAS lines only");
   CLI11_PARSE(app, argc, argv);
   try {
-    std::printf("# cpu: %s\n# blas: %s\n", cpu::describe_cpu().c_str(),
-                cpu::describe_blas().c_str());
+    std::printf("# cpu: %s\n# blas: %s\n# %s\n", cpu::describe_cpu().c_str(),
+                cpu::describe_blas().c_str(), cpu::describe_bf16_gemm().c_str());
     for (const bench::GemmLibrary& l : bench::gemm_libraries())
       std::printf("# gemm %s: %s\n", l.name.c_str(), l.version.c_str());
     if (info_only) return 0;

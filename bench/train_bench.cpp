@@ -53,6 +53,7 @@
 #include "runtime/flag_checks.h"
 #include "runtime/profiler.h"
 #include "tensor/cpu/allocator.h"
+#include "tensor/cpu/bf16_gemm.h"
 #include "tensor/cpu/blas.h"
 #include "tensor/cpu/capability.h"
 #include "tensor/cuda_api.h"
@@ -71,7 +72,7 @@ struct Flags {
   int steps = 20;
   int warmup = 3;
   int64_t batch = 8;
-  bool unfused = false;        // TransformerConfig::fused_kernels off: the unfused compositions
+  bool unfused = false;  // TransformerConfig::fused_kernels off: the unfused compositions
   int profile_top = 0;
   double peak_tflops = 989.0;  // H200 SXM, dense bf16 (the datasheet's 1979 is with sparsity)
 };
@@ -260,8 +261,8 @@ int main(int argc, char** argv) {
   app.add_flag("--info", info_only, "print the CPU, capability and BLAS lines only");
   CLI11_PARSE(app, argc, argv);
   if (info_only) {
-    std::printf("# cpu: %s\n# blas: %s\n", cpu::describe_cpu().c_str(),
-                cpu::describe_blas().c_str());
+    std::printf("# cpu: %s\n# blas: %s\n# %s\n", cpu::describe_cpu().c_str(),
+                cpu::describe_blas().c_str(), cpu::describe_bf16_gemm().c_str());
     return 0;
   }
   try {

@@ -13,6 +13,7 @@ build_packages=(
   libcli11-dev             # every binary's flags
   libtomlplusplus-dev      # TOML parsing (the spmd::toml target)
   nlohmann-json3-dev       # JSON lines for metrics and bench results
+  libdnnl2                 # bf16 products on CPUs with AVX512_BF16 (tensor/cpu/bf16_gemm.h), opened at run time
 )
 test_packages=(
   python3 python3-numpy    # safetensors files read back by numpy
@@ -21,7 +22,7 @@ test_packages=(
   procps psmisc iproute2   # process-table and network-namespace checks of the launcher
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of spmd-bench
   libgloo-dev              # the Gloo peer of spmd-bench (bench/peers/gloo_bench.cpp): every Gloo algorithm
-  libblis4-openmp libdnnl2 # the GEMM peers of spmd-bench-ops (bench/gemm_libraries.h), opened at run time
+  libblis4-openmp          # a GEMM peer of spmd-bench-ops (bench/gemm_libraries.h; oneDNN the other), opened at run time
 )
 
 missing=()

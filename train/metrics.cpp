@@ -81,7 +81,8 @@ void MetricsLog::begin_step(const std::vector<std::shared_ptr<dist::ProcessGroup
 StepMetrics MetricsLog::end_step(
     int64_t step, double loss, double grad_norm, double lr,
     const std::vector<std::shared_ptr<dist::ProcessGroup>>& groups) const {
-  StepMetrics m{.step = step, .loss = loss, .grad_norm = grad_norm, .lr = lr};
+  StepMetrics m;
+  m.step = step, m.loss = loss, m.grad_norm = grad_norm, m.lr = lr;
   m.step_s = std::chrono::duration<double>(Clock::now() - start_).count();
   memory_stats(device_, m);
   m.comm_wait_ms = wait_ms(groups);

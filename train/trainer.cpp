@@ -18,6 +18,9 @@
 #include "runtime/resource_limits.h"
 #include "runtime/trace.h"
 #include "tensor/cpu/allocator.h"
+#include "tensor/cpu/bf16_gemm.h"
+#include "tensor/cpu/blas.h"
+#include "tensor/cpu/capability.h"
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
@@ -227,6 +230,9 @@ TrainResult run_training(const TrainConfig& config,
   Parallelized par = parallelize(build_model(config), mesh, config, device);
   dist::DataLoader loader(dataset, T, t.global_batch, par.dp_size(), par.dp_rank(), t.seed);
 
+  if (world->rank() == 0 && device.is_cpu())  // what the CPU ops and the GEMMs run with, and why
+    std::printf("cpu: %s\nblas: %s; %s\n", cpu::describe_cpu().c_str(),
+                cpu::describe_blas().c_str(), cpu::describe_bf16_gemm().c_str());
   TrainResult result;
   result.first_step = resume(ck, par, loader, world->rank() == 0);
   MetricsLog log(config, par.model().config, device, world->rank(), world->size(),

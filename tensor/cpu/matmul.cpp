@@ -8,9 +8,12 @@
 // transposed view reaches the GEMM as a transposed operand, not a copy.
 // Batched products run one GEMM per batch: the GEMM itself is threaded for
 // large matrices, the batches are spread over threads for small ones (the
-// attention scores of many heads). bf16 and f16 are multiplied through f32.
+// attention scores of many heads). bf16 products go to a bf16 GEMM with f32
+// accumulation where the CPU has one (bf16_gemm.h); f16 ones, and bf16
+// elsewhere, are multiplied through f32.
 #include <Eigen/Core>
 
+#include "tensor/cpu/bf16_gemm.h"
 #include "tensor/cpu/cpu_backend.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/loops.h"
@@ -120,6 +123,40 @@ void batched_gemm(const Tensor& a, const Tensor& b, const Tensor& out, double al
   }
 }
 
+// batched_gemm for bf16 a and b into an f32 out, on the bf16 GEMM
+// (bf16_gemm.h). Returns false, having done nothing, when out is not
+// row-major (the GEMM writes rows); the caller then widens to f32.
+bool batched_gemm_bf16(const Tensor& a, const Tensor& b, const Tensor& out, double alpha,
+                       double beta) {
+  const int nd = out.ndim();
+  const int64_t M = out.size(-2), N = out.size(-1), K = a.size(-1);
+  const MatLayout ld[3] = {layout_of(M, K, a.stride(-2), a.stride(-1)),
+                           layout_of(K, N, b.stride(-2), b.stride(-1)),
+                           layout_of(M, N, out.stride(-2), out.stride(-1))};
+  if (!ld[2].row_major) return false;
+  const int64_t batches = out.numel() / std::max<int64_t>(M * N, 1);
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  char* pc = static_cast<char*>(out.raw_data());
+  // A column-major operand is its transpose stored row-major, same ld.
+  auto run = [&](int64_t i) {
+    gemm_bf16_rows(!ld[0].row_major, !ld[1].row_major, M, N, K, float(alpha),
+                   reinterpret_cast<const uint16_t*>(pa + byte_offset(a, nd - 2, i)), ld[0].ld,
+                   reinterpret_cast<const uint16_t*>(pb + byte_offset(b, nd - 2, i)), ld[1].ld,
+                   float(beta), reinterpret_cast<float*>(pc + byte_offset(out, nd - 2, i)),
+                   ld[2].ld);
+  };
+  constexpr int64_t kSmallGemm = int64_t(1) << 21;  // as batched_gemm
+  if (omp_get_max_threads() > 1) note_thread_team();
+  if (batches > 1 && M * N * K <= kSmallGemm && threads_for(batches, 1) > 1) {
+#pragma omp parallel for schedule(static) num_threads(threads_for(batches, 1))
+    for (int64_t i = 0; i < batches; ++i) run(i);
+  } else {
+    for (int64_t i = 0; i < batches; ++i) run(i);
+  }
+  return true;
+}
+
 }  // namespace
 
 template <class T>
@@ -141,25 +178,33 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& b, const Tensor& out, dou
              "matmul: operands of shapes ", a.shape(), ", ", b.shape(), " and out ", out.shape(),
              " must have the same number (>= 2) of dims");
   // bf16/f16 operands: multiply f32 copies (then round once into a 16-bit out).
-  auto to_f32 = [this](const Tensor& t) {
-    Tensor f(std::make_shared<Storage>(allocate(size_t(t.numel()) * 4, Device::cpu()),
-                                       size_t(t.numel()) * 4, Device::cpu()),
-             t.shape(), contiguous_strides(t.shape()), 0, DType::kF32);
+  auto empty_f32 = [this](const Shape& shape) {
+    const size_t bytes = size_t(shape.numel()) * 4;
+    return Tensor(std::make_shared<Storage>(allocate(bytes, Device::cpu()), bytes, Device::cpu()),
+                  shape, contiguous_strides(shape), 0, DType::kF32);
+  };
+  auto to_f32 = [&](const Tensor& t) {
+    Tensor f = empty_f32(t.shape());
     copy(t, f);
     return f;
   };
+  // bf16 operands go to the bf16 GEMM where there is one (bf16_gemm.h).
+  const bool bf16_direct =
+      a.dtype() == DType::kBF16 && b.dtype() == DType::kBF16 && have_bf16_gemm();
   if (out.dtype() == DType::kF32 || out.dtype() == DType::kF64) {
     if (a.dtype() == out.dtype()) return batched_gemm(a, b, out, alpha, beta);
     SPMD_CHECK(out.dtype() == DType::kF32 && is_half_float(a.dtype()) && b.dtype() == a.dtype(),
                "matmul: ", dtype_name(a.dtype()), " operands cannot write a ",
                dtype_name(out.dtype()), " out");
+    if (bf16_direct && batched_gemm_bf16(a, b, out, alpha, beta)) return;
     return batched_gemm(to_f32(a), to_f32(b), out, alpha, beta);
   }
   SPMD_CHECK(is_half_float(out.dtype()), "matmul: expected a floating dtype, got ",
              dtype_name(out.dtype()));
-  const Tensor out32 =
-      to_f32(out);  // beta reads it; with beta == 0 the copy is cheap beside a GEMM
-  batched_gemm(to_f32(a), to_f32(b), out32, alpha, beta);
+  // beta reads out; with beta == 0 the widening copy is skipped.
+  const Tensor out32 = beta == 0 ? empty_f32(out.shape()) : to_f32(out);
+  if (!(bf16_direct && batched_gemm_bf16(a, b, out32, alpha, beta)))
+    batched_gemm(to_f32(a), to_f32(b), out32, alpha, beta);
   copy(out32, out);
 }
 

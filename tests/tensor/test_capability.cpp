@@ -1,5 +1,5 @@
-// The CPU capabilities (tensor/cpu/capability.h) against each other, and the
-// BLAS core (tensor/cpu/blas.h) against the CPU's vector ISA.
+// The CPU capabilities (tensor/cpu/capability.h) against each other. (The
+// BLAS core: test_blas.cpp.)
 //
 // Each op runs on the same inputs under every capability this machine has.
 // Elementwise ops must give the same bits under avx2 and avx512: every
@@ -13,7 +13,6 @@
 
 #include "reference.h"
 #include "tensor/attention.h"
-#include "tensor/cpu/blas.h"
 #include "tensor/cpu/capability.h"
 
 using namespace spmd;
@@ -200,46 +199,4 @@ TEST_CASE("ops that sum agree across capabilities up to the order of their sums"
                 }),
                 rtol * 10, str_cat("attention ", dtype_name(dt)), 0);
   }
-}
-
-TEST_CASE("OpenBLAS runs a core as wide as the CPU's vectors", "[capability][blas]") {
-  const cpu::BlasInfo& blas = cpu::blas_info();
-  INFO(cpu::describe_blas() << " on " << cpu::describe_cpu());
-  if (blas.core.empty()) {
-    WARN("no OpenBLAS in this build: " << blas.library);
-    return;
-  }
-  const char* forced = std::getenv("OPENBLAS_CORETYPE");
-  if (forced && *forced) {
-    WARN("OPENBLAS_CORETYPE=" << forced << " chose the core: not checked");
-    return;
-  }
-  const cpu::CpuId& id = cpu::cpu_id();
-  if (id.x86_64_v3) {
-    CHECK(blas.core != "Prescott");
-    // Nothing wider for this CPU than what runs (blas.h's list of cores).
-    CHECK(cpu::better_openblas_core(blas.core).empty());
-  }
-  if (id.x86_64_v4)
-    CHECK((blas.core == "SkylakeX" || blas.core == "Cooperlake" || blas.core == "SapphireRapids"));
-  if (blas.chosen_by == "spmd") CHECK(!cpu::better_openblas_core(blas.picked).empty());
-  // The core's GEMM still multiplies: a product against the naive sum.
-  const Tensor a = ops::randn({67, 45}), b = ops::randn({45, 29});
-  const std::vector<double> va = ops::to_vector<double>(a), vb = ops::to_vector<double>(b);
-  Ref want({67, 29});
-  for (int64_t i = 0; i < 67; ++i)
-    for (int64_t j = 0; j < 29; ++j)
-      for (int64_t p = 0; p < 45; ++p) want.v[i * 29 + j] += va[i * 45 + p] * vb[p * 29 + j];
-  check_close(ops::matmul(a, b), want, 1e-4, 1e-4, "matmul under " + blas.core);
-}
-
-TEST_CASE("the cores spmd would choose are wider than the ones they replace", "[blas]") {
-  CHECK(cpu::better_openblas_core("SkylakeX").empty());
-  CHECK(cpu::better_openblas_core("a core spmd does not know").empty());
-  const cpu::CpuId& id = cpu::cpu_id();
-  if (id.x86_64_v3) {
-    CHECK(!cpu::better_openblas_core("Prescott").empty());
-    CHECK(!cpu::better_openblas_core("Sandybridge").empty());
-  }
-  if (id.x86_64_v4) CHECK(!cpu::better_openblas_core("Haswell").empty());
 }
