@@ -22,9 +22,10 @@
 // query heads that read it, so its dk and dv sums stay on one thread. In f32
 // the backward's p is exp(s - lse) with the forward's lse (one pass over the
 // scores); in f64 it recomputes each row's max and sum instead, since lse is
-// saved in f32 and f64 must stay exact for gradient checks. f32 and f64
-// only; the half types take the default implementation (which computes
-// through f32).
+// saved in f32 and f64 must stay exact for gradient checks. f32 and f64;
+// bf16 and f16 run the f32 kernel on widened copies of one batch element's
+// inputs at a time, each output rounded once (the default implementation also computes in f32,
+// but materializes every head's full score matrix).
 //
 // Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <Eigen/Core>
@@ -33,6 +34,7 @@
 #include <limits>
 #include <vector>
 
+#include "tensor/backend_tensor.h"
 #include "tensor/cpu/eigen_maps.h"
 #include "tensor/cpu/gemm.h"
 #include "tensor/cpu/kernels.h"
@@ -188,6 +190,21 @@ bool fusable(std::initializer_list<const Tensor*> ts) {
   return true;
 }
 
+// All of ts bf16 or f16 (what autocast hands attention): run in f32.
+bool half_only(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!is_half_float(t->dtype())) return false;
+  return true;
+}
+
+// Batch element b of t, as a batch of one (a view): the half path widens one
+// sequence's heads at a time, so its f32 copies stay that small.
+Tensor batch_of(const Tensor& t, int64_t b) {
+  Shape shape = t.shape();
+  shape[0] = 1;
+  return Tensor(t.storage(), shape, t.strides(), t.offset() + b * t.stride(0), t.dtype());
+}
+
 // Runs task(i, scratch) for i in [0, n), spread over threads, one scratch per thread.
 template <class T, class F>
 void for_each_task(int64_t n, const F& task) {
@@ -205,6 +222,16 @@ void for_each_task(int64_t n, const F& task) {
 
 void KernelBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
                               double scale, const Tensor& out, const Tensor& lse) {
+  if (half_only({&q, &k, &v, &out})) {  // the f32 kernel on widened copies, out rounded once
+    for (int64_t b = 0; b < q.size(0); ++b) {
+      const Tensor out_b = batch_of(out, b);
+      const Tensor out32 = empty_on(*this, out.device(), out_b.shape(), DType::kF32);
+      attention(widened_on(*this, batch_of(q, b)), widened_on(*this, batch_of(k, b)),
+                widened_on(*this, batch_of(v, b)), causal, scale, out32, batch_of(lse, b));
+      copy(out32, out_b);
+    }
+    return;
+  }
   if (!fusable({&q, &k, &v, &out})) return Backend::attention(q, k, v, causal, scale, out, lse);
   const Geometry n = geometry_of(q, k, causal);
   if (n.B * n.H * n.T == 0 || n.S == 0) return;
@@ -219,6 +246,22 @@ void KernelBackend::attention_backward(const Tensor& dout, const Tensor& q, cons
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        bool causal, double scale, const Tensor& dq,
                                        const Tensor& dk, const Tensor& dv) {
+  if (half_only({&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
+    for (int64_t b = 0; b < q.size(0); ++b) {
+      const Tensor dq_b = batch_of(dq, b), dk_b = batch_of(dk, b), dv_b = batch_of(dv, b);
+      const Tensor dq32 = empty_on(*this, dq.device(), dq_b.shape(), DType::kF32);
+      const Tensor dk32 = empty_on(*this, dk.device(), dk_b.shape(), DType::kF32);
+      const Tensor dv32 = empty_on(*this, dv.device(), dv_b.shape(), DType::kF32);
+      attention_backward(widened_on(*this, batch_of(dout, b)), widened_on(*this, batch_of(q, b)),
+                         widened_on(*this, batch_of(k, b)), widened_on(*this, batch_of(v, b)),
+                         widened_on(*this, batch_of(out, b)), batch_of(lse, b), causal, scale, dq32,
+                         dk32, dv32);
+      copy(dq32, dq_b);
+      copy(dk32, dk_b);
+      copy(dv32, dv_b);
+    }
+    return;
+  }
   if (!fusable({&dout, &q, &k, &v, &out, &dq, &dk, &dv})) {
     return Backend::attention_backward(dout, q, k, v, out, lse, causal, scale, dq, dk, dv);
   }

@@ -14,12 +14,15 @@
 // Rows are split over threads; each thread sums its rows' du into its own
 // partial dbias, and the partials are added at the end (no atomics, and the
 // same result for a given thread count, as norm.cpp's weight gradients).
-// f32 and f64 only; the half types take the default implementation.
+// f32 and f64; bf16 and f16 run the f32 kernel on widened copies of a
+// chunk of rows at a time, each output rounded once (the default
+// implementation also computes in f32, but unfused and over the whole u).
 //
 // Compiled once per CPU capability (kernels.h): these are KernelBackend's methods.
 #include <algorithm>
 #include <vector>
 
+#include "tensor/backend_tensor.h"
 #include "tensor/cpu/float_blocks.h"
 #include "tensor/cpu/kernels.h"
 #include "tensor/cpu/loops.h"
@@ -74,10 +77,43 @@ bool fusable(std::initializer_list<const Tensor*> ts) {
   return true;
 }
 
+// All of ts bf16 or f16 (what autocast hands the pair): run in f32.
+bool half_only(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!is_half_float(t->dtype())) return false;
+  return true;
+}
+
+// Rows r0..r1 of a contiguous tensor whose last dim is a row: a (r1 - r0, n) view.
+Tensor rows_of(const Tensor& t, int64_t r0, int64_t r1) {
+  const int64_t n = t.size(-1);
+  return Tensor(t.storage(), {r1 - r0, n}, {n, 1}, t.offset() + r0 * n, t.dtype());
+}
+
+// fn(r0, r1) over u's rows in chunks of about kHalfChunk elements: the f32
+// copies of the half path stay that small (and in cache), whatever u's size.
+constexpr int64_t kHalfChunk = int64_t(1) << 16;
+template <class F>
+void for_each_row_chunk(const Tensor& u, const F& fn) {
+  const int64_t n = u.size(-1), rows = n ? u.numel() / n : 0;
+  const int64_t step = std::max<int64_t>(1, kHalfChunk / std::max<int64_t>(n, 1));
+  for (int64_t r0 = 0; r0 < rows; r0 += step) fn(r0, std::min(rows, r0 + step));
+}
+
 }  // namespace
 
 void KernelBackend::bias_gelu(const Tensor& u, const Tensor& bias, bool approximate,
                               const Tensor& y) {
+  if (half_only({&u, &bias, &y})) {  // the f32 kernel on widened copies, y rounded once
+    const Tensor b32 = widened_on(*this, bias);
+    for_each_row_chunk(u, [&](int64_t r0, int64_t r1) {
+      const Tensor y_rows = rows_of(y, r0, r1);
+      const Tensor y32 = empty_on(*this, y.device(), y_rows.shape(), DType::kF32);
+      bias_gelu(widened_on(*this, rows_of(u, r0, r1)), b32, approximate, y32);
+      copy(y32, y_rows);
+    });
+    return;
+  }
   if (!fusable({&u, &bias, &y})) return Backend::bias_gelu(u, bias, approximate, y);
   const int64_t n = u.size(-1), rows = n ? u.numel() / n : 0;
   const UnaryOp op = approximate ? UnaryOp::kGeluTanh : UnaryOp::kGeluErf;
@@ -92,6 +128,24 @@ void KernelBackend::bias_gelu(const Tensor& u, const Tensor& bias, bool approxim
 
 void KernelBackend::bias_gelu_backward(const Tensor& dy, const Tensor& u, const Tensor& bias,
                                        bool approximate, const Tensor& du, const Tensor& dbias) {
+  if (half_only({&dy, &u, &bias, &du, &dbias})) {
+    const int64_t n = u.size(-1);
+    const Tensor b32 = widened_on(*this, bias);
+    const Tensor db32 = empty_on(*this, dbias.device(), dbias.shape(), DType::kF32);
+    const Tensor db_rows = empty_on(*this, dbias.device(), dbias.shape(), DType::kF32);
+    fill(db32, 0);
+    for_each_row_chunk(u, [&](int64_t r0, int64_t r1) {
+      const Tensor du_rows = rows_of(du, r0, r1);
+      const Tensor du32 = empty_on(*this, du.device(), du_rows.shape(), DType::kF32);
+      bias_gelu_backward(widened_on(*this, rows_of(dy, r0, r1)),
+                         widened_on(*this, rows_of(u, r0, r1)), b32, approximate, du32, db_rows);
+      copy(du32, du_rows);
+      float* total = db32.data<float>();
+      const float* part = db_rows.data<float>();
+      for (int64_t j = 0; j < n; ++j) total[j] += part[j];  // dbias summed over the chunks in f32
+    });
+    return copy(db32, dbias);
+  }
   if (!fusable({&dy, &u, &bias, &du, &dbias})) {
     return Backend::bias_gelu_backward(dy, u, bias, approximate, du, dbias);
   }

@@ -1,5 +1,5 @@
-// Matrix products on the CPU, through Eigen. When OpenBLAS is found the build
-// defines EIGEN_USE_BLAS, and Eigen hands each product to sgemm/dgemm; else
+// Matrix products on the CPU. When OpenBLAS is found the build defines
+// EIGEN_USE_BLAS, and each product goes to cblas_sgemm/dgemm directly; else
 // Eigen's own GEMM (OpenMP-parallel) runs. This is the only translation unit
 // that instantiates Eigen's products.
 //
@@ -12,6 +12,9 @@
 // accumulation where the CPU has one (bf16_gemm.h); f16 ones, and bf16
 // elsewhere, are multiplied through f32.
 #include <Eigen/Core>
+#include <algorithm>
+#include <limits>
+#include <type_traits>
 
 #include "tensor/cpu/bf16_gemm.h"
 #include "tensor/cpu/cpu_backend.h"
@@ -45,10 +48,47 @@ template <class T, int Order>
 using ConstMatMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,
                                Eigen::Unaligned, Eigen::OuterStride<>>;
 
+#ifdef EIGEN_USE_BLAS
+// CBLAS, as OpenBLAS exports it (32-bit ints, cblas.h's enum values).
+extern "C" {
+void cblas_sgemm(int layout, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                 const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+void cblas_dgemm(int layout, int trans_a, int trans_b, int M, int N, int K, double alpha,
+                 const double* A, int lda, const double* B, int ldb, double beta, double* C,
+                 int ldc);
+}
+constexpr int kCblasRowMajor = 101, kCblasColMajor = 102, kCblasNoTrans = 111, kCblasTrans = 112;
+
+// The product straight to BLAS, in C's storage order: an operand stored in
+// the other order is its transpose. Eigen's `C = A B` would first zero C and
+// then ask BLAS for C += A B, a memset and a read of C that BLAS's beta = 0
+// never makes. False when a size does not fit BLAS's int.
+template <class T, int OA, int OB, int OC>
+bool blas_gemm(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, const MatLayout* ld,
+               T alpha, T beta) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  if (std::max({M, N, K, ld[0].ld, ld[1].ld, ld[2].ld}) > kMax) return false;
+  const int layout = OC == Eigen::RowMajor ? kCblasRowMajor : kCblasColMajor;
+  const int ta = OA == OC ? kCblasNoTrans : kCblasTrans,
+            tb = OB == OC ? kCblasNoTrans : kCblasTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(layout, ta, tb, int(M), int(N), int(K), alpha, a, int(ld[0].ld), b, int(ld[1].ld),
+                beta, c, int(ld[2].ld));
+  } else {
+    cblas_dgemm(layout, ta, tb, int(M), int(N), int(K), alpha, a, int(ld[0].ld), b, int(ld[1].ld),
+                beta, c, int(ld[2].ld));
+  }
+  return true;
+}
+#endif
+
 // c = alpha a b + beta c for one (M, K) x (K, N) product.
 template <class T, int OA, int OB, int OC>
 void gemm(const T* a, const T* b, T* c, int64_t M, int64_t N, int64_t K, const MatLayout* ld,
           T alpha, T beta) {
+#ifdef EIGEN_USE_BLAS
+  if (K > 0 && blas_gemm<T, OA, OB, OC>(a, b, c, M, N, K, ld, alpha, beta)) return;
+#endif
   const ConstMatMap<T, OA> A(a, M, K, Eigen::OuterStride<>(ld[0].ld));
   const ConstMatMap<T, OB> B(b, K, N, Eigen::OuterStride<>(ld[1].ld));
   MatMap<T, OC> C(c, M, N, Eigen::OuterStride<>(ld[2].ld));

@@ -73,3 +73,26 @@ TEST_CASE("fused CPU attention equals the composed default, forward and backward
     }
   }
 }
+
+TEST_CASE("bf16 attention is the f32 kernel on widened inputs, each output rounded once", "[cpu]") {
+  Generator gen(11);
+  const Tensor q = heads({2, 70, 4, 16}, DType::kBF16, gen);
+  const Tensor k = heads({2, 70, 2, 16}, DType::kBF16, gen);
+  const Tensor v = heads({2, 70, 2, 16}, DType::kBF16, gen);
+  const Tensor dout = ops::randn({2, 4, 70, 16}, {DType::kBF16}, &gen);
+  auto f32 = [](const Tensor& t) { return ops::to(t, DType::kF32); };
+  auto bf16 = [](const Tensor& t) { return ops::to(t, DType::kBF16); };
+  const ops::AttentionResult r = ops::attention(q, k, v, true, 0.25);
+  const ops::AttentionResult w = ops::attention(f32(q), f32(k), f32(v), true, 0.25);
+  CHECK(r.out.dtype() == DType::kBF16);
+  CHECK(ops::allclose(f32(r.out), f32(bf16(w.out)), 0, 0));
+  CHECK(ops::allclose(r.lse, w.lse, 0, 0));
+  const ops::AttentionGrads g = ops::attention_backward(dout, q, k, v, r, true, 0.25);
+  // The f32 backward from the same (rounded) out the bf16 one saw.
+  ops::AttentionResult w_rounded{f32(r.out), r.lse};
+  const ops::AttentionGrads wg =
+      ops::attention_backward(f32(dout), f32(q), f32(k), f32(v), w_rounded, true, 0.25);
+  CHECK(ops::allclose(f32(g.dq), f32(bf16(wg.dq)), 0, 0));
+  CHECK(ops::allclose(f32(g.dk), f32(bf16(wg.dk)), 0, 0));
+  CHECK(ops::allclose(f32(g.dv), f32(bf16(wg.dv)), 0, 0));
+}

@@ -72,11 +72,32 @@ TEST_CASE("fused bias + GELU equals add then GELU, forward and backward", "[cpu]
   set_num_threads(1);
 }
 
-TEST_CASE("bias + GELU in bf16 takes the composed path; bad shapes are named", "[cpu][fused]") {
-  const Tensor u = ops::to(ops::randn({4, 40}), DType::kBF16);
-  const Tensor b = ops::to(ops::randn({40}), DType::kBF16);
-  CHECK(ops::allclose(ops::to(ops::bias_gelu(u, b), DType::kF32),
-                      ops::to(ops::gelu(ops::add(u, b)), DType::kF32), 0, 0));
+TEST_CASE("bias + GELU in bf16 is the f32 kernel rounded once; bad shapes are named",
+          "[cpu][fused]") {
+  const Tensor u = ops::to(ops::randn({37, 1029}), DType::kBF16);
+  const Tensor b = ops::to(ops::randn({1029}), DType::kBF16);
+  const Tensor dy = ops::to(ops::randn({37, 1029}), DType::kBF16);
+  auto f32 = [](const Tensor& t) { return ops::to(t, DType::kF32); };
+  auto bf16 = [](const Tensor& t) { return ops::to(t, DType::kBF16); };
+  // Bitwise: the same f32 values through the same kernel, then one rounding.
+  CHECK(ops::allclose(f32(ops::bias_gelu(u, b)), f32(bf16(ops::bias_gelu(f32(u), f32(b)))), 0, 0));
+  const ops::BiasGeluGrads g = ops::bias_gelu_backward(dy, u, b);
+  const ops::BiasGeluGrads w = ops::bias_gelu_backward(f32(dy), f32(u), f32(b));
+  CHECK(g.du.dtype() == DType::kBF16);
+  CHECK(ops::allclose(f32(g.du), f32(bf16(w.du)), 0, 0));
+  CHECK(ops::allclose(f32(g.dbias), f32(bf16(w.dbias)), 0, 0));
+  // Past one chunk of the half path (65,536 elements): du still bitwise, dbias
+  // summed chunk by chunk in f32, so within f32 rounding.
+  const Tensor ub = ops::to(ops::randn({300, 1029}), DType::kBF16);
+  const Tensor dyb = ops::to(ops::randn({300, 1029}), DType::kBF16);
+  const ops::BiasGeluGrads gb = ops::bias_gelu_backward(dyb, ub, b);
+  const ops::BiasGeluGrads wb = ops::bias_gelu_backward(f32(dyb), f32(ub), f32(b));
+  CHECK(
+      ops::allclose(f32(ops::bias_gelu(ub, b)), f32(bf16(ops::bias_gelu(f32(ub), f32(b)))), 0, 0));
+  CHECK(ops::allclose(f32(gb.du), f32(bf16(wb.du)), 0, 0));
+  CHECK(ops::allclose(f32(gb.dbias), wb.dbias, 1e-2, 1e-2));  // bf16's rounding of dbias
+  // And within bf16's rounding of the composition, add then GELU in bf16.
+  CHECK(ops::allclose(f32(ops::bias_gelu(u, b)), f32(ops::gelu(ops::add(u, b))), 2e-2, 2e-2));
   CHECK_THROWS_WITH(ops::bias_gelu(ops::randn({4, 40}), ops::randn({39})),
                     Catch::Contains("bias_gelu") && Catch::Contains("39"));
   CHECK_THROWS_WITH(
