@@ -2,9 +2,10 @@
 // them. It opens with the CPU, the capability the kernels run with and the
 // BLAS core (tensor/cpu/capability.h, blas.h; --info prints only these
 // lines), then for each thread count prints
-//   GEMM GFLOP/s of ops::matmul, of the same product through Eigen directly
-//   (the library tensor/cpu/matmul.cpp calls), and of OpenBLAS's cblas_sgemm
-//   (the BLAS Eigen hands the product to), with the ratios, at square sizes
+//   GEMM GFLOP/s of ops::matmul, of the same product through Eigen with
+//   EIGEN_USE_BLAS (which zeroes C, then hands C += A B to sgemm: what
+//   tensor/cpu/matmul.cpp did before it called cblas directly), and of
+//   OpenBLAS's cblas_sgemm, with the ratios, at square sizes
 //   and at the GEMM shapes of bench/train_bench.py's small config;
 //   GFLOP/s of OpenBLAS, BLIS and oneDNN (bench/gemm_libraries.h) at every
 //   GEMM of a tiny- and a small-config training step (each Linear's forward
@@ -20,7 +21,7 @@
 // what the code itself costs (and interleaving exposes all contenders to the
 // same noise).
 //
-//   spmd-bench-ops [--threads 1,2] [--min-time 0.3] [--info]
+//   spmd-bench-ops [--threads 1,2] [--min-time 0.3] [--info] [--gemm-only]
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
 #include <algorithm>
@@ -283,8 +284,9 @@ int main(int argc, char** argv) {
       ->check(spmd::flags::count(1, 1024));
   app.add_option("--min-time", min_time, "seconds per measurement, about")
       ->check(spmd::flags::positive(60));
-  bool info_only = false;
+  bool info_only = false, gemm_only = false;
   app.add_flag("--info", info_only, "print the CPU, capability and BLAS lines only");
+  app.add_flag("--gemm-only", gemm_only, "the f32 GEMM table only (bench/gemm_cores.py)");
   CLI11_PARSE(app, argc, argv);
   try {
     std::printf("# cpu: %s\n# blas: %s\n# %s\n", cpu::describe_cpu().c_str(),
@@ -300,6 +302,7 @@ int main(int argc, char** argv) {
       std::printf("  %-21s  %8s  %8s  %8s   %6s  %6s\n", "shape (MxK . KxN)", "ours", "eigen",
                   "openblas", "/eigen", "/blas");
       for (const Gemm& g : shapes) bench_gemm(g, min_time);
+      if (gemm_only) continue;
       std::printf("threads=%d  f32 GEMM libraries at a training step's shapes\n", threads);
       for (const bench::GemmLibrary& l : bench::gemm_libraries())
         if (l.available && l.set_threads) l.set_threads(threads);
