@@ -3,11 +3,11 @@
 #include "tensor/cpu/allocator.h"
 
 #include <sys/mman.h>
-
 #include <unistd.h>
 
 #include <atomic>
 #include <bit>
+#include <cerrno>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -38,12 +38,24 @@ size_t size_class(size_t nbytes) {
   return (nbytes + step - 1) / step * step;
 }
 
+// The value of an environment variable that must be a whole number in
+// [0, max], or `fallback` when unset or empty.
+size_t env_count(const char* key, size_t fallback, size_t max) {
+  const char* env = std::getenv(key);
+  if (env == nullptr || *env == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(env, &end, 10);
+  SPMD_CHECK(*end == '\0' && errno == 0 && env[0] != '-' && v <= max, key, "=", env,
+             ": expected a whole number from 0 to ", max);
+  return size_t(v);
+}
+
 class HostAllocator {
  public:
-  HostAllocator() {
-    const char* env = std::getenv("SPMD_CPU_CACHE_MB");
-    cap_ = size_t(env ? std::strtoull(env, nullptr, 10) : 2048) << 20;
-  }
+  HostAllocator()
+      : cap_(env_count("SPMD_CPU_CACHE_MB", 2048, size_t(1) << 30) << 20),
+        huge_pages_(env_count("SPMD_HUGE_PAGES", 0, 1) == 1) {}
 
   // A block of `size` bytes (a size class); *shared says whether it is a
   // shareable one, which release() must be told.
@@ -126,8 +138,10 @@ class HostAllocator {
   }
 
  private:
-  static void* system_allocate(size_t size) {
-    if (size < 2 * kHugePage) return std::aligned_alloc(kAlignment, size);
+  // With SPMD_HUGE_PAGES=1, blocks of 4 MiB or more are 2 MiB aligned and
+  // advised to use transparent huge pages (allocator.h says why not by default).
+  void* system_allocate(size_t size) const {
+    if (!huge_pages_ || size < 2 * kHugePage) return std::aligned_alloc(kAlignment, size);
     const size_t rounded = (size + kHugePage - 1) / kHugePage * kHugePage;
     void* p = std::aligned_alloc(kHugePage, rounded);
     if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);  // a hint; failure is harmless
@@ -153,7 +167,8 @@ class HostAllocator {
   std::multimap<size_t, void*> free_;         // size class -> cached blocks
   std::multimap<size_t, void*> free_shared_;  // the same, of shareable blocks
   HostMemoryStats stats_;
-  size_t cap_ = 0;
+  const size_t cap_;
+  const bool huge_pages_;
 };
 
 // Never destroyed: tensors freed during static destruction still find it.

@@ -7,9 +7,16 @@
 // ~8x what writing a reused one does (glibc returns blocks above 32 MiB to the
 // kernel on free). So freed blocks of at least kMinCached bytes are kept, by
 // size class, up to a cap, and handed out again for the same size class: the
-// host version of the CUDA caching allocator. Blocks of 4 MiB or more are also
-// 2 MiB aligned and advised to use transparent huge pages (fewer faults, fewer
-// TLB misses). Smaller blocks go straight to malloc.
+// host version of the CUDA caching allocator. Smaller blocks go straight to
+// malloc.
+//
+// Transparent huge pages are not asked for unless SPMD_HUGE_PAGES=1, which
+// aligns blocks of 4 MiB or more to 2 MiB and advises them (MADV_HUGEPAGE).
+// Cached blocks fault once, so huge pages would save only TLB misses; on the
+// 2-vCPU virtual machine of docs/cpu.md ("Huge pages") the advised blocks
+// made a one-thread training step of the small config 1.35x slower, its
+// AdamW pass 19x, and gained nothing at two threads. PyTorch's CPU
+// allocator does not advise them either.
 //
 // The threshold is 128 KiB, glibc's own mmap threshold, rather than larger,
 // because of what glibc does with the blocks in between: the first free of
@@ -25,12 +32,14 @@
 // least `min` bytes are memory files another process can map
 // (shareable_blocks.h), cached apart from the others; the communicator turns
 // this on for a group whose ranks share a host, so its collectives can copy
-// straight between the ranks' tensors. They get no huge pages (shared memory's
-// transparent huge pages are off by default, /sys/kernel/mm/
-// transparent_hugepage/shmem_enabled), which docs/measurements/shm.md measures. When the
-// system refuses one (no file descriptor left), the block is an ordinary one.
+// straight between the ranks' tensors. They never get huge pages, even with
+// SPMD_HUGE_PAGES=1 (shared memory's transparent huge pages are off by default,
+// /sys/kernel/mm/transparent_hugepage/shmem_enabled). When the system refuses
+// one (no file descriptor left), the block is an ordinary one.
 //
 // Thread-safe. The cap is SPMD_CPU_CACHE_MB (default 2048); 0 disables caching.
+// Both variables are read at the first allocation; a value that is not a
+// whole number in range (0 or 1 for SPMD_HUGE_PAGES) throws there.
 #pragma once
 
 #include <cstddef>
