@@ -9,11 +9,15 @@
 // Random tokens (a fresh batch each step, drawn and placed on the device
 // before the clock starts), AdamW lr 3e-4 weight decay 0.1, the median step
 // time over --steps steps after --warmup untimed ones. On a GPU each step is
-// timed from one cuda::synchronize() to the next, and the line adds the
-// model FLOPs utilization: FLOPs per token 6 N + 12 L C T (N parameters, L
-// layers, width C, context T: the products of forward and backward, and the
-// attention scores as if not causal, as in PaLM's appendix B), times tokens
-// per second, over --peak-tflops (the H200's dense bf16 rate by default).
+// timed from one cuda::synchronize() to the next. The line gives the model
+// FLOPs utilization as spmd-train does (train/flops.h): FLOPs per token
+// 6 N + 12 L C T (N the weights a token meets, L layers, width C, context T:
+// the products of forward and backward, and the attention scores as if not
+// causal, as in PaLM's appendix B), times tokens per second, over the
+// hardware's peak: the CPU's measured per-core peak (tensor/cpu/peak.h) x
+// --threads, f32 or bf16 as the products are; a GPU's datasheet figure
+// (tensor/gpu_peak.h). --peak-tflops sets another; a "# mfu against" line
+// before the result says which.
 //
 //   spmd-bench-train --config tiny --threads 1 [--steps 20] [--warmup 3] [--unfused]
 //   spmd-bench-train --device cuda --config gpt2 [--steps 30] [--warmup 5]
@@ -23,7 +27,8 @@
 //   spmd device=cpu config=tiny threads=1 ... tokens_per_s=... step_ms=... peak_rss_mb=...
 // with, on the CPU, peak_alloc_mb=... cached_mb=... (the most the tensors
 // held at once, and what the caching allocator keeps free at the end:
-// tensor/cpu/allocator.h), on a GPU, tflops=... mfu=... peak_mem_mb=... (max_memory_allocated),
+// tensor/cpu/allocator.h), on a GPU peak_mem_mb=... (max_memory_allocated), then tflops=...
+// mfu=... (nan where no peak is known),
 // then the medians of the phases, forward_ms (with the loss), backward_ms and
 // optimizer_ms (CUDA events on a GPU: no extra wait), and loss_first=...
 // loss_last=... (the first and last step's loss).
@@ -41,6 +46,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -59,6 +65,7 @@
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
+#include "train/flops.h"
 
 using namespace spmd;
 
@@ -74,7 +81,7 @@ struct Flags {
   int64_t batch = 8;
   bool unfused = false;  // TransformerConfig::fused_kernels off: the unfused compositions
   int profile_top = 0;
-  double peak_tflops = 989.0;  // H200 SXM, dense bf16 (the datasheet's 1979 is with sparsity)
+  double peak_tflops = 0;  // 0: the hardware's (train::hardware_peak)
 };
 
 struct Result {
@@ -114,14 +121,6 @@ double peak_rss_mb() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return double(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
-
-// FLOPs of one training step per token: 6 per parameter (2 forward, 4
-// backward) and 12 L C T for the attention scores (q k^T and p v, each 2 C T
-// per token and layer forward, three times that with backward).
-double flops_per_token(const nn::TransformerConfig& c, int64_t params) {
-  return 6.0 * double(params) +
-         12.0 * double(c.n_layers) * double(c.d_model) * double(c.max_seq_len);
 }
 
 void wait_for(Device device) {
@@ -198,6 +197,11 @@ void run(const Flags& f) {
   config.fused_kernels = !f.unfused;
   auto model = std::make_unique<nn::Transformer>(config, 0);
   model->to(device);
+  // The peak before the clock starts: the CPU's is measured (a quarter second).
+  const train::PeakFlops peak =
+      f.peak_tflops > 0 ? train::PeakFlops{f.peak_tflops * 1e12, "as --peak-tflops sets it"}
+                        : train::hardware_peak(device, autocast ? "bf16" : "f32", f.threads);
+  std::printf("# mfu against %s, %s\n", train::format_flops(peak.flops).c_str(), peak.what.c_str());
   const Result r = train(*model, f, device, autocast);
 
   std::vector<double> times = r.step_seconds;
@@ -220,11 +224,11 @@ void run(const Flags& f) {
     std::printf(" peak_alloc_mb=%.1f cached_mb=%.1f", double(host.peak_allocated) / (1 << 20),
                 double(host.cached) / (1 << 20));
   }
-  if (device.is_cuda()) {
-    const double tflops = flops_per_token(config, params) * tokens_per_s / 1e12;
-    std::printf(" tflops=%.1f mfu=%.3f peak_mem_mb=%.0f", tflops, tflops / f.peak_tflops,
-                double(cuda::max_memory_allocated(0)) / (1 << 20));
-  }
+  if (device.is_cuda())
+    std::printf(" peak_mem_mb=%.0f", double(cuda::max_memory_allocated(0)) / (1 << 20));
+  const double flops = train::flops_per_token(config) * tokens_per_s;
+  std::printf(" tflops=%.4f mfu=%.3f", flops / 1e12,
+              peak.flops > 0 ? flops / peak.flops : std::nan(""));
   std::printf(
       " forward_ms=%.2f backward_ms=%.2f optimizer_ms=%.2f loss_first=%.4f loss_last=%.4f\n",
       median_of(r.phase_ms[0]), median_of(r.phase_ms[1]), median_of(r.phase_ms[2]), r.loss_first,

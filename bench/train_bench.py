@@ -5,8 +5,10 @@ For each config (tiny, small) and thread count (1, 2) it runs --pairs pairs,
 spmd then torch, then spmd, then torch... (A B A B), so that a noisy shared
 machine slows both sides alike, and reports the median of the pairwise
 ratios spmd/torch of tokens/s with their range, beside each side's median
-tokens/s and peak RSS. The header names the CPU model, the capability spmd's
-kernels ran with and the BLAS core each side ran its GEMMs on.
+tokens/s and peak RSS, and spmd's median MFU against the hardware's peak
+(spmd-bench-train's, as spmd-train's: train/flops.h). The header names the
+CPU model, the capability spmd's kernels ran with, the BLAS core each side
+ran its GEMMs on, and the peak of each thread count (one run's measure).
 
 The torch side's OpenBLAS core: Debian's PyTorch uses Debian's OpenBLAS,
 which picks its SSE3 core (Prescott) on CPUs newer than its table; spmd
@@ -58,8 +60,10 @@ print(torch.__version__, core, cap[0] if cap else "?")
 
 
 def parse(line):
+    """tokens/s, peak RSS MB, parameters and MFU (nan for the torch peer, which has none)."""
     fields = dict(kv.split("=", 1) for kv in line.split()[1:])
-    return float(fields["tokens_per_s"]), float(fields["peak_rss_mb"]), int(fields["params"])
+    return (float(fields["tokens_per_s"]), float(fields["peak_rss_mb"]), int(fields["params"]),
+            float(fields.get("mfu", "nan")))
 
 
 def run_lines(cmd, env):
@@ -183,14 +187,17 @@ def main():
     header.append(f"# {args.pairs} interleaved pairs (spmd, {b_name}) per row; ratio: the median "
                   f"of the pairwise spmd/{b_name} tokens/s ratios (min-max)")
 
-    rows, notes, profiles = [], set(), []
+    rows, notes, profiles, peaks = [], set(), [], {}
     for config in args.configs.split(","):
         steps = args.steps if config == "tiny" else max(3, args.steps // 4)
         for threads in (int(t) for t in args.threads.split(",")):
             common = ["--config", config, "--threads", str(threads), "--steps", str(steps)]
             a_runs, b_runs = [], []
             for _ in range(args.pairs):
-                _, a = run([spmd_bin] + common, dict(os.environ, OMP_NUM_THREADS=str(threads)))
+                a_info, a = run([spmd_bin] + common, dict(os.environ, OMP_NUM_THREADS=str(threads)))
+                for l in a_info:
+                    if l.startswith("# mfu against"):
+                        peaks[threads] = f"# {threads} thread(s): spmd's {l[2:]}"
                 b_info, b = run(side_b(args, peer, common), dict(b_env, OMP_NUM_THREADS=str(threads)))
                 notes.update(b_info)
                 a_runs.append(a)
@@ -211,16 +218,17 @@ def main():
     load_after = os.getloadavg()
     header.append("# load average (1, 5, 15 min): " + " ".join(f"{x:.2f}" for x in load_before) +
                   " before, " + " ".join(f"{x:.2f}" for x in load_after) + " after")
-    for line in header + sorted(notes):
+    for line in header + sorted(notes) + [peaks[t] for t in sorted(peaks)]:
         print(line)
     print(f"| config | params | threads | spmd tok/s | {b_name} tok/s | spmd/{b_name} (min-max) | "
-          f"spmd peak RSS MB | {b_name} peak RSS MB |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"spmd MFU | spmd peak RSS MB | {b_name} peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for config, threads, a_runs, b_runs, ratios in rows:
         med = lambda runs, k: statistics.median(r[k] for r in runs)
         print(f"| {config} | {a_runs[0][2]:,} | {threads} | {med(a_runs, 0):,.0f} | "
               f"{med(b_runs, 0):,.0f} | {statistics.median(ratios):.2f}x "
-              f"({min(ratios):.2f}-{max(ratios):.2f}) | {med(a_runs, 1):.0f} | {med(b_runs, 1):.0f} |")
+              f"({min(ratios):.2f}-{max(ratios):.2f}) | {100 * med(a_runs, 3):.1f}% | "
+              f"{med(a_runs, 1):.0f} | {med(b_runs, 1):.0f} |")
     print_profiles(profiles, args.profile_top, b_name)
 
 

@@ -128,7 +128,8 @@ gpt2_row() {  # name, prefix, file
 }
 gpt2_header() {
   echo "GPT-2 124M training step, B 8, T 1024, bf16 autocast, AdamW; median of $GPT2_STEPS steps."
-  echo "MFU: (6 N + 12 L C T) FLOPs per token x tokens/s / 989 TFLOP/s (H200 dense bf16)."
+  echo "MFU: (6 x weights a token meets + 12 L C T) FLOPs per token (train/flops.h) x tokens/s"
+  echo "over the dense bf16 peak: spmd's from tensor/gpu_peak.h, torch's --peak-tflops (989, H200)."
   printf '| %-32s | %8s | %7s | %16s | %7s | %5s | %8s | %s |\n' side tokens/s "step ms" \
     "fwd/bwd/opt ms" TFLOP/s MFU "peak MiB" "loss first -> last"
 }

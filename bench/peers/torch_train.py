@@ -190,7 +190,10 @@ def main():
             f"tokens_per_s={tokens_per_s:.0f} step_ms={median * 1e3:.2f} "
             f"min_step_ms={times[0] * 1e3:.2f} peak_rss_mb={rss:.1f}")
     if cuda:
-        tflops = (6 * params + 12 * L * C * T) * tokens_per_s / 1e12
+        # As spmd (train/flops.h): 6 x the weights a token multiplies by (the
+        # blocks' four attention and two MLP matrices, the head) + 12 L C T.
+        weights = V * C + L * (4 * C * C + 2 * C * 4 * C)
+        tflops = (6 * weights + 12 * L * C * T) * tokens_per_s / 1e12
         line += (f" tflops={tflops:.1f} mfu={tflops / args.peak_tflops:.3f} "
                  f"peak_mem_mb={torch.cuda.max_memory_allocated() / 2**20:.0f}")
     fwd, bwd, step = (sorted(p)[len(p) // 2] for p in phases)
