@@ -5,11 +5,16 @@
 // registers, 12 on AVX2's 16) so that latency x ports FMAs are always in
 // flight: the loop then runs at the FMA units' throughput, not their latency.
 // Each loop is compiled for its ISA with a target attribute and chosen from
-// cpu_id(), as the library itself may be built for an older baseline.
+// cpu_id(), as the library itself may be built for an older baseline. Runs
+// are timed by the thread's CPU clock, not the wall clock: on a machine
+// busy with other processes a run that loses the core for part of its time
+// would read as a slower core (ctest -j2 of the multi-process tests on 2
+// cores read 60% of the peak that way).
 #include "tensor/cpu/peak.h"
 
+#include <time.h>
+
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 
@@ -23,18 +28,26 @@
 namespace spmd::cpu {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 constexpr double kRunSeconds = 0.02;  // one timed run
 constexpr int kRepeats = 5;           // the best of these
 
 volatile float g_sink;  // keeps the loops' results alive
 
-// Seconds `run(n)` takes.
+// This thread's CPU time in seconds: it stands still while the thread waits
+// for a core.
+double thread_seconds() {
+  timespec ts{};
+  SPMD_CHECK(clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0,
+             "cpu_peak: clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// Seconds of this thread's CPU time `run(n)` takes.
 template <typename Run>
 double seconds(const Run& run, int64_t n) {
-  const auto start = Clock::now();
+  const double start = thread_seconds();
   run(n);
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return thread_seconds() - start;
 }
 
 // The best rate of `run(n)`, which does n units of work: n grows until a run
