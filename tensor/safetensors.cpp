@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "runtime/durable_file.h"
 #include "runtime/resource_limits.h"
 #include "tensor/copy.h"
 #include "tensor/factory.h"
@@ -34,12 +35,6 @@ DType parse_format_dtype(const std::string& name, const std::string& path) {
   for (const auto& [d, n] : kDTypeNames)
     if (name == n) return d;
   SPMD_THROW(InvalidArgument, "load_safetensors: ", path, ": unsupported dtype '", name, "'");
-}
-
-void write_u64_le(std::ostream& os, uint64_t v) {
-  unsigned char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(v >> (8 * i));
-  os.write(reinterpret_cast<const char*>(bytes), 8);
 }
 
 uint64_t read_u64_le(const unsigned char* p) {
@@ -144,14 +139,17 @@ void save_safetensors(const std::string& path, const TensorMap& tensors,
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  SPMD_CHECK(out.good(), "save_safetensors: cannot open ", path, " for writing");
-  write_u64_le(out, text.size());
-  out.write(text.data(), std::streamsize(text.size()));
-  for (const Tensor& t : hosts)
-    out.write(static_cast<const char*>(t.raw_data()), std::streamsize(t.nbytes()));
-  out.flush();
-  SPMD_CHECK(out.good(), "save_safetensors: writing ", path, " failed");
+  // Written, synced and checked (runtime/durable_file.h): a checkpoint's
+  // shard or an export is on disk when this returns.
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+  std::vector<ByteSpan> spans{{length, 8}, {text.data(), text.size()}};
+  for (const Tensor& t : hosts) spans.push_back({t.raw_data(), size_t(t.nbytes())});
+  try {
+    write_durably(path, spans.data(), spans.size());
+  } catch (const Error& e) {
+    SPMD_THROW(Error, "save_safetensors: ", e.what());
+  }
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {

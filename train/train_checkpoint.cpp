@@ -2,15 +2,18 @@
 // files rank 0 writes and renames into place.
 #include "train/train_checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "autograd/grad_mode.h"
 #include "parallel/checkpoint/checkpoint.h"
 #include "parallel/placement.h"
+#include "runtime/durable_file.h"
 #include "tensor/ops.h"
 
 namespace spmd::train {
@@ -24,15 +27,13 @@ std::string step_name(int64_t step) {
   return buf;
 }
 
-// Writes `text` to path through a temporary name and a rename.
+// Writes `text` to path through a temporary name, a rename and syncs.
 void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    SPMD_CHECK(out.good(), "checkpoint: cannot write ", tmp.string());
+  try {
+    replace_durably(path.string(), text);
+  } catch (const Error& e) {
+    SPMD_THROW(Error, "checkpoint: ", e.what());
   }
-  fs::rename(tmp, path);
 }
 
 std::string read_file(const fs::path& path) {
@@ -70,6 +71,48 @@ TensorMap checkpoint_tensors(const NamedTensors& params, const TensorMap& state,
   return out;
 }
 
+// A step folder, and where it stands among the others: the start of the
+// run that saved it, then its step. A folder whose train_state.json is
+// missing or unreadable (a save cut off between its rename and that file)
+// counts as the oldest.
+struct SavedStep {
+  int64_t run_started = 0, step = 0;
+  fs::path path;
+  bool operator<(const SavedStep& o) const {
+    return std::tie(run_started, step, path) < std::tie(o.run_started, o.step, o.path);
+  }
+};
+
+SavedStep saved_step(const fs::path& dir) {
+  SavedStep s{0, 0, dir};
+  try {
+    const auto js = nlohmann::json::parse(read_file(dir / "train_state.json"));
+    s.run_started = js.value("run_started_unix_ns", int64_t(0));
+    s.step = js.value("step", int64_t(0));
+  } catch (const std::exception&) {
+    s.run_started = s.step = 0;
+  }
+  return s;
+}
+
+// Removes all but the `keep` newest step folders; never `latest`.
+void prune(const std::string& folder, const std::string& latest, int64_t keep) {
+  std::vector<SavedStep> steps;
+  for (const auto& e : fs::directory_iterator(folder))
+    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 &&
+        e.path().extension().empty())
+      steps.push_back(saved_step(e.path()));
+  std::sort(steps.begin(), steps.end());
+  int64_t to_remove = int64_t(steps.size()) - keep;
+  for (const SavedStep& s : steps) {
+    if (to_remove <= 0) break;
+    if (s.path.filename() == latest) continue;
+    fs::remove_all(s.path);
+    --to_remove;
+  }
+  sync_folder(folder);
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& folder, const TrainState& state, const NamedTensors& params,
@@ -79,18 +122,13 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const N
   dist::save_sharded(checkpoint_tensors(params, optimizer.state_dict(), replicas), dir.string(),
                      world);
   if (world.rank() == 0) {
-    const nlohmann::json train_state = {
-        {"step", state.step}, {"samples_consumed", state.samples_consumed}, {"lr", state.lr}};
+    const nlohmann::json train_state = {{"step", state.step},
+                                        {"samples_consumed", state.samples_consumed},
+                                        {"lr", state.lr},
+                                        {"run_started_unix_ns", state.run_started_unix_ns}};
     write_atomically(dir / "train_state.json", train_state.dump(2) + "\n");
     write_atomically(fs::path(folder) / "latest", step_name(state.step) + "\n");
-    // Keep the last `keep` step folders (0: every one).
-    std::vector<fs::path> steps;
-    for (const auto& e : fs::directory_iterator(folder))
-      if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 &&
-          e.path().extension().empty())
-        steps.push_back(e.path());
-    std::sort(steps.begin(), steps.end());
-    for (size_t i = 0; keep > 0 && i + size_t(keep) < steps.size(); ++i) fs::remove_all(steps[i]);
+    if (keep > 0) prune(folder, step_name(state.step), keep);
   }
   world.wait(world.barrier(), dist::OpType::kBarrier);  // every rank sees the new latest
 }

@@ -4,9 +4,19 @@
 //   <folder>/step_00000040/      written by parallel/checkpoint (to a
 //       shard_rank<R>.safetensors  temporary name, renamed when complete):
 //       index.json                 the model's tensors and AdamW's moments,
-//                                  each a piece with its placements
-//       train_state.json         step, samples consumed, lr (rank 0)
+//                                  each a piece with its placements and
+//                                  the checksums of its bytes
+//       train_state.json         step, samples consumed, lr, when the run
+//                                  that wrote it started (rank 0)
 //   <folder>/latest              "step_00000040", written last
+//
+// Every file is synced before the next is written, and every rename's
+// folder after it (runtime/durable_file.h), so after a crash `latest` names
+// a whole checkpoint. Pruning orders the step folders by the run that wrote
+// them (its start time), then by step, and never removes the one `latest`
+// names: a fresh run (checkpoint.resume = false) into a folder that holds an
+// earlier run's higher steps keeps its own saves and prunes the earlier
+// run's first.
 //
 // The moments are saved under their parameter's name
 // ("optim.layers.0.attn.wqkv.weight.exp_avg") with the parameter's layout,
@@ -36,6 +46,7 @@ struct TrainState {
   int64_t step = 0;              // steps completed
   int64_t samples_consumed = 0;  // windows of the data order used, all ranks together
   double lr = 0;
+  int64_t run_started_unix_ns = 0;  // when the run that saved it started (orders the runs)
 };
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;

@@ -184,11 +184,15 @@ void on_nonfinite(int64_t step, double norm, int64_t skipped, const TrainConfig&
 bool ends_period(int64_t step, int64_t every) { return every > 0 && (step + 1) % every == 0; }
 
 // The state after `step` saved; the save's time and this rank's bytes in `m`.
-void save(const CheckpointConfig& ck, int64_t step, double lr, const Parallelized& par,
-          const dist::DataLoader& loader, dist::ProcessGroup& world, StepMetrics& m) {
+// run_started: when this run began (wall clock, ns), to order its saves
+// after an earlier run's in the same folder.
+void save(const CheckpointConfig& ck, int64_t step, double lr, int64_t run_started,
+          const Parallelized& par, const dist::DataLoader& loader, dist::ProcessGroup& world,
+          StepMetrics& m) {
   const auto start = Clock::now();
-  save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr}, par.named_parameters(),
-                  par.optimizer(), world, ck.keep, par.checkpoint_replicas());
+  save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr, run_started},
+                  par.named_parameters(), par.optimizer(), world, ck.keep,
+                  par.checkpoint_replicas());
   m.checkpoint_ms = std::chrono::duration<double>(Clock::now() - start).count() * 1e3;
   m.checkpoint_bytes = checkpoint_bytes_of_rank(ck.folder, step + 1, world.rank());
 }
@@ -217,6 +221,9 @@ TrainResult run_training(const TrainConfig& config,
                          const std::shared_ptr<dist::ProcessGroup>& world, int64_t stop_after) {
   const TrainingConfig& t = config.training;
   const CheckpointConfig& ck = config.checkpoint;
+  const int64_t run_started = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
   if (t.threads > 0) set_num_threads(t.threads);
   check_run(config, *world);
   const MemoryPlan plan = check_memory_plan(config, *world);  // before anything is built
@@ -267,7 +274,7 @@ TrainResult run_training(const TrainConfig& config,
     StepMetrics m = log.end_step(step, loss, grad_norm, lr, par.comm_groups());
     if (ends_period(step, config.metrics.eval_every)) m.val_loss = par.val_loss(dataset, T, device);
     if (!ck.folder.empty() && (ends_period(step, ck.interval) || step + 1 == t.steps)) {
-      save(ck, step, lr, par, loader, *world, m);
+      save(ck, step, lr, run_started, par, loader, *world, m);
       last_saved = step + 1;
     }
     log.write(m);

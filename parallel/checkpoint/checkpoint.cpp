@@ -9,15 +9,25 @@
 //      for that outcome, so all return together or all throw.
 // Load: for each tensor, each box this rank holds is intersected with every
 // saved block, and the common parts copied across through narrow views.
+//
+// Durability: every file is written, fsync'ed and checked
+// (runtime/durable_file.h); the temporary folder is synced before its rename
+// and its parent after it, so a checkpoint that has its name has its bytes.
+// Every block carries checksums of its values in the index, and the bytes a
+// load reads are checked against them.
 #include "parallel/checkpoint/checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "autograd/grad_mode.h"
 #include "parallel/checkpoint/index.h"
 #include "parallel/placement.h"
+#include "runtime/durable_file.h"
 #include "tensor/ops.h"
 
 namespace spmd::dist {
@@ -137,8 +147,13 @@ CheckpointIndex write_shard(const TensorMap& state, const std::string& tmp, int 
     for (const Block& b : local_blocks(t)) {
       const std::string key = block_key(name, b, saved.shape);
       SPMD_CHECK(blocks.count(key) == 0, "two blocks would be saved as '", key, "'");
-      blocks[key] = box_view(t, b.local_offset, b.size);
-      saved.blocks.push_back({file, key, {b.global_offset, b.size}});
+      // The bytes the file will hold (save_safetensors writes them as they
+      // are), and their checksums.
+      const Tensor host =
+          ops::contiguous(ops::to(box_view(t, b.local_offset, b.size), Device::cpu()));
+      blocks[key] = host;
+      saved.blocks.push_back(
+          {file, key, {b.global_offset, b.size}, chunk_checksums(host.raw_data(), host.nbytes())});
     }
   }
   if (!blocks.empty()) save_safetensors((fs::path(tmp) / file).string(), blocks);
@@ -160,15 +175,20 @@ CheckpointIndex gather_index(SaveRound& round, int world_size) {
 // Puts `tmp` where `dir` is. rename() cannot replace a folder that is not
 // empty, so an older checkpoint at `dir` steps aside to "<dir>.old" first
 // and is removed once the new one is in place.
+// The parent folder is synced after the rename, so the new name survives a
+// crash.
 void move_into_place(const std::string& tmp, const std::string& dir) {
+  const std::string parent = fs::absolute(dir).parent_path().string();
   if (!fs::exists(dir)) {
     fs::rename(tmp, dir);
+    sync_folder(parent);
     return;
   }
   const std::string old = dir + ".old";
   fs::remove_all(old);
   fs::rename(dir, old);
   fs::rename(tmp, dir);
+  sync_folder(parent);
   fs::remove_all(old);
 }
 
@@ -180,6 +200,7 @@ std::string finish(SaveRound& round, int world_size, const std::string& tmp,
     const CheckpointIndex index = gather_index(round, world_size);
     check_complete(index, "the merged index");
     write_checkpoint_index(index, (fs::path(tmp) / kIndexFile).string());
+    sync_folder(tmp);  // the shard files' and the index's names
     move_into_place(tmp, dir);
   } catch (...) {
     std::error_code ignored;
@@ -217,6 +238,46 @@ void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& 
 
 namespace {
 
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+// Rows [begin, end) of the block `entry` of `path`, each checksum chunk they
+// touch read whole and checked against the block's checksums.
+Tensor checked_rows(const std::string& path, const std::string& name, const SavedBlock& b,
+                    const SafetensorsEntry& entry, int64_t begin, int64_t end) {
+  const int64_t rows = entry.shape.ndim() == 0 ? 1 : entry.shape[0];
+  const uint64_t total = uint64_t(entry.shape.numel()) * element_size(entry.dtype);
+  const uint64_t row_bytes = rows > 0 ? total / uint64_t(rows) : 0;
+  const uint64_t lo = uint64_t(begin) * row_bytes, hi = uint64_t(end) * row_bytes;
+  Shape shape = entry.shape;
+  if (shape.ndim() > 0) shape[0] = end - begin;
+  Tensor t = ops::empty(shape, {entry.dtype, Device::cpu()});
+  if (hi == lo) return t;
+  const uint64_t first = lo / kChecksumChunk, last = (hi - 1) / kChecksumChunk;
+  const uint64_t from = first * kChecksumChunk, to = std::min(total, (last + 1) * kChecksumChunk);
+  std::vector<char> bytes(to - from);
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(std::streamoff(entry.offset + from));
+  in.read(bytes.data(), std::streamsize(bytes.size()));
+  SPMD_CHECK(in.good(), "load_sharded: cannot read bytes ", from, "-", to, " of '", b.key, "' in ",
+             path, " (the file is shorter than its header says)");
+  for (uint64_t c = first; c <= last; ++c) {
+    const uint64_t at = c * kChecksumChunk - from,
+                   n = std::min(kChecksumChunk, total - c * kChecksumChunk);
+    const uint32_t found = crc32c(0, bytes.data() + at, n);
+    SPMD_CHECK(c < b.crc32c.size() && found == b.crc32c[c], "load_sharded: ", path, ": the bytes ",
+               c * kChecksumChunk, "-", c * kChecksumChunk + n, " of '", b.key,
+               "' (a block of tensor '", name, "') do not match the index's checksum (crc32c ",
+               hex32(found), ", written ", hex32(c < b.crc32c.size() ? b.crc32c[c] : 0),
+               "): the file was damaged or changed after it was written");
+  }
+  std::memcpy(t.raw_data(), bytes.data() + (lo - from), hi - lo);
+  return t;
+}
+
 // The shard files of one checkpoint: each file's header read once, when a
 // block first needs it, and of a block only the rows a piece needs, so a
 // rank holds its own slices and not the files (a model saved whole,
@@ -226,7 +287,9 @@ class ShardFiles {
   explicit ShardFiles(std::string dir) : dir_(std::move(dir)) {}
 
   // Rows [begin, end) (of dim 0) of block `b` of tensor `name`, checked
-  // against the index.
+  // against the index: its shape and dtype, and the checksums of the chunks
+  // the rows lie in (read whole for that, at most two chunks more than the
+  // rows).
   Tensor rows(const std::string& name, const SavedTensor& saved, const SavedBlock& b, int64_t begin,
               int64_t end) {
     const std::string path = (fs::path(dir_) / b.file).string();
@@ -243,7 +306,7 @@ class ShardFiles {
                "load_sharded: ", path, ": '", b.key, "' is ", it->second.shape, " ",
                dtype_name(it->second.dtype), " but the index says ", b.box.size, " ",
                dtype_name(saved.dtype));
-    return read_safetensors_rows(path, it->second, begin, end);
+    return checked_rows(path, name, b, it->second, begin, end);
   }
 
  private:

@@ -14,9 +14,11 @@
 //
 // Not here: the train state (step, schedule, RNG), optimizer state as such
 // (pass its tensors in `state` under their own names) and a `latest`
-// pointer: the trainer writes those. Files are not fsync'ed. Loading reads
-// each needed file's header, then only the rows of the saved blocks that
-// overlap the rank's pieces.
+// pointer: the trainer writes those. Every file is synced before the
+// rename, and the folders around it after (runtime/durable_file.h); every
+// block carries CRC-32C checksums in the index. Loading reads each needed
+// file's header, then only the rows of the saved blocks that overlap the
+// rank's pieces, with the checksum chunks they lie in, checked.
 #pragma once
 
 #include <string>

@@ -3,10 +3,13 @@
 #include "parallel/checkpoint/index.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "runtime/durable_file.h"
 
 namespace spmd::dist {
 
@@ -26,15 +29,51 @@ std::optional<Box> intersection(const Box& a, const Box& b) {
 
 std::string box_str(const Box& box) { return str_cat("offset ", box.offset, " size ", box.size); }
 
+std::vector<uint32_t> chunk_checksums(const void* data, uint64_t n) {
+  std::vector<uint32_t> out;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (uint64_t at = 0; at < n; at += kChecksumChunk)
+    out.push_back(crc32c(0, p + at, size_t(std::min(kChecksumChunk, n - at))));
+  return out;
+}
+
 // --- JSON ------------------------------------------------------------------------------------
 
 namespace {
 
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+uint32_t parse_hex32(const json& j, const std::string& what) {
+  const std::string s = j.is_string() ? j.get<std::string>() : "";
+  SPMD_CHECK(s.size() == 8 && s.find_first_not_of("0123456789abcdef") == std::string::npos, what,
+             " is not a checksum of 8 hex digits: ", j.dump());
+  return uint32_t(std::stoul(s, nullptr, 16));
+}
+
 json block_to_json(const SavedBlock& b) {
+  json crcs = json::array();
+  for (uint32_t c : b.crc32c) crcs.push_back(hex32(c));
   return {{"file", b.file},
           {"key", b.key},
           {"offset", b.box.offset.to_vector()},
-          {"size", b.box.size.to_vector()}};
+          {"size", b.box.size.to_vector()},
+          {"crc32c", crcs}};
+}
+
+json tensor_to_json(const SavedTensor& t) {
+  json blocks = json::array();
+  for (const SavedBlock& b : t.blocks) blocks.push_back(block_to_json(b));
+  return {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape.to_vector()}, {"blocks", blocks}};
+}
+
+// The checksum of the "tensors" object, over its canonical dump.
+uint32_t tensors_checksum(const json& tensors) {
+  const std::string text = tensors.dump();
+  return crc32c(0, text.data(), text.size());
 }
 
 Shape shape_from_json(const json& j, const std::string& what) {
@@ -56,10 +95,18 @@ SavedTensor tensor_from_json(const json& j, const std::string& what) {
     SavedBlock block{b.at("file").get<std::string>(),
                      b.at("key").get<std::string>(),
                      {shape_from_json(b.at("offset"), what + ": a block's offset"),
-                      shape_from_json(b.at("size"), what + ": a block's size")}};
+                      shape_from_json(b.at("size"), what + ": a block's size")},
+                     {}};
     SPMD_CHECK(block.box.offset.ndim() == t.shape.ndim() && block.box.size.ndim() == t.shape.ndim(),
                what, ": block '", block.key, "' has ", block.box.offset.ndim(), "-d offsets for a ",
                t.shape.ndim(), "-d tensor");
+    for (const json& c : b.at("crc32c"))
+      block.crc32c.push_back(parse_hex32(c, what + ": a checksum of block '" + block.key + "'"));
+    const uint64_t bytes = uint64_t(block.box.size.numel()) * element_size(t.dtype);
+    const uint64_t chunks = (bytes + kChecksumChunk - 1) / kChecksumChunk;
+    SPMD_CHECK(block.crc32c.size() == chunks, what, ": block '", block.key, "' has ",
+               block.crc32c.size(), " checksums for its ", bytes, " bytes (", chunks,
+               " expected: one per ", kChecksumChunk, " bytes)");
     t.blocks.push_back(std::move(block));
   }
   return t;
@@ -70,8 +117,11 @@ SavedTensor tensor_from_json(const json& j, const std::string& what) {
 // Written by hand around nlohmann's dumps: one line per block, so that the
 // index reads (and diffs) as a table.
 std::string index_to_json(const CheckpointIndex& index) {
-  std::string out = str_cat("{\"format\": ", json(kIndexFormat).dump(),
-                            ", \"world_size\": ", index.world_size, ",\n \"tensors\": {");
+  json tensors = json::object();
+  for (const auto& [name, t] : index.tensors) tensors[name] = tensor_to_json(t);
+  std::string out =
+      str_cat("{\"format\": ", json(kIndexFormat).dump(), ", \"world_size\": ", index.world_size,
+              ", \"tensors_crc32c\": \"", hex32(tensors_checksum(tensors)), "\",\n \"tensors\": {");
   const char* sep = "\n";
   for (const auto& [name, t] : index.tensors) {
     out += str_cat(sep, "  ", json(name).dump(), ": {\"dtype\": \"", dtype_name(t.dtype),
@@ -92,6 +142,11 @@ CheckpointIndex index_from_json(const std::string& text, const std::string& wher
                ")");
     CheckpointIndex index;
     index.world_size = j.at("world_size").get<int>();
+    const uint32_t expected = parse_hex32(j.at("tensors_crc32c"), where + ": tensors_crc32c");
+    const uint32_t found = tensors_checksum(j.at("tensors"));
+    SPMD_CHECK(found == expected, where, ": its tensors do not match its checksum (crc32c ",
+               hex32(found), ", written ", hex32(expected),
+               "): the index was changed or damaged after it was written");
     for (const auto& [name, t] : j.at("tensors").items())
       index.tensors[name] = tensor_from_json(t, str_cat(where, ": tensor '", name, "'"));
     return index;
@@ -115,11 +170,7 @@ CheckpointIndex read_checkpoint_index(const std::string& dir) {
 }
 
 void write_checkpoint_index(const CheckpointIndex& index, const std::string& path) {
-  std::ofstream out(path, std::ios::trunc);
-  SPMD_CHECK(out.good(), "save_sharded: cannot open ", path, " for writing");
-  out << index_to_json(index) << '\n';
-  out.flush();
-  SPMD_CHECK(out.good(), "save_sharded: writing ", path, " failed");
+  write_durably(path, index_to_json(index) + "\n");
 }
 
 // --- Merging and checking --------------------------------------------------------------------

@@ -3,12 +3,19 @@
 // and the key inside that file where its values are. On disk it is
 // index.json beside the shard files (docs/checkpoint.md):
 //
-//   {"format": "spmd-checkpoint/1", "world_size": 4,
+//   {"format": "spmd-checkpoint/2", "world_size": 4, "tensors_crc32c": "5b1e0c2a",
 //    "tensors": {
 //     "w": {"dtype": "f32", "shape": [10,3], "blocks": [
-//      {"file":"shard_rank0.safetensors","key":"w@0,0","offset":[0,0],"size":[3,3]},
+//      {"crc32c":["1c291ca3"],"file":"shard_rank0.safetensors","key":"w@0,0","offset":[0,0],"size":[3,3]},
 //      ...
-//      {"file":"shard_rank3.safetensors","key":"w@9,0","offset":[9,0],"size":[1,3]}]}}}
+//      {"crc32c":["8a9136aa"],"file":"shard_rank3.safetensors","key":"w@9,0","offset":[9,0],"size":[1,3]}]}}}
+//
+// Checksums (runtime/durable_file.h's crc32c): each block carries one per
+// kChecksumChunk bytes of its values, so that a load which reads only some
+// rows of a block checks the chunks it reads and no others; the index
+// carries one of its own "tensors" object (as nlohmann's dump() writes it:
+// no spaces, keys sorted), so that an edit to the index that still parses
+// is found too.
 //
 // save_sharded builds one from every rank's part (merge_index_part) and
 // checks it is whole before writing it; load_sharded reads it back. The box
@@ -35,10 +42,16 @@ std::string box_str(const Box& box);
 
 // One box of a tensor, saved as its own tensor `key` in `file`.
 struct SavedBlock {
-  std::string file;  // relative to the checkpoint folder: "shard_rank2.safetensors"
-  std::string key;   // the name inside that file
-  Box box;           // where it sits in the whole tensor
+  std::string file;              // relative to the checkpoint folder: "shard_rank2.safetensors"
+  std::string key;               // the name inside that file
+  Box box;                       // where it sits in the whole tensor
+  std::vector<uint32_t> crc32c;  // of each kChecksumChunk bytes of its values, in order
 };
+
+// Bytes of a block's values per checksum.
+inline constexpr uint64_t kChecksumChunk = uint64_t(4) << 20;
+// The checksums of `n` bytes of values, one per kChecksumChunk (none for 0 bytes).
+std::vector<uint32_t> chunk_checksums(const void* data, uint64_t n);
 
 struct SavedTensor {
   DType dtype = DType::kF32;
@@ -52,7 +65,7 @@ struct CheckpointIndex {
 };
 
 inline constexpr const char* kIndexFile = "index.json";
-inline constexpr const char* kIndexFormat = "spmd-checkpoint/1";
+inline constexpr const char* kIndexFormat = "spmd-checkpoint/2";
 
 // The index as JSON text, and back. from_json throws InvalidArgument naming
 // `where` (a path, a rank) and the field that is malformed.
@@ -63,7 +76,7 @@ CheckpointIndex index_from_json(const std::string& text, const std::string& wher
 // checkpoint, or one whose save never finished) and checks every tensor's
 // blocks (check_blocks).
 CheckpointIndex read_checkpoint_index(const std::string& dir);
-// Writes `index` to `path`.
+// Writes `index` to `path`, synced (runtime/durable_file.h).
 void write_checkpoint_index(const CheckpointIndex& index, const std::string& path);
 
 // Adds one rank's part to `index`: a tensor seen before must have the same

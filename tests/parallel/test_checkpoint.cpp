@@ -7,6 +7,7 @@
 // fresh temporary folder.
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 
 #include "ddp_test_util.h"
 #include "harness.h"
@@ -15,6 +16,7 @@
 #include "parallel/device_mesh.h"
 #include "parallel/placement.h"
 #include "tensor/ops.h"
+#include "tensor/safetensors.h"
 
 using namespace spmd;
 using namespace spmd::dist;
@@ -297,4 +299,93 @@ TEST_CASE("a save that fails on one rank fails on every rank and leaves no check
   CHECK_FALSE(fs::exists(dir));
   CHECK_FALSE(fs::exists(dir + ".tmp"));
   CHECK(fs::is_directory(mine + "/notes"));
+}
+
+TEST_CASE("a flipped byte in a shard is refused naming the file, the block and the tensor",
+          "[checkpoint][checksum]") {
+  TempDir tmp;
+  const std::string dir = tmp.ckpt();
+  // Rows of 2 floats, 1M rows a rank: each block is 8 MiB, two checksum
+  // chunks of 4 MiB.
+  const int64_t rows = 1 << 20;
+  const Tensor w = iota({2 * rows, 2}, DType::kF32);
+  run_world(2, [&](ProcessGroup& world) {
+    DeviceMesh mesh(borrow(world), {2}, {"dp"});
+    const Tensor piece = cut(w, 0, rows * world.rank(), rows);
+    set_placements(piece, mesh, {Placement::shard(0)}, w.shape());
+    save_sharded({{"w", piece}}, dir, world);
+  });
+  const CheckpointIndex index = read_checkpoint_index(dir);
+  for (const SavedBlock& b : index.tensors.at("w").blocks)
+    CHECK(b.crc32c.size() == 2);  // 8 MiB: two chunks
+
+  // One byte of rank 1's block, in its second chunk (its second half).
+  const std::string shard = dir + "/shard_rank1.safetensors";
+  const SafetensorsIndex file = read_safetensors_index(shard);
+  const uint64_t at =
+      file.entries.at("w@" + std::to_string(rows) + ",0").offset + kChecksumChunk + 12345;
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(std::streamoff(at));
+    char c = 0;
+    f.seekg(std::streamoff(at));
+    f.read(&c, 1);
+    c = char(c ^ 0x10);
+    f.seekp(std::streamoff(at));
+    f.write(&c, 1);
+  }
+  // Whole: refused, naming the file, the block, the tensor and the bytes.
+  CHECK_THROWS_WITH(
+      load_sharded({{"w", ops::zeros({2 * rows, 2})}}, dir),
+      Catch::Contains(shard) && Catch::Contains("the bytes 4194304-8388608 of 'w@1048576,0'") &&
+          Catch::Contains("a block of tensor 'w'") && Catch::Contains("do not match the index"));
+  // Over 4 ranks, each reads a quarter: only the rank whose rows lie in the
+  // damaged chunk reads it, and only it fails; the others load their rows.
+  run_world(4, [&](ProcessGroup& world) {
+    DeviceMesh mesh(borrow(world), {4}, {"dp"});
+    const Tensor piece = ops::zeros({rows / 2, 2});
+    set_placements(piece, mesh, {Placement::shard(0)}, w.shape());
+    if (world.rank() == 3) {
+      bool threw = false;
+      try {
+        load_sharded({{"w", piece}}, dir);
+      } catch (const InvalidArgument& e) {
+        threw =
+            std::string(e.what()).find("do not match the index's checksum") != std::string::npos;
+      }
+      expect(threw, "rank 3 read the damaged chunk without a word");
+    } else {
+      load_sharded({{"w", piece}}, dir);
+      expect_equal(piece, cut(w, 0, world.rank() * rows / 2, rows / 2), "rank's quarter");
+    }
+  });
+}
+
+TEST_CASE("an index edited after it was written is refused, naming it", "[checkpoint][checksum]") {
+  TempDir tmp;
+  const std::string dir = tmp.ckpt();
+  const Tensor w = iota({6, 2});
+  run_world(3, [&](ProcessGroup& world) {
+    DeviceMesh mesh(borrow(world), {3}, {"dp"});
+    const Tensor piece = cut(w, 0, 2 * world.rank(), 2);
+    set_placements(piece, mesh, {Placement::shard(0)}, w.shape());
+    save_sharded({{"w", piece}}, dir, world);
+  });
+  std::ifstream in(dir + "/index.json");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  // Rank 1's and rank 2's blocks swapped: the same sizes, valid JSON, every
+  // file and key present; only the checksum tells.
+  const std::string one = "\"key\":\"w@2,0\"", two = "\"key\":\"w@4,0\"";
+  REQUIRE(text.find(one) != std::string::npos);
+  REQUIRE(text.find(two) != std::string::npos);
+  text.replace(text.find(one), one.size(), "\"key\":\"TMP\"");
+  text.replace(text.find(two), two.size(), one);
+  text.replace(text.find("\"key\":\"TMP\""), std::string("\"key\":\"TMP\"").size(), two);
+  {
+    std::ofstream out(dir + "/index.json", std::ios::trunc);
+    out << text;
+  }
+  CHECK_THROWS_WITH(load_sharded({{"w", ops::zeros({6, 2})}}, dir),
+                    Catch::Contains(dir + "/index.json: its tensors do not match its checksum"));
 }

@@ -3,6 +3,7 @@
 // step, to 1e-5 relative; a run that resumes from its checkpoint continues
 // where an uninterrupted run goes (the same layout: to the last bit of an
 // f32 loss; another layout or world size: 1e-5), data position included.
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -18,6 +19,7 @@
 #include "tensor/cpu/peak.h"
 #include "tensor/cuda_api.h"
 #include "tests/skip.h"
+#include "tests/small_tmpfs.h"
 #include "tests/train/trainer_test_util.h"
 #include "train/config.h"
 #include "train/flops.h"
@@ -383,4 +385,92 @@ TEST_CASE("spmd-train refuses at start a folder that is a file and a train state
   CHECK_THROWS_WITH(run_single(base(3, o)),
                     Catch::Contains(state + " holds step -7") && Catch::Contains("at least 0"));
   fs::remove_all(folder);
+}
+
+namespace {
+std::string latest_of(const std::string& folder) {
+  std::ifstream in(folder + "/latest");
+  std::string name;
+  in >> name;
+  return name;
+}
+}  // namespace
+
+TEST_CASE("pruning keeps this run's saves when the folder holds an earlier run's higher steps",
+          "[train][checkpoint][prune]") {
+  const std::string folder = "/tmp/spmd_test_prune_" + std::to_string(::getpid());
+  fs::remove_all(folder);
+  const std::vector<std::string> ck = {"checkpoint.folder=\"" + folder + "\"",
+                                       "checkpoint.interval=1", "checkpoint.keep=2"};
+  run_single(base(6, ck));  // an earlier run leaves steps 5 and 6
+  CHECK(fs::exists(folder + "/step_00000006"));
+  CHECK(fs::exists(folder + "/step_00000005"));
+  CHECK_FALSE(fs::exists(folder + "/step_00000004"));
+
+  // A fresh run into the same folder: its own saves are the newest, the
+  // earlier run's higher steps go first, and latest names what is there.
+  std::vector<std::string> fresh = ck;
+  fresh.push_back("checkpoint.resume=false");
+  run_single(base(3, fresh));
+  CHECK(latest_of(folder) == "step_00000003");
+  CHECK(fs::exists(folder + "/step_00000003"));
+  CHECK(fs::exists(folder + "/step_00000002"));
+  CHECK_FALSE(fs::exists(folder + "/step_00000006"));
+  CHECK_FALSE(fs::exists(folder + "/step_00000005"));
+
+  // And a run resumes from there (the 3-step run's lr schedule is not the
+  // 5-step one's, so its losses are not compared).
+  CHECK(run_single(base(5, ck)).size() == 2);
+  fs::remove_all(folder);
+}
+
+TEST_CASE("a save onto a full disk fails naming the file and the bytes; the last checkpoint stays",
+          "[train][checkpoint][enospc]") {
+  // On a tmpfs of 2 MiB in a child process: the first save fits; then a
+  // file fills the disk but for half a checkpoint, and the next save cannot
+  // be written. The run fails saying so, leaves no partial folder, and the
+  // first checkpoint and latest stay as they were, and load.
+  const auto run = spmd::testing::run_on_small_tmpfs(2 << 20, [](const std::string& mnt) {
+    bool ok = true;
+    auto expect = [&](bool cond, const std::string& what) {
+      if (!cond) std::fprintf(stderr, "FAILED: %s\n", what.c_str());
+      ok = ok && cond;
+    };
+    const std::string folder = mnt + "/ckpt";
+    const std::vector<std::string> ck = {"checkpoint.folder=\"" + folder + "\"",
+                                         "checkpoint.interval=1"};
+    run_single(base(1, ck));
+    uint64_t one = 0;
+    for (const auto& e : fs::recursive_directory_iterator(folder + "/step_00000001"))
+      if (e.is_regular_file()) one += e.file_size();
+    struct statvfs st {};
+    ::statvfs(mnt.c_str(), &st);
+    const uint64_t free = uint64_t(st.f_bavail) * st.f_frsize;
+    expect(free > one / 2, "the tmpfs holds more than one checkpoint");
+    std::ofstream(mnt + "/filler", std::ios::binary) << std::string(free - one / 2, 'f');
+    try {
+      run_single(base(2, ck));
+      expect(false, "the run whose save could not be written did not fail");
+    } catch (const std::exception& e) {
+      const std::string m = e.what();
+      expect(m.find("No space left on device") != std::string::npos, "names the errno: " + m);
+      expect(m.find(folder + "/step_00000002.tmp/shard_rank0.safetensors") != std::string::npos,
+             "names the file: " + m);
+      expect(m.find("needs ") != std::string::npos && m.find(" free on ") != std::string::npos,
+             "gives the bytes needed and free: " + m);
+    }
+    expect(!fs::exists(folder + "/step_00000002.tmp"), "the partial folder is removed");
+    expect(!fs::exists(folder + "/step_00000002"), "no step 2 folder");
+    expect(latest_of(folder) == "step_00000001", "latest still names step 1");
+    fs::remove(mnt + "/filler");
+    const std::vector<double> after = run_single(base(2, ck));  // resumes from step 1
+    expect(after.size() == 1, "the run resumed from step 1");
+    return ok;
+  });
+  if (run == spmd::testing::TmpfsRun::kUnavailable) {
+    WARN("no mount namespace for a small tmpfs (not root, and no user namespaces): skipped");
+    spmd::testing::mark_skipped();
+    return;
+  }
+  CHECK(run == spmd::testing::TmpfsRun::kPassed);
 }
