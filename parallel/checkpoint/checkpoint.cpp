@@ -18,10 +18,7 @@
 #include "parallel/checkpoint/checkpoint.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 
 #include "autograd/grad_mode.h"
@@ -238,46 +235,6 @@ void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& 
 
 namespace {
 
-std::string hex32(uint32_t v) {
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
-}
-
-// Rows [begin, end) of the block `entry` of `path`, each checksum chunk they
-// touch read whole and checked against the block's checksums.
-Tensor checked_rows(const std::string& path, const std::string& name, const SavedBlock& b,
-                    const SafetensorsEntry& entry, int64_t begin, int64_t end) {
-  const int64_t rows = entry.shape.ndim() == 0 ? 1 : entry.shape[0];
-  const uint64_t total = uint64_t(entry.shape.numel()) * element_size(entry.dtype);
-  const uint64_t row_bytes = rows > 0 ? total / uint64_t(rows) : 0;
-  const uint64_t lo = uint64_t(begin) * row_bytes, hi = uint64_t(end) * row_bytes;
-  Shape shape = entry.shape;
-  if (shape.ndim() > 0) shape[0] = end - begin;
-  Tensor t = ops::empty(shape, {entry.dtype, Device::cpu()});
-  if (hi == lo) return t;
-  const uint64_t first = lo / kChecksumChunk, last = (hi - 1) / kChecksumChunk;
-  const uint64_t from = first * kChecksumChunk, to = std::min(total, (last + 1) * kChecksumChunk);
-  std::vector<char> bytes(to - from);
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(std::streamoff(entry.offset + from));
-  in.read(bytes.data(), std::streamsize(bytes.size()));
-  SPMD_CHECK(in.good(), "load_sharded: cannot read bytes ", from, "-", to, " of '", b.key, "' in ",
-             path, " (the file is shorter than its header says)");
-  for (uint64_t c = first; c <= last; ++c) {
-    const uint64_t at = c * kChecksumChunk - from,
-                   n = std::min(kChecksumChunk, total - c * kChecksumChunk);
-    const uint32_t found = crc32c(0, bytes.data() + at, n);
-    SPMD_CHECK(c < b.crc32c.size() && found == b.crc32c[c], "load_sharded: ", path, ": the bytes ",
-               c * kChecksumChunk, "-", c * kChecksumChunk + n, " of '", b.key,
-               "' (a block of tensor '", name, "') do not match the index's checksum (crc32c ",
-               hex32(found), ", written ", hex32(c < b.crc32c.size() ? b.crc32c[c] : 0),
-               "): the file was damaged or changed after it was written");
-  }
-  std::memcpy(t.raw_data(), bytes.data() + (lo - from), hi - lo);
-  return t;
-}
-
 // The shard files of one checkpoint: each file's header read once, when a
 // block first needs it, and of a block only the rows a piece needs, so a
 // rank holds its own slices and not the files (a model saved whole,
@@ -306,7 +263,7 @@ class ShardFiles {
                "load_sharded: ", path, ": '", b.key, "' is ", it->second.shape, " ",
                dtype_name(it->second.dtype), " but the index says ", b.box.size, " ",
                dtype_name(saved.dtype));
-    return checked_rows(path, name, b, it->second, begin, end);
+    return read_checked_rows(path, name, b, it->second, begin, end);
   }
 
  private:

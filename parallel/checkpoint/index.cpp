@@ -1,15 +1,18 @@
-// The checkpoint index (parallel/checkpoint/index.h): boxes, the JSON form,
-// merging the ranks' parts and the checks that the blocks are consistent.
+// The checkpoint index (parallel/checkpoint/index.h): boxes, the JSON form
+// and its checksums, reading a block's rows checked against them, merging
+// the ranks' parts and the checks that the blocks are consistent.
 #include "parallel/checkpoint/index.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "runtime/durable_file.h"
+#include "tensor/ops.h"
 
 namespace spmd::dist {
 
@@ -29,6 +32,12 @@ std::optional<Box> intersection(const Box& a, const Box& b) {
 
 std::string box_str(const Box& box) { return str_cat("offset ", box.offset, " size ", box.size); }
 
+std::string hex32(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
 std::vector<uint32_t> chunk_checksums(const void* data, uint64_t n) {
   std::vector<uint32_t> out;
   const auto* p = static_cast<const unsigned char*>(data);
@@ -40,12 +49,6 @@ std::vector<uint32_t> chunk_checksums(const void* data, uint64_t n) {
 // --- JSON ------------------------------------------------------------------------------------
 
 namespace {
-
-std::string hex32(uint32_t v) {
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
-}
 
 uint32_t parse_hex32(const json& j, const std::string& what) {
   const std::string s = j.is_string() ? j.get<std::string>() : "";
@@ -171,6 +174,40 @@ CheckpointIndex read_checkpoint_index(const std::string& dir) {
 
 void write_checkpoint_index(const CheckpointIndex& index, const std::string& path) {
   write_durably(path, index_to_json(index) + "\n");
+}
+
+// --- Reading a block, checked --------------------------------------------------------------
+
+Tensor read_checked_rows(const std::string& path, const std::string& name, const SavedBlock& b,
+                         const SafetensorsEntry& entry, int64_t begin, int64_t end) {
+  const int64_t rows = entry.shape.ndim() == 0 ? 1 : entry.shape[0];
+  const uint64_t total = uint64_t(entry.shape.numel()) * element_size(entry.dtype);
+  const uint64_t row_bytes = rows > 0 ? total / uint64_t(rows) : 0;
+  const uint64_t lo = uint64_t(begin) * row_bytes, hi = uint64_t(end) * row_bytes;
+  Shape shape = entry.shape;
+  if (shape.ndim() > 0) shape[0] = end - begin;
+  Tensor t = ops::empty(shape, {entry.dtype, Device::cpu()});
+  if (hi == lo) return t;
+  const uint64_t first = lo / kChecksumChunk, last = (hi - 1) / kChecksumChunk;
+  const uint64_t from = first * kChecksumChunk, to = std::min(total, (last + 1) * kChecksumChunk);
+  std::vector<char> bytes(to - from);
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(std::streamoff(entry.offset + from));
+  in.read(bytes.data(), std::streamsize(bytes.size()));
+  SPMD_CHECK(in.good(), "load_sharded: cannot read bytes ", from, "-", to, " of '", b.key, "' in ",
+             path, " (the file is shorter than its header says)");
+  for (uint64_t c = first; c <= last; ++c) {
+    const uint64_t at = c * kChecksumChunk - from,
+                   n = std::min(kChecksumChunk, total - c * kChecksumChunk);
+    const uint32_t found = crc32c(0, bytes.data() + at, n);
+    SPMD_CHECK(c < b.crc32c.size() && found == b.crc32c[c], "load_sharded: ", path, ": the bytes ",
+               c * kChecksumChunk, "-", c * kChecksumChunk + n, " of '", b.key,
+               "' (a block of tensor '", name, "') do not match the index's checksum (crc32c ",
+               hex32(found), ", written ", hex32(c < b.crc32c.size() ? b.crc32c[c] : 0),
+               "): the file was damaged or changed after it was written");
+  }
+  std::memcpy(t.raw_data(), bytes.data() + (lo - from), hi - lo);
+  return t;
 }
 
 // --- Merging and checking --------------------------------------------------------------------

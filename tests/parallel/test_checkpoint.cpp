@@ -54,6 +54,16 @@ void expect_equal(const Tensor& got, const Tensor& want, const std::string& what
     expect(a[i] == b[i], what, ": element ", i, " is ", a[i], ", want ", b[i]);
 }
 
+// w (6 rows) saved as "w" at dir by 3 ranks, Shard(0): 2 rows each.
+void save_rows_on_three(const Tensor& w, const std::string& dir) {
+  run_world(3, [&](ProcessGroup& world) {
+    DeviceMesh mesh(borrow(world), {3}, {"dp"});
+    const Tensor piece = cut(w, 0, 2 * world.rank(), 2);
+    set_placements(piece, mesh, {Placement::shard(0)}, w.shape());
+    save_sharded({{"w", piece}}, dir, world);
+  });
+}
+
 bool has_file(const std::string& dir, const std::string& name) {
   return fs::exists(fs::path(dir) / name);
 }
@@ -235,12 +245,7 @@ TEST_CASE("loading names what does not match the checkpoint", "[checkpoint]") {
   TempDir tmp;
   const std::string dir = tmp.ckpt();
   const Tensor w = iota({6, 2});
-  run_world(3, [&](ProcessGroup& world) {
-    DeviceMesh mesh(borrow(world), {3}, {"dp"});
-    const Tensor piece = cut(w, 0, 2 * world.rank(), 2);
-    set_placements(piece, mesh, {Placement::shard(0)}, w.shape());
-    save_sharded({{"w", piece}}, dir, world);
-  });
+  save_rows_on_three(w, dir);
   auto load_w = [&](const Tensor& t, const std::string& from) { load_sharded({{"w", t}}, from); };
 
   CHECK_THROWS_WITH(load_sharded({{"wq", ops::zeros({6, 2})}}, dir),
@@ -365,12 +370,7 @@ TEST_CASE("an index edited after it was written is refused, naming it", "[checkp
   TempDir tmp;
   const std::string dir = tmp.ckpt();
   const Tensor w = iota({6, 2});
-  run_world(3, [&](ProcessGroup& world) {
-    DeviceMesh mesh(borrow(world), {3}, {"dp"});
-    const Tensor piece = cut(w, 0, 2 * world.rank(), 2);
-    set_placements(piece, mesh, {Placement::shard(0)}, w.shape());
-    save_sharded({{"w", piece}}, dir, world);
-  });
+  save_rows_on_three(w, dir);
   std::ifstream in(dir + "/index.json");
   std::string text((std::istreambuf_iterator<char>(in)), {});
   in.close();

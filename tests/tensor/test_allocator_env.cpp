@@ -17,31 +17,18 @@
 #include <sstream>
 #include <string>
 
+#include "child_run.h"
 #include "reference.h"
 
 using namespace spmd;
+using namespace spmd::test;
 
 namespace {
 
-struct ChildRun {
-  int status = 0;
-  std::string out;
-};
-
-// This test binary, run again with `env` (a list of VAR=value) on the hidden case.
+// This test binary, run again with `env` (a list of VAR=value) on the
+// hidden case, the allocator's variables cleared first.
 ChildRun run_child(const std::string& env) {
-  std::array<char, 4096> self{};
-  const ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
-  REQUIRE(n > 0);
-  const std::string cmd = "env -u SPMD_HUGE_PAGES -u SPMD_CPU_CACHE_MB " + env + " '" +
-                          std::string(self.data(), size_t(n)) + "' '[.alloc_child]' 2>&1";
-  ChildRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 1024> buf{};
-  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  r.status = pclose(p);
-  return r;
+  return run_self("-u SPMD_HUGE_PAGES -u SPMD_CPU_CACHE_MB " + env, "[.alloc_child]");
 }
 
 // The VmFlags of the mapping in /proc/self/smaps that holds address p.

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <string>
 
+#include "child_run.h"
 #include "reference.h"
 #include "tensor/cpu/bf16_gemm.h"
 #include "tensor/cpu/blas.h"
@@ -29,28 +30,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct ChildRun {
-  int status = 0;
-  std::string out;
-};
-
-// This test binary, run again with `env` (a list of VAR=value) on the hidden
-// case that prints the choice.
-ChildRun run_child(const std::string& env) {
-  std::array<char, 4096> self{};
-  const ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
-  REQUIRE(n > 0);
-  const std::string cmd =
-      "env " + env + " '" + std::string(self.data(), size_t(n)) + "' '[.blas_child]' 2>&1";
-  ChildRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 1024> buf{};
-  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  r.status = pclose(p);
-  INFO(cmd << "\n" << r.out);
-  return r;
-}
+// This test binary, run again with `env` (a list of VAR=value) on the
+// hidden case that prints the choice.
+ChildRun run_child(const std::string& env) { return run_self(env, "[.blas_child]"); }
 
 // A fresh cache folder for one case.
 std::string fresh_dir(const std::string& name) {

@@ -42,8 +42,8 @@ TEST_CASE("bf16 keeps the top half of an f32, rounding to nearest even", "[dtype
 TEST_CASE("f16 conversions match IEEE binary16", "[dtype]") {
   CHECK(Half(1.0f).bits == 0x3c00);
   CHECK(Half(-2.5f).bits == 0xc100);
-  CHECK(Half(65504.0f).bits == 0x7bff);            // largest finite
-  CHECK(Half(1e6f).bits == 0x7c00);                // overflow to inf
+  CHECK(Half(65504.0f).bits == 0x7bff);                // largest finite
+  CHECK(Half(1e6f).bits == 0x7c00);                    // overflow to inf
   CHECK(Half(5.960464477539063e-08f).bits == 0x0001);  // smallest subnormal, 2^-24
   CHECK(float(Half::from_bits(0x0001)) == std::ldexp(1.0f, -24));
   CHECK(float(Half::from_bits(0x3555)) == 0.333251953125f);
