@@ -74,7 +74,7 @@ TEST_CASE("files written durably hold what was written; replaced ones are whole"
 }
 
 TEST_CASE("a full disk is an error naming the file, the bytes needed and the bytes free",
-          "[durable][enospc]") {
+          "[durable][.enospc]") {
   const testing::TmpfsRun run = testing::run_on_small_tmpfs(64 << 10, [](const std::string& mnt) {
     bool ok = true;
     auto expect = [&](bool cond, const std::string& what) {

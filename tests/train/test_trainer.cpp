@@ -425,7 +425,7 @@ TEST_CASE("pruning keeps this run's saves when the folder holds an earlier run's
 }
 
 TEST_CASE("a save onto a full disk fails naming the file and the bytes; the last checkpoint stays",
-          "[train][checkpoint][enospc]") {
+          "[train][checkpoint][.enospc]") {
   // On a tmpfs of 2 MiB in a child process: the first save fits; then a
   // file fills the disk but for half a checkpoint, and the next save cannot
   // be written. The run fails saying so, leaves no partial folder, and the
