@@ -271,6 +271,7 @@ TrainResult run_training(const TrainConfig& config,
 
     const double loss = par.batch_loss(rank_loss);
     result.losses.push_back(loss);
+    result.grad_norms.push_back(grad_norm);
     StepMetrics m = log.end_step(step, loss, grad_norm, lr, par.comm_groups());
     if (ends_period(step, config.metrics.eval_every)) m.val_loss = par.val_loss(dataset, T, device);
     if (!ck.folder.empty() && (ends_period(step, ck.interval) || step + 1 == t.steps)) {

@@ -32,8 +32,9 @@
 namespace spmd::train {
 
 struct TrainResult {
-  std::vector<double> losses;  // per step this run took
-  int64_t first_step = 0;      // > 0 when it resumed
+  std::vector<double> losses;      // per step this run took
+  std::vector<double> grad_norms;  // per step: the global norm before clipping
+  int64_t first_step = 0;          // > 0 when it resumed
 };
 
 // The backend parallel.backend names: "auto" is NCCL when

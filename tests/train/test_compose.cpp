@@ -21,54 +21,53 @@ const std::vector<std::string> kUntied = {"model.tie_embeddings=false", "model.n
 
 TEST_CASE("pipeline stages FSDP-sharded over dp_shard train as one process",
           "[train][pp][fsdp][equivalence]") {
-  check_layout_params(4, {"parallel.pp=2", "parallel.dp_shard=2", "training.microbatches=2"},
-                      "pp 2 x fsdp 2, 1f1b, 2 accumulation chunks", kUntied);
-  check_layout_params(
-      4,
-      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"interleaved\"",
-       "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
-      "pp 2 x fsdp 2, interleaved (middle stages: blocks only)", kUntied);
-  check_layout_params(4,
-                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"gpipe\"",
-                       "training.activation_checkpointing=\"full\""},
-                      "pp 2 x fsdp 2, gpipe, activation checkpointing", kUntied);
-  check_layout_params(8, {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=2"},
-                      "pp 2 x hsdp 2 x 2 on 8 ranks", kUntied);
-  check_layout_params(8, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.tp=2"},
-                      "pp 2 x fsdp 2 x tp 2 on 8 ranks", kUntied);
+  check_layout(4, {"parallel.pp=2", "parallel.dp_shard=2", "training.microbatches=2"},
+               "pp 2 x fsdp 2, 1f1b, 2 accumulation chunks", kUntied);
+  check_layout(4,
+               {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"interleaved\"",
+                "parallel.pp_stages_per_rank=2", "parallel.pp_microbatches=4"},
+               "pp 2 x fsdp 2, interleaved (middle stages: blocks only)", kUntied);
+  check_layout(4,
+               {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"gpipe\"",
+                "training.activation_checkpointing=\"full\""},
+               "pp 2 x fsdp 2, gpipe, activation checkpointing", kUntied);
+  check_layout(8, {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=2"},
+               "pp 2 x hsdp 2 x 2 on 8 ranks", kUntied);
+  check_layout(8, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.tp=2"},
+               "pp 2 x fsdp 2 x tp 2 on 8 ranks", kUntied);
 }
 
 TEST_CASE("pipeline stages FSDP-sharded under zbh1 train as one process",
           "[train][pp][fsdp][zbh1][equivalence]") {
   // The weight passes run after their microbatches' backwards: the units
   // stay gathered, and reduce once at the step's end.
-  check_layout_params(4,
-                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
-                       "parallel.pp_microbatches=4"},
-                      "pp 2 x fsdp 2, zbh1 over 4 microbatches", kUntied);
-  check_layout_params(4,
-                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
-                       "training.microbatches=2"},
-                      "pp 2 x fsdp 2, zbh1, 2 accumulation chunks", kUntied);
-  check_layout_params(4,
-                      {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
-                       "training.activation_checkpointing=\"full\""},
-                      "pp 2 x fsdp 2, zbh1, activation checkpointing", kUntied);
-  check_layout_params(8,
-                      {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=2",
-                       "parallel.pp_schedule=\"zbh1\""},
-                      "pp 2 x hsdp 2 x 2, zbh1 on 8 ranks", kUntied);
+  check_layout(4,
+               {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                "parallel.pp_microbatches=4"},
+               "pp 2 x fsdp 2, zbh1 over 4 microbatches", kUntied);
+  check_layout(4,
+               {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                "training.microbatches=2"},
+               "pp 2 x fsdp 2, zbh1, 2 accumulation chunks", kUntied);
+  check_layout(4,
+               {"parallel.pp=2", "parallel.dp_shard=2", "parallel.pp_schedule=\"zbh1\"",
+                "training.activation_checkpointing=\"full\""},
+               "pp 2 x fsdp 2, zbh1, activation checkpointing", kUntied);
+  check_layout(8,
+               {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.dp_shard=2",
+                "parallel.pp_schedule=\"zbh1\""},
+               "pp 2 x hsdp 2 x 2, zbh1 on 8 ranks", kUntied);
 }
 
 TEST_CASE("HSDP with context parallelism trains as one process", "[train][hsdp][cp][equivalence]") {
   // The shards over dp_shard x cp, replicated over dp_replicate.
-  check_layout_params(8, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2"},
-                      "hsdp 2 x 2 x cp 2 on 8 ranks");
-  check_layout_params(8,
-                      {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2",
-                       "parallel.ep=4", "training.microbatches=2"},
-                      "hsdp 2 x 2 x cp 2, ep 4, 2 accumulation chunks",
-                      {"model.n_experts=4", "model.moe_top_k=2"});
+  check_layout(8, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2"},
+               "hsdp 2 x 2 x cp 2 on 8 ranks");
+  check_layout(8,
+               {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.cp=2", "parallel.ep=4",
+                "training.microbatches=2"},
+               "hsdp 2 x 2 x cp 2, ep 4, 2 accumulation chunks",
+               {"model.n_experts=4", "model.moe_top_k=2"});
 }
 
 TEST_CASE("FSDP stages reduce-scatter each unit once per step, not once per microbatch",
@@ -112,43 +111,42 @@ TEST_CASE("FSDP stages reduce-scatter each unit once per step, not once per micr
 
 TEST_CASE("pipeline stages on cp-local sequences train as one process",
           "[train][pp][cp][equivalence]") {
-  check_layout_params(4, {"parallel.pp=2", "parallel.cp=2", "training.microbatches=2"},
-                      "pp 2 x cp 2, 1f1b, 2 accumulation chunks", kUntied);
-  check_layout_params(8, {"parallel.pp=2", "parallel.cp=2", "parallel.dp_shard=2"},
-                      "pp 2 x fsdp 2 x cp 2 on 8 ranks (shards over dp_shard x cp)", kUntied);
+  check_layout(4, {"parallel.pp=2", "parallel.cp=2", "training.microbatches=2"},
+               "pp 2 x cp 2, 1f1b, 2 accumulation chunks", kUntied);
+  check_layout(8, {"parallel.pp=2", "parallel.cp=2", "parallel.dp_shard=2"},
+               "pp 2 x fsdp 2 x cp 2 on 8 ranks (shards over dp_shard x cp)", kUntied);
 }
 
 TEST_CASE("pipeline stages trading sequence-parallel activations train as one process",
           "[train][pp][tp][equivalence]") {
-  check_layout_params(4,
-                      {"parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true",
-                       "training.microbatches=2"},
-                      "pp 2 x tp 2 + sp, 1f1b, 2 accumulation chunks", kUntied);
+  check_layout(4,
+               {"parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true",
+                "training.microbatches=2"},
+               "pp 2 x tp 2 + sp, 1f1b, 2 accumulation chunks", kUntied);
 }
 
 TEST_CASE("experts split over ep ranks of dp_shard, the rest FSDP-sharded, train as one process",
           "[train][ep][fsdp][equivalence]") {
   const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2"};
-  check_layout_params(2, {"parallel.dp_shard=2", "parallel.ep=2"}, "fsdp 2, ep 2", moe);
-  check_layout_params(4, {"parallel.dp_shard=4", "parallel.ep=2"},
-                      "fsdp 4, ep 2 (experts replicated over 2)", moe);
+  check_layout(2, {"parallel.dp_shard=2", "parallel.ep=2"}, "fsdp 2, ep 2", moe);
+  check_layout(4, {"parallel.dp_shard=4", "parallel.ep=2"},
+               "fsdp 4, ep 2 (experts replicated over 2)", moe);
   // Each chunk's balancing loss is over that chunk's tokens of all 4 ranks,
   // as one process's over the same 2 chunks (reference_chunks).
   std::vector<std::string> every_other = moe;
   every_other.push_back("model.moe_every=2");
-  check_layout_params(4, {"parallel.dp_shard=4", "parallel.ep=2", "training.microbatches=2"},
-                      "fsdp 4, ep 2, MoE every other block, 2 accumulation chunks", every_other);
+  check_layout(4, {"parallel.dp_shard=4", "parallel.ep=2", "training.microbatches=2"},
+               "fsdp 4, ep 2, MoE every other block, 2 accumulation chunks", every_other);
 }
 
 TEST_CASE("experts split over the ranks of dp x cp train as one process",
           "[train][ep][cp][equivalence]") {
   const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2"};
-  check_layout_params(2, {"parallel.cp=2", "parallel.ep=2"}, "cp 2, ep 2 (the cp ranks' experts)",
-                      moe);
-  check_layout_params(4, {"parallel.dp_replicate=2", "parallel.cp=2", "parallel.ep=4"},
-                      "ddp 2 x cp 2, ep 4", moe);
-  check_layout_params(4, {"parallel.dp_shard=2", "parallel.cp=2", "parallel.ep=2"},
-                      "fsdp 2 x cp 2, ep 2", moe);
+  check_layout(2, {"parallel.cp=2", "parallel.ep=2"}, "cp 2, ep 2 (the cp ranks' experts)", moe);
+  check_layout(4, {"parallel.dp_replicate=2", "parallel.cp=2", "parallel.ep=4"},
+               "ddp 2 x cp 2, ep 4", moe);
+  check_layout(4, {"parallel.dp_shard=2", "parallel.cp=2", "parallel.ep=2"}, "fsdp 2 x cp 2, ep 2",
+               moe);
 }
 
 TEST_CASE("experts split over dp ranks beside tensor-parallel dense blocks train as one process",
@@ -156,10 +154,10 @@ TEST_CASE("experts split over dp ranks beside tensor-parallel dense blocks train
   // tp splits the dense blocks; each MoE block is whole on every tp rank.
   const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2",
                                         "model.moe_every=2"};
-  check_layout_params(4, {"parallel.dp_replicate=2", "parallel.tp=2", "parallel.ep=2"},
-                      "ddp 2 x tp 2, ep 2", moe);
-  check_layout_params(4, {"parallel.dp_shard=2", "parallel.tp=2", "parallel.ep=2"},
-                      "fsdp 2 x tp 2, ep 2", moe);
+  check_layout(4, {"parallel.dp_replicate=2", "parallel.tp=2", "parallel.ep=2"},
+               "ddp 2 x tp 2, ep 2", moe);
+  check_layout(4, {"parallel.dp_shard=2", "parallel.tp=2", "parallel.ep=2"}, "fsdp 2 x tp 2, ep 2",
+               moe);
 }
 
 TEST_CASE("experts under tp with sequence parallel, or with no dense block, are refused",
@@ -189,34 +187,33 @@ TEST_CASE("experts in pipeline stages add their balancing loss and train as one 
   // process's accumulating over the same chunks (reference_chunks).
   const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2",
                                         "model.tie_embeddings=false", "model.n_layers=4"};
-  check_layout_params(2, {"parallel.pp=2", "parallel.pp_microbatches=1"},
-                      "pp 2 on experts, the stages' balancing losses", moe);
-  check_layout_params(
-      2, {"parallel.pp=2", "parallel.pp_schedule=\"zbh1\"", "parallel.pp_microbatches=1"},
-      "pp 2 on experts, zbh1 (the balancing loss through the split backward)", moe);
-  check_layout_params(2, {"parallel.pp=2"},
-                      "pp 2 on experts over 2 microbatches (one process: 2 chunks)", moe);
+  check_layout(2, {"parallel.pp=2", "parallel.pp_microbatches=1"},
+               "pp 2 on experts, the stages' balancing losses", moe);
+  check_layout(2, {"parallel.pp=2", "parallel.pp_schedule=\"zbh1\"", "parallel.pp_microbatches=1"},
+               "pp 2 on experts, zbh1 (the balancing loss through the split backward)", moe);
+  check_layout(2, {"parallel.pp=2"}, "pp 2 on experts over 2 microbatches (one process: 2 chunks)",
+               moe);
 }
 
 TEST_CASE("experts split over ep ranks inside pipeline stages train as one process",
           "[train][pp][ep][equivalence]") {
   const std::vector<std::string> moe = {"model.n_experts=4", "model.moe_top_k=2",
                                         "model.tie_embeddings=false", "model.n_layers=4"};
-  check_layout_params(
+  check_layout(
       4,
       {"parallel.pp=2", "parallel.dp_replicate=2", "parallel.ep=2", "parallel.pp_microbatches=1"},
       "pp 2 x ddp 2, ep 2", moe);
-  check_layout_params(
-      4, {"parallel.pp=2", "parallel.dp_shard=2", "parallel.ep=2", "training.microbatches=2"},
-      "pp 2 x fsdp 2, ep 2, 2 pipeline microbatches x 2 accumulation chunks "
-      "(one process: 4 chunks)",
-      moe);
+  check_layout(4,
+               {"parallel.pp=2", "parallel.dp_shard=2", "parallel.ep=2", "training.microbatches=2"},
+               "pp 2 x fsdp 2, ep 2, 2 pipeline microbatches x 2 accumulation chunks "
+               "(one process: 4 chunks)",
+               moe);
 }
 
 TEST_CASE("experts split within dp_shard under HSDP train as one process",
           "[train][ep][hsdp][equivalence]") {
-  check_layout_params(4, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=2"},
-                      "hsdp 2 x 2, ep 2", {"model.n_experts=4", "model.moe_top_k=2"});
+  check_layout(4, {"parallel.dp_replicate=2", "parallel.dp_shard=2", "parallel.ep=2"},
+               "hsdp 2 x 2, ep 2", {"model.n_experts=4", "model.moe_top_k=2"});
 }
 
 TEST_CASE("ep under FSDP that does not divide dp_shard x cp is refused, naming the dims",

@@ -68,11 +68,11 @@ TEST_CASE("selective checkpointing under FSDP trains as one process without it",
                                          "training.activation_checkpointing=\"selective\"",
                                          "training.selective_ac_option=\"op\""};
   check_grad_norms(2, fsdp, "fsdp 2, selective op");
-  check_layout_params(2, fsdp, "fsdp 2, selective op");
-  check_layout_params(2,
-                      {"parallel.dp_shard=2", "training.activation_checkpointing=\"selective\"",
-                       "training.selective_ac_option=\"2\""},
-                      "fsdp 2, every 2nd block checkpointed", kUntied);
+  check_layout(2, fsdp, "fsdp 2, selective op");
+  check_layout(2,
+               {"parallel.dp_shard=2", "training.activation_checkpointing=\"selective\"",
+                "training.selective_ac_option=\"2\""},
+               "fsdp 2, every 2nd block checkpointed", kUntied);
 }
 
 TEST_CASE("selective checkpointing composes with TP, CP and pipeline stages",

@@ -186,8 +186,8 @@ TEST_CASE("spmd-train with experts split over ranks trains as one process",
   every_other.push_back("model.moe_every=2");
   // Each chunk's balancing loss over that chunk's tokens of all 4 ranks:
   // one process's over the same 2 chunks, parameters included.
-  check_layout_params(4, {"parallel.dp_replicate=4", "parallel.ep=2", "training.microbatches=2"},
-                      "dp 2 x ep 2, MoE every other block, 2 accumulation chunks", every_other);
+  check_layout(4, {"parallel.dp_replicate=4", "parallel.ep=2", "training.microbatches=2"},
+               "dp 2 x ep 2, MoE every other block, 2 accumulation chunks", every_other);
 }
 
 namespace {

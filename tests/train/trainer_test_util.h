@@ -1,7 +1,7 @@
 // What tests/train's cases share: a tiny model on a fixed text, one
-// process's run of a config, and a layout's run against it (the losses per
-// step, and with check_layout_params also every parameter after the last
-// step, each read whole from the run's checkpoint).
+// process's run of a config, and a layout's run against it (the losses and
+// gradient norms per step and every parameter after the last step, each
+// read whole from the run's checkpoint).
 #pragma once
 
 #include <unistd.h>
@@ -69,14 +69,20 @@ inline train::TrainConfig base(int64_t steps, const std::vector<std::string>& la
   return train::load_config("", o);
 }
 
-inline std::vector<double> run_single(const train::TrainConfig& c) {
+// One process's run of c: its result (losses and gradient norms per step).
+inline train::TrainResult run_single_result(const train::TrainConfig& c) {
   dist::InitOptions init;
   init.store = std::make_shared<HashStore>();
   init.world_size = 1, init.rank = 0;
   auto world = dist::init_process_group(init);
-  auto losses = train::run_training(c, world).losses;
+  train::TrainResult result = train::run_training(c, world);
   dist::destroy_process_group(world);
-  return losses;
+  return result;
+}
+
+// Its losses.
+inline std::vector<double> run_single(const train::TrainConfig& c) {
+  return run_single_result(c).losses;
 }
 
 // The accumulation chunks of one process that match a layout's run: its
@@ -90,31 +96,16 @@ inline std::string reference_chunks(const train::TrainConfig& c) {
   return "training.microbatches=" + std::to_string(c.training.microbatches * pipeline);
 }
 
+// got[s] within tol (relative) of want[s] at every step; `quantity` names
+// what is compared ("loss", "grad_norm").
 inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
-                         double tol, const std::string& what) {
+                         double tol, const std::string& what,
+                         const std::string& quantity = "loss") {
   expect(got.size() == want.size(), what, ": ", got.size(), " steps, not ", want.size());
   for (size_t s = 0; s < got.size(); ++s) {
     const double rel = std::abs(got[s] - want[s]) / std::abs(want[s]);
-    expect(rel <= tol, what, ": step ", s, " loss ", got[s], " vs ", want[s]);
+    expect(rel <= tol, what, ": step ", s, " ", quantity, " ", got[s], " vs ", want[s]);
   }
-}
-
-// `model`: overrides both runs share (the model, the training); the one
-// process accumulates over the layout's chunks (reference_chunks).
-inline void check_layout(int world_size, std::vector<std::string> layout, const std::string& name,
-                         const std::vector<std::string>& model = {}) {
-  layout.insert(layout.end(), model.begin(), model.end());
-  const train::TrainConfig c = base(4, layout);
-  std::vector<std::string> one = model;
-  one.push_back(reference_chunks(c));
-  run_world(
-      world_size,
-      [&](dist::ProcessGroup& world) {
-        const std::vector<double> want = run_single(base(4, one));
-        const auto got = train::run_training(c, dist::testing::borrow(world)).losses;
-        expect_close(got, want, 1e-5, str_cat(name, " (rank ", world.rank(), ")"));
-      },
-      std::chrono::seconds(90));
 }
 
 // The whole model a checkpoint folder's latest step holds (any layout saved it).
@@ -126,15 +117,21 @@ inline NamedTensors whole_parameters(const TrainConfig& c, const std::string& fo
   return model->named_parameters();
 }
 
-// check_layout, and every parameter after the 4 steps: within 1e-5 of the
-// largest magnitude of its tensor in the single process's, or of the
-// initialization's scale (0.02) for a tensor that starts at zero and is
-// still smaller (a bias, where the gradient's cancellations let AdamW
-// magnify f32 rounding). The sums in another order move the parameters by
-// 1e-7 of that; a wrong shard or a lost microbatch by 1e-3 and more.
-inline void check_layout_params(int world_size, std::vector<std::string> layout,
-                                const std::string& name,
-                                const std::vector<std::string>& model = {}) {
+// A layout's run of 4 steps against one process's with the same model,
+// data and seed: the loss and the gradient norm (before clipping) at every
+// step, within 1e-5 relative, and every parameter after the last update,
+// within 1e-5 of the largest magnitude of its tensor in the single
+// process's, or of the initialization's scale (0.02) for a tensor that
+// starts at zero and is still smaller (a bias, where the gradient's
+// cancellations let AdamW magnify f32 rounding). The sums in another order
+// move the parameters by 1e-7 of that; a wrong shard or a lost microbatch by
+// 1e-3 and more; a gradient scaled wrongly shows in its norm even where
+// clipping would rescale it away. `model`: overrides both runs share (the
+// model, the training); the one process accumulates over the layout's
+// chunks (reference_chunks). The parameters are read whole from each run's
+// checkpoint.
+inline void check_layout(int world_size, std::vector<std::string> layout, const std::string& name,
+                         const std::vector<std::string>& model = {}) {
   namespace fs = std::filesystem;
   const std::string folder = "/tmp/spmd_test_train_params_" + std::to_string(::getpid());
   fs::remove_all(folder);
@@ -149,10 +146,11 @@ inline void check_layout_params(int world_size, std::vector<std::string> layout,
         one.push_back(reference_chunks(c));
         one.push_back("checkpoint.folder=\"" + single + "\"");
         fs::remove_all(single);
-        const std::vector<double> want = run_single(base(4, one));
-        const auto got = run_training(c, dist::testing::borrow(world)).losses;
+        const TrainResult want = run_single_result(base(4, one));
+        const TrainResult got = run_training(c, dist::testing::borrow(world));
         const std::string who = str_cat(name, " (rank ", world.rank(), ")");
-        expect_close(got, want, 1e-5, who);
+        expect_close(got.losses, want.losses, 1e-5, who);
+        expect_close(got.grad_norms, want.grad_norms, 1e-5, who, "grad_norm");
         const NamedTensors a = whole_parameters(c, folder), b = whole_parameters(c, single);
         fs::remove_all(single);
         expect(a.size() == b.size(), who, ": ", a.size(), " parameters, not ", b.size());
