@@ -8,7 +8,8 @@
 //   [schedule]   warm-up and decay of the learning rate
 //   [training]   steps, global batch, gradient accumulation, clipping, seed
 //   [parallel]   dp_replicate, dp_shard, tp, pp, cp, ep and their options
-//   [checkpoint] where and how often, how many to keep, whether to resume
+//   [checkpoint] where and how often, how many to keep, whether to resume, and
+//                whether a checkpoint not exactly the model's may load in part
 //   [metrics]    logging and eval cadence, the run folder
 //
 // Every field has a default, so an empty file (or no file) is a valid config:
@@ -137,6 +138,9 @@ struct CheckpointConfig {
   int64_t interval = 0;     // steps between checkpoints; 0: only after the last step
   int64_t keep = 2;         // the newest kept; 0: keep every one
   bool resume = true;       // start from the folder's latest checkpoint when there is one
+  // Load a checkpoint whose tensors are not exactly the model's: what
+  // matches is loaded, the rest stays as initialized (else: refused by name).
+  bool allow_partial_load = false;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

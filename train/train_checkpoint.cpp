@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <tuple>
 
 #include "autograd/grad_mode.h"
 #include "parallel/checkpoint/checkpoint.h"
+#include "parallel/checkpoint/index.h"
 #include "parallel/placement.h"
 #include "runtime/durable_file.h"
 #include "tensor/ops.h"
@@ -161,12 +163,44 @@ TrainState read_train_state(const fs::path& path) {
   return state;
 }
 
+// "a, b, c and 4 more" of at most `shown` names.
+std::string some_of(const std::vector<std::string>& names, size_t shown = 6) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < shown; ++i)
+    out += str_cat(i ? ", " : "", "'", names[i], "'");
+  if (names.size() > shown) out += str_cat(" and ", names.size() - shown, " more");
+  return out;
+}
+
+// The checkpoint's tensors against the whole model's, both ways: empty when
+// they match, else what differs, named.
+std::string mismatch(const dist::CheckpointIndex& index, const std::vector<std::string>& model) {
+  std::set<std::string> expected;
+  for (const std::string& n : model) {
+    expected.insert(n);
+    expected.insert("optim." + n + ".exp_avg");
+    expected.insert("optim." + n + ".exp_avg_sq");
+  }
+  std::vector<std::string> unused, missing;
+  for (const auto& [name, t] : index.tensors)
+    if (!expected.count(name)) unused.push_back(name);
+  for (const std::string& n : expected)
+    if (!index.tensors.count(n)) missing.push_back(n);
+  std::string out;
+  if (!unused.empty())
+    out = str_cat("it holds ", unused.size(), " tensor(s) the model does not have (",
+                  some_of(unused), ")");
+  if (!missing.empty())
+    out += str_cat(out.empty() ? "it " : ", and ", "lacks ", missing.size(),
+                   " tensor(s) the model has (", some_of(missing), ")");
+  return out;
+}
+
 }  // namespace
 
-std::optional<TrainState> load_latest_checkpoint(const std::string& folder,
-                                                 const NamedTensors& params,
-                                                 optim::Optimizer& optimizer,
-                                                 const dist::DeviceMesh* replicas) {
+std::optional<TrainState> load_latest_checkpoint(
+    const std::string& folder, const NamedTensors& params, optim::Optimizer& optimizer,
+    const dist::DeviceMesh* replicas, const LoadCheck& check, std::string* partial_note) {
   const fs::path latest = fs::path(folder) / "latest";
   if (!fs::exists(latest)) return std::nullopt;
   std::string name = read_file(latest);
@@ -183,7 +217,24 @@ std::optional<TrainState> load_latest_checkpoint(const std::string& folder,
     moments[key + "exp_avg_sq"] = ops::zeros_like(params[i].second);
     moments[key + "step"] = ops::scalar_tensor(double(state.step), {DType::kI64});
   }
-  dist::load_sharded(checkpoint_tensors(params, moments, replicas), dir.string());
+  TensorMap wanted = checkpoint_tensors(params, moments, replicas);
+  if (!check.whole_model.empty()) {
+    const dist::CheckpointIndex index = dist::read_checkpoint_index(dir.string());
+    const std::string differs = mismatch(index, check.whole_model);
+    SPMD_CHECK(differs.empty() || check.allow_partial, "the checkpoint at ", dir.string(),
+               " does not match the model: ", differs,
+               "; checkpoint.allow_partial_load = true loads what matches and leaves the rest as "
+               "initialized");
+    if (!differs.empty()) {
+      for (auto it = wanted.begin(); it != wanted.end();)
+        it = index.tensors.count(it->first) ? std::next(it) : wanted.erase(it);
+      if (partial_note)
+        *partial_note =
+            str_cat("partial load of ", dir.string(), " (checkpoint.allow_partial_load): ", differs,
+                    "; those the model has stay as initialized");
+    }
+  }
+  dist::load_sharded(wanted, dir.string());
   optimizer.load_state_dict(moments);
   return state;
 }

@@ -59,11 +59,28 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const N
 // The bytes of this rank's file in the checkpoint of `step` (0 if it wrote none).
 int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int rank);
 
+// How a load checks the checkpoint against the model, both ways.
+struct LoadCheck {
+  // The whole model's parameter names (every stage's, not only this
+  // rank's); empty: only this rank's tensors are checked (each must be there).
+  std::vector<std::string> whole_model;
+  // checkpoint.allow_partial_load: load what matches and leave the rest as
+  // initialized (their AdamW moments zero), rather than refuse.
+  bool allow_partial = false;
+};
+
 // The state of the checkpoint `latest` names, loaded into the model and the
-// optimizer; nullopt when the folder has none. No communication.
+// optimizer; nullopt when the folder has none. No communication. With
+// `check.whole_model`, the checkpoint must hold exactly the model's tensors
+// (each parameter and its two moments): a tensor the model does not have
+// (another depth, an untied head saved for a tied model) or one it lacks is
+// an InvalidArgument naming them, unless check.allow_partial, when
+// `*partial_note` (if given) says what was skipped.
 std::optional<TrainState> load_latest_checkpoint(const std::string& folder,
                                                  const NamedTensors& params,
                                                  optim::Optimizer& optimizer,
-                                                 const dist::DeviceMesh* replicas = nullptr);
+                                                 const dist::DeviceMesh* replicas = nullptr,
+                                                 const LoadCheck& check = {},
+                                                 std::string* partial_note = nullptr);
 
 }  // namespace spmd::train

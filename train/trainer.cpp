@@ -117,12 +117,21 @@ std::shared_ptr<nn::Transformer> build_model(const TrainConfig& config) {
 // The step the latest checkpoint ends at, its state loaded into the
 // model, the optimizer and the data order; 0 without one (or without
 // checkpoint.resume).
-int64_t resume(const CheckpointConfig& ck, Parallelized& par, dist::DataLoader& loader, bool lead) {
+// The checkpoint must hold exactly the model's tensors (every stage's: the
+// names come from the model built on meta), unless
+// checkpoint.allow_partial_load.
+int64_t resume(const TrainConfig& config, Parallelized& par, dist::DataLoader& loader, bool lead) {
+  const CheckpointConfig& ck = config.checkpoint;
   if (ck.folder.empty() || !ck.resume) return 0;
   const auto start = Clock::now();
+  LoadCheck check{{}, ck.allow_partial_load};
+  for (const auto& [name, p] : build_model(config)->named_parameters())
+    check.whole_model.push_back(name);
+  std::string partial;
   const auto state = load_latest_checkpoint(ck.folder, par.named_parameters(), par.optimizer(),
-                                            par.checkpoint_replicas());
+                                            par.checkpoint_replicas(), check, &partial);
   if (!state) return 0;
+  if (lead && !partial.empty()) std::printf("warning: %s\n", partial.c_str());
   loader.set_samples_consumed(state->samples_consumed);
   if (lead)
     std::printf("resumed from %s at step %lld (loaded in %.0f ms)\n", ck.folder.c_str(),
@@ -241,7 +250,7 @@ TrainResult run_training(const TrainConfig& config,
     std::printf("cpu: %s\nblas: %s; %s\n", cpu::describe_cpu().c_str(),
                 cpu::describe_blas().c_str(), cpu::describe_bf16_gemm().c_str());
   TrainResult result;
-  result.first_step = resume(ck, par, loader, world->rank() == 0);
+  result.first_step = resume(config, par, loader, world->rank() == 0);
   MetricsLog log(config, par.model().config, device, world->rank(), world->size(),
                  result.first_step > 0);
   if (result.first_step >= t.steps && world->rank() == 0)
@@ -293,8 +302,10 @@ void export_model(const TrainConfig& config, const std::string& out, bool with_l
   auto model =
       std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
   optim::AdamW opt(model->parameters(), {});
-  const auto state =
-      load_latest_checkpoint(config.checkpoint.folder, model->named_parameters(), opt);
+  LoadCheck check{{}, config.checkpoint.allow_partial_load};
+  for (const auto& [name, p] : model->named_parameters()) check.whole_model.push_back(name);
+  const auto state = load_latest_checkpoint(config.checkpoint.folder, model->named_parameters(),
+                                            opt, nullptr, check);
   SPMD_CHECK(state.has_value(), "export: ", config.checkpoint.folder,
              " holds no checkpoint (no latest)");
   model->save(out);

@@ -474,3 +474,30 @@ TEST_CASE("a save onto a full disk fails naming the file and the bytes; the last
   }
   CHECK(run == spmd::testing::TmpfsRun::kPassed);
 }
+
+TEST_CASE("a checkpoint that is not exactly the model's is refused naming the tensors",
+          "[train][checkpoint][strict]") {
+  const std::string folder = "/tmp/spmd_test_strict_" + std::to_string(::getpid());
+  fs::remove_all(folder);
+  const std::string ck = "checkpoint.folder=\"" + folder + "\"";
+  run_single(base(1, {ck}));  // 2 blocks, tied head
+  // One block fewer: the checkpoint's second block is in no model (12 parameters, each
+  // with its two moments: 36 tensors).
+  CHECK_THROWS_WITH(
+      run_single(base(2, {ck, "model.n_layers=1"})),
+      Catch::Contains("does not match the model: it holds 36 tensor(s) the model does not have") &&
+          Catch::Contains("'layers.1.") && Catch::Contains("checkpoint.allow_partial_load = true"));
+  // One block more: the model's third block is in no checkpoint.
+  CHECK_THROWS_WITH(
+      run_single(base(2, {ck, "model.n_layers=3"})),
+      Catch::Contains("it lacks 36 tensor(s) the model has") && Catch::Contains("'layers.2."));
+  // An untied head for a tied checkpoint, then asked for: loaded in part.
+  CHECK_THROWS_WITH(
+      run_single(base(2, {ck, "model.tie_embeddings=false"})),
+      Catch::Contains("lacks 3 tensor(s) the model has ('optim.output.weight.exp_avg'"));
+  const train::TrainResult partial = run_single_result(
+      base(2, {ck, "model.tie_embeddings=false", "checkpoint.allow_partial_load=true"}));
+  CHECK(partial.first_step == 1);
+  CHECK(partial.losses.size() == 1);
+  fs::remove_all(folder);
+}
