@@ -35,7 +35,8 @@ def read_run(folder):
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise SystemExit(f"plot_run: {path}:{n}: not a JSON line ({e})")
-            by_step[row["step"]] = row
+            if "loss" in row:  # a save's own line has none
+                by_step[row["step"]] = row
     if not by_step:
         raise SystemExit(f"plot_run: {path} holds no step")
     return [by_step[s] for s in sorted(by_step)]

@@ -12,8 +12,8 @@ median of the rounds' pairwise ratios against the same round's PyTorch run.
 
 Checkpoint: spmd-train (fsdp layout) saves after its last step; the save's
 time and bytes per rank (its JSON line) beside `dd` writing the same bytes
-to the same folder, with and without conv=fdatasync (the checkpoint does not
-sync: both go to the page cache first).
+to the same folder, with and without conv=fdatasync (the checkpoint syncs
+every file it writes, runtime/durable_file.h: the synced dd is its peer).
 
 With --baseline BUILD, every round also runs each layout with that other
 build's spmd-train, right after this build's, and the table adds this
@@ -83,11 +83,13 @@ def main():
         speed["torch ddp"].append(float(parse(lines[-1])["tokens_per_s"]))
         for name, layout in layouts.items():
             rows = spmd_train(args, env, layout, os.path.join(tmp, name))
-            speed[name].append(statistics.median(x["tokens_per_s"] for x in rows[2:]))
+            steps = [x for x in rows if "tokens_per_s" in x]
+            speed[name].append(statistics.median(x["tokens_per_s"] for x in steps[2:]))
             if args.baseline:
                 rows = spmd_train(args, env, layout, os.path.join(tmp, name + "_base"),
                                   build=args.baseline)
-                base[name].append(statistics.median(x["tokens_per_s"] for x in rows[2:]))
+                steps = [x for x in rows if "tokens_per_s" in x]
+                base[name].append(statistics.median(x["tokens_per_s"] for x in steps[2:]))
         print(f"round {r}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in speed.items()),
               file=sys.stderr)
 
@@ -108,7 +110,7 @@ def main():
     folder = os.path.join(tmp, "ck")
     rows = spmd_train(args, env, layouts["fsdp"], os.path.join(tmp, "ck_run"),
                       [f"--checkpoint.folder={folder}"])
-    save = rows[-1]
+    save = [x for x in rows if "checkpoint_ms" in x][-1]  # the save's own line
     nbytes = int(save["checkpoint_bytes"])
     seconds = float(save["checkpoint_ms"]) / 1e3
     print(f"\ncheckpoint (fsdp, {args.world} ranks): rank 0 wrote {nbytes / 2**20:.1f} MiB in "

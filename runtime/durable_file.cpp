@@ -16,6 +16,7 @@
 #endif
 
 #include "runtime/error.h"
+#include "runtime/fault.h"
 #include "runtime/resource_limits.h"
 
 namespace spmd {
@@ -131,8 +132,10 @@ void write_durably(const std::string& path, const ByteSpan* spans, size_t count)
       p += n;
       left -= size_t(n);
     }
+    fault_point("file.write");
   }
   if (::fsync(fd.get()) != 0) fail("cannot sync (fsync)", path, errno, total);
+  fault_point("file.sync");
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail("cannot stat", path, errno, 0);
   SPMD_CHECK(uint64_t(st.st_size) == total, "wrote ", total, " bytes to ", path, " but it holds ",
@@ -158,6 +161,7 @@ void replace_durably(const std::string& path, const std::string& text) {
     std::error_code ec;
     fs::rename(tmp, path, ec);
     if (ec) fail("cannot rename " + tmp + " to", path, ec.value(), 0);
+    fault_point("file.rename");
   } catch (...) {
     std::error_code ignored;
     fs::remove(tmp, ignored);

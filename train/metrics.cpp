@@ -104,10 +104,6 @@ void MetricsLog::write(const StepMetrics& m) {
                          {"mem_allocated", m.mem_allocated},
                          {"mem_peak", m.mem_peak}};
   if (m.val_loss) line["val_loss"] = *m.val_loss;
-  if (m.checkpoint_ms) {
-    line["checkpoint_ms"] = *m.checkpoint_ms;
-    line["checkpoint_bytes"] = m.checkpoint_bytes;
-  }
   file_ << line.dump() << "\n" << std::flush;
   const bool log_step = m.step % log_every_ == 0 || m.step + 1 == steps_ || m.val_loss;
   if (rank_ != 0 || !log_step) return;
@@ -118,6 +114,11 @@ void MetricsLog::write(const StepMetrics& m) {
       100 * gemm_mfu, m.step_s * 1e3,
       m.val_loss ? str_cat("  val_loss ", *m.val_loss).c_str() : "");
   std::fflush(stdout);
+}
+
+void MetricsLog::write_checkpoint(int64_t step, double ms, int64_t bytes) {
+  const nlohmann::json line = {{"step", step}, {"checkpoint_ms", ms}, {"checkpoint_bytes", bytes}};
+  file_ << line.dump() << "\n" << std::flush;
 }
 
 }  // namespace spmd::train

@@ -6,7 +6,10 @@
 // training.mixed_precision (the CPU's measured, a GPU's datasheet figure);
 // gemm_mfu is the same FLOPs over an f32 GEMM measured here, the ceiling
 // the BLAS reaches. A step's time, communication wait and memory are taken
-// when its loss is known, before any eval or checkpoint.
+// when its loss is known, before any eval or checkpoint. A step that saves
+// writes its line before the save, and the save a line of its own after
+// it ({"step", "checkpoint_ms", "checkpoint_bytes"}): a process that dies
+// after the save has made the step permanent has logged it.
 #pragma once
 
 #include <chrono>
@@ -28,8 +31,6 @@ struct StepMetrics {
   double comm_wait_ms = 0;                  // blocked in the groups' collectives in that time
   int64_t mem_allocated = 0, mem_peak = 0;  // bytes, this rank's allocator
   std::optional<double> val_loss;           // on eval steps
-  std::optional<double> checkpoint_ms;      // on save steps, with checkpoint_bytes
-  int64_t checkpoint_bytes = 0;
 };
 
 class MetricsLog {
@@ -51,6 +52,9 @@ class MetricsLog {
   // Writes the step's line, and prints it on rank 0 when it is a log step
   // (or `eval`, or the last).
   void write(const StepMetrics& m);
+
+  // Writes the line of the save after `step`: its time and this rank's bytes.
+  void write_checkpoint(int64_t step, double ms, int64_t bytes);
 
  private:
   Device device_;

@@ -16,6 +16,7 @@
 #include "parallel/checkpoint/index.h"
 #include "parallel/placement.h"
 #include "runtime/durable_file.h"
+#include "runtime/fault.h"
 #include "tensor/ops.h"
 
 namespace spmd::train {
@@ -129,8 +130,11 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const N
                                         {"lr", state.lr},
                                         {"run_started_unix_ns", state.run_started_unix_ns}};
     write_atomically(dir / "train_state.json", train_state.dump(2) + "\n");
+    fault_point("checkpoint.train_state");
     write_atomically(fs::path(folder) / "latest", step_name(state.step) + "\n");
+    fault_point("checkpoint.latest");
     if (keep > 0) prune(folder, step_name(state.step), keep);
+    fault_point("checkpoint.pruned");
   }
   world.wait(world.barrier(), dist::OpType::kBarrier);  // every rank sees the new latest
 }

@@ -192,18 +192,18 @@ void on_nonfinite(int64_t step, double norm, int64_t skipped, const TrainConfig&
 // Whether step (from 0) ends a period of `every` steps (0: never).
 bool ends_period(int64_t step, int64_t every) { return every > 0 && (step + 1) % every == 0; }
 
-// The state after `step` saved; the save's time and this rank's bytes in `m`.
+// The state after `step` saved; its line (time, this rank's bytes) in the log.
 // run_started: when this run began (wall clock, ns), to order its saves
 // after an earlier run's in the same folder.
 void save(const CheckpointConfig& ck, int64_t step, double lr, int64_t run_started,
           const Parallelized& par, const dist::DataLoader& loader, dist::ProcessGroup& world,
-          StepMetrics& m) {
+          MetricsLog& log) {
   const auto start = Clock::now();
   save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr, run_started},
                   par.named_parameters(), par.optimizer(), world, ck.keep,
                   par.checkpoint_replicas());
-  m.checkpoint_ms = std::chrono::duration<double>(Clock::now() - start).count() * 1e3;
-  m.checkpoint_bytes = checkpoint_bytes_of_rank(ck.folder, step + 1, world.rank());
+  log.write_checkpoint(step, std::chrono::duration<double>(Clock::now() - start).count() * 1e3,
+                       checkpoint_bytes_of_rank(ck.folder, step + 1, world.rank()));
 }
 
 }  // namespace
@@ -283,11 +283,11 @@ TrainResult run_training(const TrainConfig& config,
     result.grad_norms.push_back(grad_norm);
     StepMetrics m = log.end_step(step, loss, grad_norm, lr, par.comm_groups());
     if (ends_period(step, config.metrics.eval_every)) m.val_loss = par.val_loss(dataset, T, device);
+    log.write(m);  // before a save: once the step is saved, it is logged
     if (!ck.folder.empty() && (ends_period(step, ck.interval) || step + 1 == t.steps)) {
-      save(ck, step, lr, run_started, par, loader, *world, m);
+      save(ck, step, lr, run_started, par, loader, *world, log);
       last_saved = step + 1;
     }
-    log.write(m);
   }
   const uint64_t peak = device.is_cuda() ? cuda::max_memory_allocated(device.index)
                                          : cpu::host_memory_stats().peak_allocated;

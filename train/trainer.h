@@ -19,8 +19,9 @@
 // loss, which `loss` leaves out), grad_norm, lr, tokens_per_s, mfu (model
 // FLOPs utilization, train/flops.h), step_ms,
 // comm_wait_ms (time blocked in the groups' collectives), mem_allocated and mem_peak (bytes,
-// this rank's allocator), val_loss on eval steps, and on save steps
-// checkpoint_ms and checkpoint_bytes (the save's time and this rank's file).
+// this rank's allocator) and val_loss on eval steps; after each save a line
+// of its own with step, checkpoint_ms and checkpoint_bytes (the save's time
+// and this rank's file), written after the step's (train/metrics.h).
 #pragma once
 
 #include <memory>

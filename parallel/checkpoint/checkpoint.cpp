@@ -25,6 +25,7 @@
 #include "parallel/checkpoint/index.h"
 #include "parallel/placement.h"
 #include "runtime/durable_file.h"
+#include "runtime/fault.h"
 #include "tensor/ops.h"
 
 namespace spmd::dist {
@@ -197,8 +198,11 @@ std::string finish(SaveRound& round, int world_size, const std::string& tmp,
     const CheckpointIndex index = gather_index(round, world_size);
     check_complete(index, "the merged index");
     write_checkpoint_index(index, (fs::path(tmp) / kIndexFile).string());
+    fault_point("checkpoint.index");
     sync_folder(tmp);  // the shard files' and the index's names
+    fault_point("checkpoint.synced");
     move_into_place(tmp, dir);
+    fault_point("checkpoint.renamed");
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(tmp, ignored);
@@ -212,6 +216,7 @@ std::string finish(SaveRound& round, int world_size, const std::string& tmp,
 void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& world) {
   const std::string tmp = dir + ".tmp", where = str_cat("save_sharded(", dir, "): ");
   const int rank = world.rank();
+  fault_point("checkpoint.begin");
   SaveRound round(world, dir);
 
   // 1. Rank 0 makes the temporary folder; the others wait for it.
@@ -219,11 +224,13 @@ void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& 
     round.post("ready", outcome([&] { return make_empty_folder(round, world.size(), tmp, dir); },
                                 where + "rank 0: "));
   round.payload("ready");
+  fault_point("checkpoint.folder");
 
   // 2. This rank's blocks, and its part of the index for rank 0.
   round.post(str_cat("part", rank),
              outcome([&] { return index_to_json(write_shard(state, tmp, rank)); },
                      str_cat("rank ", rank, ": ")));
+  fault_point("checkpoint.shard");
 
   // 3. Rank 0 writes the index and renames; every rank learns how it went.
   if (rank == 0)

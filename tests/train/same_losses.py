@@ -3,9 +3,9 @@
 
   same_losses.py WHOLE.jsonl RESUMED.jsonl STEPS
 
-Each file is a run's metrics_rank0.jsonl (one JSON line per step). A
-resumed run writes the steps after its checkpoint twice, and the later line
-wins. Every step 0..STEPS-1 must be there, each loss within 2.5e-7 relative
+Each file is a run's metrics_rank0.jsonl (one JSON line per step, and one
+per save, which has no loss). A resumed run writes the steps after its
+checkpoint twice, and the later line wins. Every step 0..STEPS-1 must be there, each loss within 2.5e-7 relative
 of the uninterrupted one's: the last bit of an f32 loss (the restart moves
 where buffers land, which can change a rounding; test_trainer.cpp says why).
 Exits 1 naming the first step that differs.
@@ -18,7 +18,8 @@ def losses(path):
     by_step = {}
     for line in open(path):
         row = json.loads(line)
-        by_step[row["step"]] = row["loss"]
+        if "loss" in row:  # not a save's line
+            by_step[row["step"]] = row["loss"]
     return by_step
 
 

@@ -24,6 +24,7 @@ std::vector<double> grad_norms(const std::string& run_folder, int rank) {
   std::vector<double> norms;
   const std::string key = "\"grad_norm\":";
   for (std::string line; std::getline(in, line);) {
+    if (line.find("\"checkpoint_ms\":") != std::string::npos) continue;  // a save's line
     const size_t at = line.find(key);
     expect(at != std::string::npos, run_folder, ": a metrics line without grad_norm");
     norms.push_back(std::strtod(line.c_str() + at + key.size(), nullptr));
