@@ -199,10 +199,11 @@ struct Resume {
   const char* name;
 };
 
-// Saved under `saved` on 2 ranks after 2 of 4 steps, resumed under each
-// case's layout; `shared` overrides apply to every run, the reference's too.
+// Saved under `saved` on `save_world` ranks after 2 of 4 steps, resumed
+// under each case's layout; `shared` overrides apply to every run, the
+// reference's too.
 void check_resumes(const std::vector<std::string>& saved, const std::vector<std::string>& shared,
-                   const std::vector<Resume>& resumes) {
+                   const std::vector<Resume>& resumes, int save_world = 2) {
   const std::string folder = "/tmp/spmd_test_trainer_ckpt_" + std::to_string(::getpid());
   const auto with = [&](std::vector<std::string> o, const std::vector<std::string>& more) {
     o.insert(o.end(), more.begin(), more.end());
@@ -217,17 +218,17 @@ void check_resumes(const std::vector<std::string>& saved, const std::vector<std:
     fs::remove_all(folder);
     fs::remove_all(folder + "_whole");
     run_world(
-        2,
+        save_world,
         [&](dist::ProcessGroup& world) {
           const auto w = dist::testing::borrow(world);
           train::run_training(ck(4, saved), w, /*stop_after=*/2);  // saves at 2
         },
         std::chrono::seconds(60));
     run_world(
-        2,
+        save_world,
         [&](dist::ProcessGroup& world) {
           const auto w = dist::testing::borrow(world);
-          if (r.world == 2 && r.tol == 0) {
+          if (r.world == save_world && r.tol == 0) {
             // The same layout, uninterrupted, saving as it goes into a folder of
             // its own. (It saves too because the step after a save can differ
             // from the same step without one in the last bit: the save's
@@ -278,6 +279,36 @@ TEST_CASE("a resumed run continues as the uninterrupted one, under any layout",
                     {2, {"parallel.tp=2"}, 1e-5, "fsdp 2 -> tp 2"},
                     {1, {}, 1e-5, "fsdp 2 -> one process"},
                 });
+}
+
+TEST_CASE("runs saved under context parallelism and HSDP resume under others",
+          "[train][checkpoint][cp][hsdp]") {
+  check_resumes({"parallel.cp=2"}, {},
+                {
+                    {2, {"parallel.cp=2"}, 0.0, "cp 2 -> cp 2"},
+                    {2, {"parallel.dp_shard=2"}, 1e-5, "cp 2 -> fsdp 2"},
+                    {1, {}, 1e-5, "cp 2 -> one process"},
+                });
+  check_resumes({"parallel.dp_replicate=2", "parallel.dp_shard=2"}, {},
+                {
+                    {4, {"parallel.dp_replicate=2", "parallel.dp_shard=2"}, 0.0, "hsdp -> hsdp"},
+                    {2, {"parallel.tp=2"}, 1e-5, "hsdp 2 x 2 -> tp 2"},
+                    {1, {}, 1e-5, "hsdp 2 x 2 -> one process"},
+                },
+                /*save_world=*/4);
+}
+
+// Dropout draws from a generator reseeded every step from (seed, step), on
+// every rank: a resumed run draws the masks the uninterrupted one drew, so
+// nothing random needs saving. (Under another layout each rank draws for
+// its own rows, so the masks are not one process's: dropout runs are
+// compared within a layout.)
+TEST_CASE("with dropout, a resumed run draws the uninterrupted run's masks",
+          "[train][checkpoint][dropout]") {
+  check_resumes({"parallel.dp_shard=2"}, {"model.dropout=0.1"},
+                {{2, {"parallel.dp_shard=2"}, 0.0, "fsdp 2, dropout 0.1"}});
+  check_resumes({"parallel.dp_replicate=2"}, {"model.dropout=0.1"},
+                {{2, {"parallel.dp_replicate=2"}, 0.0, "ddp 2, dropout 0.1"}});
 }
 
 TEST_CASE("a run saved with pipeline stages resumes with or without them",
