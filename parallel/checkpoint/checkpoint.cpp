@@ -17,6 +17,9 @@
 // load reads are checked against them.
 #include "parallel/checkpoint/checkpoint.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -170,16 +173,23 @@ CheckpointIndex gather_index(SaveRound& round, int world_size) {
   return index;
 }
 
-// Puts `tmp` where `dir` is. rename() cannot replace a folder that is not
-// empty, so an older checkpoint at `dir` steps aside to "<dir>.old" first
-// and is removed once the new one is in place.
-// The parent folder is synced after the rename, so the new name survives a
-// crash.
+// Puts `tmp` where `dir` is. An older checkpoint at `dir` is swapped with
+// the new one in one step (renameat2's RENAME_EXCHANGE), so that `dir` is
+// never absent, even if the process dies here, and then removed from `tmp`.
+// Where the filesystem cannot exchange, the older one steps aside to
+// "<dir>.old" first (a crash between the two renames leaves `dir` absent
+// and the old checkpoint at "<dir>.old"). The parent folder is synced after
+// the rename, so the new name survives a crash.
 void move_into_place(const std::string& tmp, const std::string& dir) {
   const std::string parent = fs::absolute(dir).parent_path().string();
   if (!fs::exists(dir)) {
     fs::rename(tmp, dir);
     sync_folder(parent);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    sync_folder(parent);
+    fs::remove_all(tmp);  // the older checkpoint, now under the temporary name
     return;
   }
   const std::string old = dir + ".old";
