@@ -10,10 +10,13 @@ untied as a pipeline needs, which adds the head's weights to every step). spmd-t
 median of its steps after the first two (its JSON lines); each ratio is the
 median of the rounds' pairwise ratios against the same round's PyTorch run.
 
-Checkpoint: spmd-train (fsdp layout) saves after its last step; the save's
-time and bytes per rank (its JSON line) beside `dd` writing the same bytes
-to the same folder, with and without conv=fdatasync (the checkpoint syncs
-every file it writes, runtime/durable_file.h: the synced dd is its peer).
+Checkpoint: spmd-train (fsdp layout) saves after every step, synchronously
+and then with checkpoint.async = true; the medians (over the saves after
+the first) of the synchronous save's time and of the asynchronous one's
+stall (the staging copy; its line also gives the writer's time), and the
+bytes per rank, beside `dd` writing the same bytes to the same filesystem,
+with and without conv=fdatasync (the checkpoint syncs every file it
+writes, runtime/durable_file.h: the synced dd is its peer).
 
 With --baseline BUILD, every round also runs each layout with that other
 build's spmd-train, right after this build's, and the table adds this
@@ -106,15 +109,30 @@ def main():
                 f" {statistics.median(a / b for a, b in zip(v, base[name])):.2f} |"
         print(f"| {label} | {statistics.median(v):,.0f} | {ratio:.2f} |" + vs_base)
 
-    # Checkpoint save beside dd.
-    folder = os.path.join(tmp, "ck")
-    rows = spmd_train(args, env, layouts["fsdp"], os.path.join(tmp, "ck_run"),
-                      [f"--checkpoint.folder={folder}"])
-    save = [x for x in rows if "checkpoint_ms" in x][-1]  # the save's own line
-    nbytes = int(save["checkpoint_bytes"])
-    seconds = float(save["checkpoint_ms"]) / 1e3
-    print(f"\ncheckpoint (fsdp, {args.world} ranks): rank 0 wrote {nbytes / 2**20:.1f} MiB in "
-          f"{seconds * 1e3:.0f} ms: {nbytes / 2**20 / seconds:.0f} MiB/s (all ranks at once)")
+    # Checkpoint saves beside dd: a save after every step, synchronous, then
+    # asynchronous (the step's stall: the staging copy); the medians over the
+    # saves after the first (which allocates), and dd with the same bytes.
+    medians = {}
+    for mode in ("false", "true"):
+        folder = os.path.join(tmp, f"ck_{mode}")
+        rows = spmd_train(args, env, layouts["fsdp"], os.path.join(tmp, f"ck_run_{mode}"),
+                          [f"--checkpoint.folder={folder}", "--checkpoint.interval=1",
+                           "--checkpoint.keep=1", f"--checkpoint.async={mode}"])
+        saves = [x for x in rows if "checkpoint_ms" in x][1:]  # the saves' own lines
+        medians[mode] = (statistics.median(float(x["checkpoint_ms"]) for x in saves),
+                         statistics.median(float(x.get("checkpoint_write_ms", "nan")) for x in saves),
+                         int(saves[-1]["checkpoint_bytes"]), len(saves))
+        shutil.rmtree(folder)
+    sync_ms, _, nbytes, n = medians["false"]
+    stall_ms, write_ms, _, n_async = medians["true"]
+    mib = nbytes / 2**20
+    print(f"\ncheckpoint (fsdp, {args.world} ranks, a save after every step, the median of {n} "
+          f"saves after the first): rank 0 wrote {mib:.1f} MiB in {sync_ms:.0f} ms: "
+          f"{mib / sync_ms * 1e3:.0f} MiB/s (all ranks at once)")
+    print(f"checkpoint.async = true: the step stalls {stall_ms:.1f} ms ({stall_ms / sync_ms:.1%} of "
+          f"the synchronous save; median of {n_async}), the writer takes {write_ms:.0f} ms")
+    folder = os.path.join(tmp, "dd")
+    os.makedirs(folder)
     for sync in ("", "conv=fdatasync"):
         target = os.path.join(folder, "dd.bin")
         out = subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M",
@@ -123,8 +141,8 @@ def main():
         m = re.search(r"copied, ([0-9.]+) s, ", out.stderr)
         dd_s = float(m.group(1)) if m else float("nan")
         rate = max(1, nbytes // 2**20) / dd_s
-        print(f"dd {sync or '(page cache)'}: {rate:.0f} MiB/s; the save is "
-              f"{nbytes / 2**20 / seconds / rate:.0%} of it")
+        print(f"dd {sync or '(page cache)'}: {rate:.0f} MiB/s; the synchronous save is "
+              f"{mib / sync_ms * 1e3 / rate:.0%} of it")
         os.remove(target)
     shutil.rmtree(tmp)
 

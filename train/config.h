@@ -141,6 +141,9 @@ struct CheckpointConfig {
   // Load a checkpoint whose tensors are not exactly the model's: what
   // matches is loaded, the rest stays as initialized (else: refused by name).
   bool allow_partial_load = false;
+  // Write checkpoints on a thread of their own: the step only copies what
+  // it saves into staging buffers (train/async_checkpoint.h).
+  bool async = false;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

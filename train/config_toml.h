@@ -81,6 +81,7 @@ void for_each_field(F&& f, C&... c) {
   f("checkpoint", "keep", c.checkpoint.keep...);
   f("checkpoint", "resume", c.checkpoint.resume...);
   f("checkpoint", "allow_partial_load", c.checkpoint.allow_partial_load...);
+  f("checkpoint", "async", c.checkpoint.async...);
   f("metrics", "log_every", c.metrics.log_every...);
   f("metrics", "eval_every", c.metrics.eval_every...);
   f("metrics", "run_folder", c.metrics.run_folder...);

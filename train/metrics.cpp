@@ -116,8 +116,10 @@ void MetricsLog::write(const StepMetrics& m) {
   std::fflush(stdout);
 }
 
-void MetricsLog::write_checkpoint(int64_t step, double ms, int64_t bytes) {
-  const nlohmann::json line = {{"step", step}, {"checkpoint_ms", ms}, {"checkpoint_bytes", bytes}};
+void MetricsLog::write_checkpoint(int64_t step, double ms, int64_t bytes,
+                                  std::optional<double> write_ms) {
+  nlohmann::json line = {{"step", step}, {"checkpoint_ms", ms}, {"checkpoint_bytes", bytes}};
+  if (write_ms) line["checkpoint_write_ms"] = *write_ms;
   file_ << line.dump() << "\n" << std::flush;
 }
 

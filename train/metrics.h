@@ -8,8 +8,10 @@
 // the BLAS reaches. A step's time, communication wait and memory are taken
 // when its loss is known, before any eval or checkpoint. A step that saves
 // writes its line before the save, and the save a line of its own after
-// it ({"step", "checkpoint_ms", "checkpoint_bytes"}): a process that dies
-// after the save has made the step permanent has logged it.
+// it ({"step", "checkpoint_ms", "checkpoint_bytes"}, and
+// "checkpoint_write_ms" for an asynchronous save, whose line is written
+// when it completes): a process that dies after the save has made the step
+// permanent has logged it.
 #pragma once
 
 #include <chrono>
@@ -53,8 +55,10 @@ class MetricsLog {
   // (or `eval`, or the last).
   void write(const StepMetrics& m);
 
-  // Writes the line of the save after `step`: its time and this rank's bytes.
-  void write_checkpoint(int64_t step, double ms, int64_t bytes);
+  // Writes the line of the save after `step`: its time (the step's stall)
+  // and this rank's bytes; an asynchronous save adds the writer's time.
+  void write_checkpoint(int64_t step, double ms, int64_t bytes,
+                        std::optional<double> write_ms = std::nullopt);
 
  private:
   Device device_;

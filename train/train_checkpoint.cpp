@@ -118,12 +118,15 @@ void prune(const std::string& folder, const std::string& latest, int64_t keep) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& folder, const TrainState& state, const NamedTensors& params,
-                     const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep,
-                     const dist::DeviceMesh* replicas) {
+TensorMap checkpoint_state(const NamedTensors& params, const optim::Optimizer& optimizer,
+                           const dist::DeviceMesh* replicas) {
+  return checkpoint_tensors(params, optimizer.state_dict(), replicas);
+}
+
+void write_checkpoint(const std::string& folder, const TrainState& state, const TensorMap& tensors,
+                      dist::ProcessGroup& world, int64_t keep) {
   const fs::path dir = fs::path(folder) / step_name(state.step);
-  dist::save_sharded(checkpoint_tensors(params, optimizer.state_dict(), replicas), dir.string(),
-                     world);
+  dist::save_sharded(tensors, dir.string(), world);
   if (world.rank() == 0) {
     const nlohmann::json train_state = {{"step", state.step},
                                         {"samples_consumed", state.samples_consumed},
@@ -136,6 +139,12 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const N
     if (keep > 0) prune(folder, step_name(state.step), keep);
     fault_point("checkpoint.pruned");
   }
+}
+
+void save_checkpoint(const std::string& folder, const TrainState& state, const NamedTensors& params,
+                     const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep,
+                     const dist::DeviceMesh* replicas) {
+  write_checkpoint(folder, state, checkpoint_state(params, optimizer, replicas), world, keep);
   world.wait(world.barrier(), dist::OpType::kBarrier);  // every rank sees the new latest
 }
 

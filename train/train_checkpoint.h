@@ -51,10 +51,23 @@ struct TrainState {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
-// Saves after `state.step` steps. Collective over the world.
+// Saves after `state.step` steps. Collective over the world:
+// write_checkpoint of checkpoint_state, then a barrier, so that every rank
+// returns once `latest` names the new step.
 void save_checkpoint(const std::string& folder, const TrainState& state, const NamedTensors& params,
                      const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep,
                      const dist::DeviceMesh* replicas = nullptr);
+
+// The two halves of a save, apart for an asynchronous one
+// (async_checkpoint.h). checkpoint_state: the tensors a checkpoint holds, as
+// views with their layouts (the parameters, and the optimizer's moments
+// under "optim.<name>.exp_avg"...). write_checkpoint: the step folder
+// (dist::save_sharded: the ranks meet through the world's store only, no
+// collective), then on rank 0 train_state.json, `latest` and pruning.
+TensorMap checkpoint_state(const NamedTensors& params, const optim::Optimizer& optimizer,
+                           const dist::DeviceMesh* replicas = nullptr);
+void write_checkpoint(const std::string& folder, const TrainState& state, const TensorMap& tensors,
+                      dist::ProcessGroup& world, int64_t keep);
 
 // The bytes of this rank's file in the checkpoint of `step` (0 if it wrote none).
 int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int rank);

@@ -24,6 +24,7 @@
 #include "tensor/cuda_api.h"
 #include "tensor/ops.h"
 #include "tensor/threads.h"
+#include "train/async_checkpoint.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/parallelize.h"
@@ -194,16 +195,36 @@ bool ends_period(int64_t step, int64_t every) { return every > 0 && (step + 1) %
 
 // The state after `step` saved; its line (time, this rank's bytes) in the log.
 // run_started: when this run began (wall clock, ns), to order its saves
-// after an earlier run's in the same folder.
+// after an earlier run's in the same folder. With an AsyncCheckpointer the
+// step stages the state and goes on, and the save's line is written when
+// the save completes (at the next save, or the run's end: finish_async).
 void save(const CheckpointConfig& ck, int64_t step, double lr, int64_t run_started,
           const Parallelized& par, const dist::DataLoader& loader, dist::ProcessGroup& world,
-          MetricsLog& log) {
+          MetricsLog& log, AsyncCheckpointer* async, double* stall_ms) {
+  const TrainState state{step + 1, loader.samples_consumed(), lr, run_started};
+  if (async != nullptr) {
+    const double previous_stall = *stall_ms;
+    const std::optional<AsyncCheckpointer::Done> before = async->finish();
+    if (before)
+      log.write_checkpoint(before->step - 1, previous_stall, before->bytes, before->write_ms);
+    *stall_ms = async->start(
+        ck.folder, state,
+        checkpoint_state(par.named_parameters(), par.optimizer(), par.checkpoint_replicas()), world,
+        ck.keep);
+    return;
+  }
   const auto start = Clock::now();
-  save_checkpoint(ck.folder, {step + 1, loader.samples_consumed(), lr, run_started},
-                  par.named_parameters(), par.optimizer(), world, ck.keep,
+  save_checkpoint(ck.folder, state, par.named_parameters(), par.optimizer(), world, ck.keep,
                   par.checkpoint_replicas());
   log.write_checkpoint(step, std::chrono::duration<double>(Clock::now() - start).count() * 1e3,
                        checkpoint_bytes_of_rank(ck.folder, step + 1, world.rank()));
+}
+
+// The run's last asynchronous save completed (or its error thrown), and its line.
+void finish_async(AsyncCheckpointer* async, double stall_ms, MetricsLog& log) {
+  if (async == nullptr) return;
+  if (const auto done = async->finish())
+    log.write_checkpoint(done->step - 1, stall_ms, done->bytes, done->write_ms);
 }
 
 }  // namespace
@@ -260,6 +281,10 @@ TrainResult run_training(const TrainConfig& config,
         (long long)result.first_step, (long long)t.steps);
   const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
   int64_t nonfinite = 0, last_saved = result.first_step;
+  // checkpoint.async: the saver, and the stall of the save in flight.
+  const std::unique_ptr<AsyncCheckpointer> async =
+      ck.async ? std::make_unique<AsyncCheckpointer>() : nullptr;
+  double stall_ms = 0;
   for (int64_t step = result.first_step; step < last; ++step) {
     log.begin_step(par.comm_groups());
     manual_seed(t.seed * 1000003 + uint64_t(step));  // dropout: the same masks after a resume
@@ -285,10 +310,11 @@ TrainResult run_training(const TrainConfig& config,
     if (ends_period(step, config.metrics.eval_every)) m.val_loss = par.val_loss(dataset, T, device);
     log.write(m);  // before a save: once the step is saved, it is logged
     if (!ck.folder.empty() && (ends_period(step, ck.interval) || step + 1 == t.steps)) {
-      save(ck, step, lr, run_started, par, loader, *world, log);
+      save(ck, step, lr, run_started, par, loader, *world, log, async.get(), &stall_ms);
       last_saved = step + 1;
     }
   }
+  finish_async(async.get(), stall_ms, log);  // the run ends once its last save is whole
   const uint64_t peak = device.is_cuda() ? cuda::max_memory_allocated(device.index)
                                          : cpu::host_memory_stats().peak_allocated;
   if (world->rank() == 0)

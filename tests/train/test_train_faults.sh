@@ -5,9 +5,9 @@
 # rank 1, or in the launcher (spmdrun, which takes its workers with it).
 # After each kill, `latest` (when there is one) names a whole checkpoint,
 # and the job run again resumes from it, or from scratch, and ends with the
-# losses of an uninterrupted run. 38 points: each step of the save
+# losses of an uninterrupted run. 44 points: each step of the save
 # (checkpoint.*), every sync and rename of a file, and writes spread over
-# the shards.
+# the shards; 6 of them with checkpoint.async, on the writer's thread.
 #
 # usage: test_train_faults.sh SPMDRUN SPMD_TRAIN
 set -uo pipefail
@@ -18,12 +18,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 
+extra=()  # more flags for every job (the asynchronous cuts below)
 job() {  # job NAME [env...]: the 4-step job into $tmp/NAME_ck, $tmp/NAME_run
   local name=$1
   shift
   env "$@" timeout 120 "$spmdrun" --standalone --nproc-per-node 2 "$train" \
     --model.preset=tiny --training.steps=4 --training.threads=1 --parallel.dp_shard=2 \
-    --checkpoint.interval=2 --checkpoint.keep=1 --metrics.log_every=100 \
+    --checkpoint.interval=2 --checkpoint.keep=1 --metrics.log_every=100 "${extra[@]}" \
     --checkpoint.folder="$tmp/${name}_ck" --metrics.run_folder="$tmp/${name}_run" \
     >>"$tmp/$name.log" 2>&1
 }
@@ -73,6 +74,14 @@ for spec in file.sync:1 file.sync:2 "*:100" "*:250"; do cut 1 "$spec"; done
 # The launcher, at rank 0's points.
 for point in shard index renamed train_state latest; do cut 0 "checkpoint.$point:2:parent"; done
 cut 0 "*:150:parent"
+# checkpoint.async: the same points, hit on the writer's thread while the
+# next steps train.
+extra=(--checkpoint.async=true)
+for spec in checkpoint.shard:2 checkpoint.renamed:2 checkpoint.latest:1 file.sync:3 "*:200"; do
+  cut 0 "$spec"
+done
+cut 1 "checkpoint.shard:1"
+extra=()
 # A malformed spec is refused at the first point, naming it.
 job bad SPMD_FAULT_AT=checkpoint && fail "SPMD_FAULT_AT=checkpoint was not refused"
 grep -q "SPMD_FAULT_AT=checkpoint: expected <name>:<n>\[:parent\]" "$tmp/bad.log" ||

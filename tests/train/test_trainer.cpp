@@ -496,6 +496,23 @@ TEST_CASE("a save onto a full disk fails naming the file and the bytes; the last
     fs::remove(mnt + "/filler");
     const std::vector<double> after = run_single(base(2, ck));  // resumes from step 1
     expect(after.size() == 1, "the run resumed from step 1");
+
+    // The same with checkpoint.async: the writer's failure is thrown on the
+    // training thread when the run waits for its last save.
+    ::statvfs(mnt.c_str(), &st);
+    const uint64_t left = uint64_t(st.f_bavail) * st.f_frsize;
+    std::ofstream(mnt + "/filler", std::ios::binary) << std::string(left - one / 2, 'f');
+    std::vector<std::string> async = ck;
+    async.push_back("checkpoint.async=true");
+    try {
+      run_single(base(3, async));
+      expect(false, "the asynchronous save that could not be written did not fail the run");
+    } catch (const std::exception& e) {
+      expect(std::string(e.what()).find("No space left on device") != std::string::npos,
+             std::string("the asynchronous save's error: ") + e.what());
+    }
+    expect(latest_of(folder) == "step_00000002", "latest still names step 2");
+    expect(!fs::exists(folder + "/step_00000003.tmp"), "no partial folder after the async save");
     return ok;
   });
   if (run == spmd::testing::TmpfsRun::kUnavailable) {
@@ -531,4 +548,63 @@ TEST_CASE("a checkpoint that is not exactly the model's is refused naming the te
   CHECK(partial.first_step == 1);
   CHECK(partial.losses.size() == 1);
   fs::remove_all(folder);
+}
+
+TEST_CASE("an asynchronous save writes what a synchronous one does; the run waits for the last",
+          "[train][checkpoint][async]") {
+  const std::string folder = "/tmp/spmd_test_async_" + std::to_string(::getpid());
+  fs::remove_all(folder);
+  auto run = [&](const std::string& mode) {
+    const train::TrainConfig c =
+        base(4, {"parallel.dp_shard=2", "checkpoint.interval=1", "checkpoint.keep=0",
+                 "checkpoint.async=" + mode, "checkpoint.folder=\"" + folder + "_" + mode + "\"",
+                 "metrics.run_folder=\"" + folder + "_run_" + mode + "\""});
+    const std::string out = folder + "_losses_" + mode;
+    run_world(2, [&](dist::ProcessGroup& world) {
+      const auto r = train::run_training(c, dist::testing::borrow(world));
+      if (world.rank() != 0) return;
+      std::ofstream f(out);
+      f << std::setprecision(17);
+      for (double l : r.losses) f << l << " ";
+    });
+    std::vector<double> losses;
+    std::ifstream f(out);
+    for (double l; f >> l;) losses.push_back(l);
+    return std::make_pair(c, losses);
+  };
+  const auto [sync_config, sync_losses] = run("false");
+  const auto [async_config, async_losses] = run("true");
+  REQUIRE(async_losses.size() == 4);
+  expect_close(async_losses, sync_losses, 2.5e-7, "async against sync");
+  // Every step was saved, whole: the last one's parameters are the
+  // synchronous run's, and each save logged its writer's time.
+  for (int s = 1; s <= 4; ++s) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/step_%08d/index.json", s);
+    CHECK(fs::exists(folder + "_true" + name));
+  }
+  const train::NamedTensors a = whole_parameters(async_config, folder + "_true"),
+                            b = whole_parameters(sync_config, folder + "_false");
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto x = ops::to_vector<float>(a[i].second), y = ops::to_vector<float>(b[i].second);
+    float diff = 0, scale = 1e-12f;
+    for (size_t j = 0; j < y.size(); ++j) {
+      diff = std::max(diff, std::abs(x[j] - y[j]));
+      scale = std::max(scale, std::abs(y[j]));
+    }
+    INFO(a[i].first << " differs by " << diff);
+    CHECK(diff <= 1e-6f * scale);
+  }
+  int saves = 0;
+  std::ifstream metrics(folder + "_run_true/metrics_rank0.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    saves += line.find("\"checkpoint_write_ms\":") != std::string::npos;
+  CHECK(saves == 4);
+  // And a run resumes from the asynchronous checkpoints.
+  std::vector<std::string> more = {"checkpoint.folder=\"" + folder + "_true\""};
+  CHECK(run_single(base(6, more)).size() == 2);
+  for (const char* s :
+       {"_true", "_false", "_run_true", "_run_false", "_losses_true", "_losses_false"})
+    fs::remove_all(folder + s);
 }
