@@ -25,21 +25,14 @@
 #include "autograd/nn/transformer.h"
 #include "autograd/optim/adamw.h"
 #include "tensor/ops.h"
+#include "tests/run_command.h"
 
 using namespace spmd;
 
 namespace {
 
-// Runs a shell command; returns its exit status and everything it printed.
-std::pair<int, std::string> run(const std::string& command) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+// Runs a shell command (tests/run_command.h).
+std::pair<int, std::string> run(const std::string& command) { return test::run_command(command); }
 
 // One training step of `config` on a (B, 16) batch, checked against PyTorch.
 // The objective is the trainer's (Parallelized::forward in
