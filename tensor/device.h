@@ -5,6 +5,7 @@
 // pieces (tensor/deferred.h).
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <string_view>

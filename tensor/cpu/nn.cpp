@@ -148,8 +148,23 @@ void KernelBackend::cross_entropy_backward(const Tensor& logits, const Tensor& t
 void KernelBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
                          bool inverse) {
   SPMD_CHECK(x.ndim() >= 3, "rope: expected x of shape (..., T, H, D), got ", x.shape());
+  SPMD_CHECK(out.is_contiguous(), "rope: expected a contiguous out");
   const int64_t T_ = x.size(-3), H = x.size(-2), D = x.size(-1), half = D / 2;
   const int64_t rows = D ? x.numel() / D : 0;
+  // Where row r (of the flattened leading dims) and element j of x lie: x
+  // may be a strided view, (B, T, H, D) of (B, H, T, D) memory.
+  const int nd = x.ndim();
+  std::vector<int64_t> sizes(size_t(nd - 1)), strides(size_t(nd - 1));
+  for (int d = 0; d < nd - 1; ++d) sizes[size_t(d)] = x.size(d), strides[size_t(d)] = x.stride(d);
+  const int64_t step = x.stride(-1);
+  auto row_offset = [sizes, strides](int64_t r) {
+    int64_t offset = 0;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      offset += (r % sizes[d]) * strides[d];
+      r /= sizes[d];
+    }
+    return offset;
+  };
   visit_floating(x.dtype(), "rope", [&]<class T>() {
     using C = compute_t<T>;
     const T* xp = x.data<T>();
@@ -161,11 +176,11 @@ void KernelBackend::rope(const Tensor& x, const Tensor& cos, const Tensor& sin, 
     parallel_for(rows, row_grain(D, kCostlyGrain), [=](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const int64_t t = (r / H) % T_;
-        const T* xr = xp + r * D;
+        const T* xr = xp + row_offset(r);
         T* orow = op + r * D;
         for (int64_t i = 0; i < half; ++i) {
           const C c = cp[t * half + i], s = sign * sp[t * half + i];
-          const C x0 = C(xr[2 * i]), x1 = C(xr[2 * i + 1]);
+          const C x0 = C(xr[2 * i * step]), x1 = C(xr[(2 * i + 1) * step]);
           orow[2 * i] = T(x0 * c - x1 * s);
           orow[2 * i + 1] = T(x0 * s + x1 * c);
         }

@@ -229,6 +229,28 @@ TEST_CASE("rope rotates pairs by t * theta^(-2i/D) and inverse undoes it", "[nn]
   CHECK_THROWS_WITH(ops::rope(ops::zeros({1, 20, 1, D}), tables), Catch::Contains("do not cover"));
 }
 
+TEST_CASE("the backend's rope reads a strided x as its contiguous copy", "[nn][rope][strided]") {
+  // ops::rope makes x contiguous first; the backend is also called on views
+  // (the GPU op table's (B, T, H, D) view of (B, H, T, D) memory), and the
+  // CPU kernel must follow x's strides as the CUDA one does.
+  std::mt19937 rng(36);
+  const int64_t B = 2, T = 7, H = 3, D = 16;
+  const ops::RopeTables tables = ops::rope_tables(T, D, 10000.0);
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    const Tensor memory = random_tensor(rng, {B, H, T, D}, dt, Layout::kContiguous);
+    const Tensor x = ops::transpose(memory, 1, 2);  // (B, T, H, D), strides (336, 16, 112, 1)
+    REQUIRE_FALSE(x.is_contiguous());
+    const Tensor c = ops::contiguous(ops::to(tables.cos, dt)),
+                 s = ops::contiguous(ops::to(tables.sin, dt));
+    for (bool inverse : {false, true}) {
+      Tensor strided = ops::empty({B, T, H, D}, {dt}), dense = ops::empty({B, T, H, D}, {dt});
+      backend_for(Device::cpu()).rope(x, c, s, strided, inverse);
+      backend_for(Device::cpu()).rope(ops::contiguous(x), c, s, dense, inverse);
+      CHECK(ops::to_vector<double>(strided) == ops::to_vector<double>(dense));
+    }
+  }
+}
+
 TEST_CASE("embedding gathers rows and its backward sums repeated ids", "[nn][embedding]") {
   const Tensor w = ops::reshape(ops::arange(0, 12, 1, {DType::kF32}), {4, 3});
   const Tensor ids = ops::from_vector<int64_t>({3, 0, 3, 1}, {2, 2});
