@@ -13,8 +13,9 @@
 //
 // The points are calls of fault_point("checkpoint.shard"), placed in the
 // code they cut: the checkpoint's steps (parallel/checkpoint,
-// train/train_checkpoint.cpp) and every write and sync of a durable file
-// (runtime/durable_file.h: "file.write" per chunk, "file.sync"). Unset, a
+// train/train_checkpoint.cpp) and every write, sync and rename of a durable
+// file (runtime/durable_file.h: "file.write" after each span written, a
+// header or a tensor's bytes; "file.sync"; "file.rename"). Unset, a
 // point costs a branch. A malformed SPMD_FAULT_AT throws at the first point,
 // naming it.
 #pragma once

@@ -1,10 +1,11 @@
 // A full disk, for real: run a function in a child process that has its own
-// mount namespace with a tmpfs of a few KiB mounted on a fresh folder, so
+// mount namespace with a small tmpfs (of the caller's size) on a fresh folder, so
 // that writing past it fails with ENOSPC as a full disk does. Root gets the
 // namespace directly; another user through a user namespace (where the
 // kernel allows them). Where neither works the caller skips.
 #pragma once
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -32,7 +33,7 @@ inline bool write_text(const char* path, const std::string& text) {
 }  // namespace detail
 
 // Runs body(mount) in a child on a tmpfs of `bytes` at `mount`; the child
-// passes when body returns true, within 120 s. kUnavailable when no mount
+// passes when body returns true, within 100 s. kUnavailable when no mount
 // namespace or tmpfs could be had (the child exits 77 then).
 inline TmpfsRun run_on_small_tmpfs(size_t bytes,
                                    const std::function<bool(const std::string&)>& body) {
@@ -55,7 +56,7 @@ inline TmpfsRun run_on_small_tmpfs(size_t bytes,
     const std::string options = "size=" + std::to_string(bytes);
     ok = ok && ::mount("tmpfs", mount.c_str(), "tmpfs", 0, options.c_str()) == 0;
     if (!ok) ::_exit(77);
-    ::alarm(120);  // a body that hangs ends (SIGALRM), and fails
+    ::alarm(100);  // a body that hangs ends (SIGALRM) and fails, before ctest's 120 s
     bool passed = false;
     try {
       passed = body(mount);
@@ -67,6 +68,7 @@ inline TmpfsRun run_on_small_tmpfs(size_t bytes,
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return TmpfsRun::kFailed;
   }
   ::rmdir(mount.c_str());
   if (WIFEXITED(status) && WEXITSTATUS(status) == 77) return TmpfsRun::kUnavailable;

@@ -5,6 +5,7 @@
 
 #include "autograd/grad_mode.h"
 #include "tensor/ops.h"
+#include "tensor/threads.h"
 
 namespace spmd::train {
 
@@ -38,6 +39,7 @@ double AsyncCheckpointer::start(const std::string& folder, const TrainState& sta
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
   done_ = {state.step, 0, 0};
   writer_ = std::thread([this, folder, state, &world, keep] {
+    set_num_threads(1);  // OpenMP's count is per thread: the training's cores stay its own
     try {
       const auto t0 = std::chrono::steady_clock::now();
       write_checkpoint(folder, state, staged_, world, keep);

@@ -10,7 +10,8 @@
 // writes its line before the save, and the save a line of its own after
 // it ({"step", "checkpoint_ms", "checkpoint_bytes"}, and
 // "checkpoint_write_ms" for an asynchronous save, whose line is written
-// when it completes): a process that dies after the save has made the step
+// once the training thread has waited for it, at the next save or the
+// run's end): a process that dies after the save has made the step
 // permanent has logged it.
 #pragma once
 

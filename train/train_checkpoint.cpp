@@ -126,14 +126,15 @@ TensorMap checkpoint_state(const NamedTensors& params, const optim::Optimizer& o
 void write_checkpoint(const std::string& folder, const TrainState& state, const TensorMap& tensors,
                       dist::ProcessGroup& world, int64_t keep) {
   const fs::path dir = fs::path(folder) / step_name(state.step);
-  dist::save_sharded(tensors, dir.string(), world);
+  // train_state.json goes into the step folder with its index, before the
+  // folder has its name: a folder with the name always has it.
+  const nlohmann::json train_state = {{"step", state.step},
+                                      {"samples_consumed", state.samples_consumed},
+                                      {"lr", state.lr},
+                                      {"run_started_unix_ns", state.run_started_unix_ns}};
+  dist::save_sharded(tensors, dir.string(), world,
+                     {{"train_state.json", train_state.dump(2) + "\n"}});
   if (world.rank() == 0) {
-    const nlohmann::json train_state = {{"step", state.step},
-                                        {"samples_consumed", state.samples_consumed},
-                                        {"lr", state.lr},
-                                        {"run_started_unix_ns", state.run_started_unix_ns}};
-    write_atomically(dir / "train_state.json", train_state.dump(2) + "\n");
-    fault_point("checkpoint.train_state");
     write_atomically(fs::path(folder) / "latest", step_name(state.step) + "\n");
     fault_point("checkpoint.latest");
     if (keep > 0) prune(folder, step_name(state.step), keep);
@@ -241,6 +242,11 @@ std::optional<TrainState> load_latest_checkpoint(
     if (!differs.empty()) {
       for (auto it = wanted.begin(); it != wanted.end();)
         it = index.tensors.count(it->first) ? std::next(it) : wanted.erase(it);
+      // A parameter whose moments stay zero starts AdamW afresh: its bias
+      // correction counts from step 0, not from the checkpoint's step.
+      for (size_t i = 0; i < params.size(); ++i)
+        if (!index.tensors.count("optim." + params[i].first + ".exp_avg"))
+          moments["state." + std::to_string(i) + ".step"] = ops::scalar_tensor(0.0, {DType::kI64});
       if (partial_note)
         *partial_note =
             str_cat("partial load of ", dir.string(), " (checkpoint.allow_partial_load): ", differs,

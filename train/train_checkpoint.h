@@ -7,7 +7,8 @@
 //                                  each a piece with its placements and
 //                                  the checksums of its bytes
 //       train_state.json         step, samples consumed, lr, when the run
-//                                  that wrote it started (rank 0)
+//                                  that wrote it started (rank 0, into the
+//                                  folder before its rename)
 //   <folder>/latest              "step_00000040", written last
 //
 // Every file is synced before the next is written, and every rename's
@@ -63,7 +64,8 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const N
 // views with their layouts (the parameters, and the optimizer's moments
 // under "optim.<name>.exp_avg"...). write_checkpoint: the step folder
 // (dist::save_sharded: the ranks meet through the world's store only, no
-// collective), then on rank 0 train_state.json, `latest` and pruning.
+// collective; rank 0 puts train_state.json into it before its rename),
+// then on rank 0 `latest` and pruning.
 TensorMap checkpoint_state(const NamedTensors& params, const optim::Optimizer& optimizer,
                            const dist::DeviceMesh* replicas = nullptr);
 void write_checkpoint(const std::string& folder, const TrainState& state, const TensorMap& tensors,

@@ -21,6 +21,8 @@
 #include <stdio.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -176,7 +178,8 @@ CheckpointIndex gather_index(SaveRound& round, int world_size) {
 // Puts `tmp` where `dir` is. An older checkpoint at `dir` is swapped with
 // the new one in one step (renameat2's RENAME_EXCHANGE), so that `dir` is
 // never absent, even if the process dies here, and then removed from `tmp`.
-// Where the filesystem cannot exchange, the older one steps aside to
+// Where the filesystem cannot exchange (EINVAL, ENOSYS, ENOTSUP; any other
+// error is thrown), the older one steps aside to
 // "<dir>.old" first (a crash between the two renames leaves `dir` absent
 // and the old checkpoint at "<dir>.old"). The parent folder is synced after
 // the rename, so the new name survives a crash.
@@ -192,6 +195,9 @@ void move_into_place(const std::string& tmp, const std::string& dir) {
     fs::remove_all(tmp);  // the older checkpoint, now under the temporary name
     return;
   }
+  // Only a filesystem (or kernel) that cannot exchange takes the two renames.
+  SPMD_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "save_sharded: cannot swap ",
+             tmp, " and ", dir, " (renameat2 RENAME_EXCHANGE): ", std::strerror(errno));
   const std::string old = dir + ".old";
   fs::remove_all(old);
   fs::rename(dir, old);
@@ -202,11 +208,13 @@ void move_into_place(const std::string& tmp, const std::string& dir) {
 
 // Step 3 on rank 0: the index, checked whole, then the rename. On failure
 // the temporary folder goes too.
-std::string finish(SaveRound& round, int world_size, const std::string& tmp,
-                   const std::string& dir) {
+std::string finish(SaveRound& round, int world_size, const std::string& tmp, const std::string& dir,
+                   const std::map<std::string, std::string>& files) {
   try {
     const CheckpointIndex index = gather_index(round, world_size);
     check_complete(index, "the merged index");
+    for (const auto& [name, content] : files)
+      write_durably((fs::path(tmp) / name).string(), content);
     write_checkpoint_index(index, (fs::path(tmp) / kIndexFile).string());
     fault_point("checkpoint.index");
     sync_folder(tmp);  // the shard files' and the index's names
@@ -223,7 +231,8 @@ std::string finish(SaveRound& round, int world_size, const std::string& tmp,
 
 }  // namespace
 
-void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& world) {
+void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& world,
+                  const std::map<std::string, std::string>& files) {
   const std::string tmp = dir + ".tmp", where = str_cat("save_sharded(", dir, "): ");
   const int rank = world.rank();
   fault_point("checkpoint.begin");
@@ -244,7 +253,8 @@ void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& 
 
   // 3. Rank 0 writes the index and renames; every rank learns how it went.
   if (rank == 0)
-    round.post("done", outcome([&] { return finish(round, world.size(), tmp, dir); }, where));
+    round.post("done",
+               outcome([&] { return finish(round, world.size(), tmp, dir, files); }, where));
   round.payload("done");
 }
 

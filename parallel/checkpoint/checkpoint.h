@@ -21,6 +21,7 @@
 // rank's pieces, with the checksum chunks they lie in, checked.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "parallel/comm/process_group.h"
@@ -36,9 +37,13 @@ namespace spmd::dist {
 // the same names for the tensors that have placements. The ranks meet
 // through world's store, each wait bounded by world's timeout; a failure on
 // any rank makes every rank throw, naming it.
+// `files` (rank 0's: name -> content) are written into the folder beside
+// the index, before the rename, so they are in it from the moment it has
+// its name (the trainer's train_state.json).
 // REQUIRES: `dir` on a filesystem every rank sees; no Partial() placements
 // (reduce the tensor first).
-void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& world);
+void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& world,
+                  const std::map<std::string, std::string>& files = {});
 
 // Fills every tensor of `state` in place with its values in the checkpoint at
 // `dir`, whatever layout and world size saved it: a tensor with placements

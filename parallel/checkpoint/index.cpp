@@ -181,6 +181,8 @@ void write_checkpoint_index(const CheckpointIndex& index, const std::string& pat
 Tensor read_checked_rows(const std::string& path, const std::string& name, const SavedBlock& b,
                          const SafetensorsEntry& entry, int64_t begin, int64_t end) {
   const int64_t rows = entry.shape.ndim() == 0 ? 1 : entry.shape[0];
+  SPMD_CHECK(0 <= begin && begin <= end && end <= rows, "read_checked_rows: rows [", begin, ", ",
+             end, ") of '", b.key, "' in ", path, ", which has ", rows);
   const uint64_t total = uint64_t(entry.shape.numel()) * element_size(entry.dtype);
   const uint64_t row_bytes = rows > 0 ? total / uint64_t(rows) : 0;
   const uint64_t lo = uint64_t(begin) * row_bytes, hi = uint64_t(end) * row_bytes;

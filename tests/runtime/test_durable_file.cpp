@@ -1,6 +1,6 @@
 // runtime/durable_file.h: CRC-32C against the standard's check values, files
 // written and replaced whole, and the errors a full disk and a missing
-// folder give, provoked for real (a tmpfs of a few KiB: tests/small_tmpfs.h).
+// folder give, provoked for real (a tmpfs of 64 KiB: tests/small_tmpfs.h).
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>

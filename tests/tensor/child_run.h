@@ -31,7 +31,7 @@ inline ChildRun run_self(const std::string& env_args, const std::string& test_ca
   std::array<char, 1024> buf{};
   while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
   r.status = pclose(p);
-  INFO(cmd << "\n" << r.out);
+  UNSCOPED_INFO(cmd << "\n" << r.out);  // shown with the caller's next failed check
   return r;
 }
 
