@@ -1,4 +1,5 @@
-// Saving and loading a sharded checkpoint (parallel/checkpoint/checkpoint.h).
+// Saving a sharded checkpoint (parallel/checkpoint/checkpoint.h; loading
+// is load.cpp).
 //
 // Save, in three steps that meet through the world's store:
 //   1. rank 0 makes an empty "<dir>.tmp"; the others wait for it;
@@ -7,14 +8,12 @@
 //   3. rank 0 merges the parts, checks that they make every tensor whole,
 //      writes index.json and renames the folder to <dir>; every rank waits
 //      for that outcome, so all return together or all throw.
-// Load: for each tensor, each box this rank holds is intersected with every
-// saved block, and the common parts copied across through narrow views.
 //
 // Durability: every file is written, fsync'ed and checked
 // (runtime/durable_file.h); the temporary folder is synced before its rename
 // and its parent after it, so a checkpoint that has its name has its bytes.
-// Every block carries checksums of its values in the index, and the bytes a
-// load reads are checked against them.
+// Every block carries checksums of its values in the index (a load checks
+// the bytes it reads against them).
 #include "parallel/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
@@ -26,7 +25,6 @@
 #include <filesystem>
 #include <functional>
 
-#include "autograd/grad_mode.h"
 #include "parallel/checkpoint/index.h"
 #include "parallel/placement.h"
 #include "runtime/durable_file.h"
@@ -39,8 +37,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void check_not_partial(const std::string& name, const LayoutMeta& layout,
-                       const std::string& prefix);
 bool writes_blocks(const LayoutMeta& layout);
 
 // --- Save ----------------------------------------------------------------------------------
@@ -258,119 +254,9 @@ void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& 
   round.payload("done");
 }
 
-// --- Load ------------------------------------------------------------------------------------
-
-namespace {
-
-// The shard files of one checkpoint: each file's header read once, when a
-// block first needs it, and of a block only the rows a piece needs, so a
-// rank holds its own slices and not the files (a model saved whole,
-// resumed over 8 ranks, is not read whole by each).
-class ShardFiles {
- public:
-  explicit ShardFiles(std::string dir) : dir_(std::move(dir)) {}
-
-  // Rows [begin, end) (of dim 0) of block `b` of tensor `name`, checked
-  // against the index: its shape and dtype, and the checksums of the chunks
-  // the rows lie in (read whole for that, at most two chunks more than the
-  // rows).
-  Tensor rows(const std::string& name, const SavedTensor& saved, const SavedBlock& b, int64_t begin,
-              int64_t end) {
-    const std::string path = (fs::path(dir_) / b.file).string();
-    auto file = files_.find(b.file);
-    if (file == files_.end()) {
-      SPMD_CHECK(fs::exists(path), "load_sharded: '", name, "' needs ", b.file,
-                 ", which is missing from ", dir_);
-      file = files_.emplace(b.file, read_safetensors_index(path)).first;
-    }
-    const auto it = file->second.entries.find(b.key);
-    SPMD_CHECK(it != file->second.entries.end(), "load_sharded: ", path, " holds no tensor '",
-               b.key, "' (a block of '", name, "')");
-    SPMD_CHECK(it->second.shape == b.box.size && it->second.dtype == saved.dtype,
-               "load_sharded: ", path, ": '", b.key, "' is ", it->second.shape, " ",
-               dtype_name(it->second.dtype), " but the index says ", b.box.size, " ",
-               dtype_name(saved.dtype));
-    return read_checked_rows(path, name, b, it->second, begin, end);
-  }
-
- private:
-  std::string dir_;
-  std::map<std::string, SafetensorsIndex> files_;  // by file name
-};
-
-// Fills each of t's blocks from the saved blocks that overlap it.
-void load_tensor(const std::string& name, const Tensor& t, const SavedTensor& saved,
-                 ShardFiles& files, const std::string& dir) {
-  const LayoutMeta* layout = placements_of(t);
-  if (layout != nullptr) check_not_partial(name, *layout, "load_sharded: ");
-  const Shape whole = layout ? whole_shape(*layout) : t.shape();
-  SPMD_CHECK(whole == saved.shape, "load_sharded: '", name, "' is ", whole, " here but ",
-             saved.shape, " in the checkpoint at ", dir);
-  SPMD_CHECK(t.dtype() == saved.dtype, "load_sharded: '", name, "' is ", dtype_name(t.dtype()),
-             " here but ", dtype_name(saved.dtype), " in the checkpoint at ", dir);
-  for (const Block& mine : local_blocks(t)) {
-    const Box wanted{mine.global_offset, mine.size};
-    int64_t filled = 0;
-    for (const SavedBlock& b : saved.blocks) {
-      const std::optional<Box> common = intersection(wanted, b.box);
-      if (!common) continue;
-      std::vector<int64_t> in_mine(whole.ndim()), in_saved(whole.ndim());
-      for (int d = 0; d < whole.ndim(); ++d) {
-        in_mine[d] = mine.local_offset[d] + common->offset[d] - mine.global_offset[d];
-        in_saved[d] = common->offset[d] - b.box.offset[d];
-      }
-      // The rows of the saved block that overlap, read alone.
-      const int64_t row = whole.ndim() > 0 ? in_saved[0] : 0;
-      const int64_t rows = whole.ndim() > 0 ? common->size[0] : 1;
-      const Tensor src = files.rows(name, saved, b, row, row + rows);
-      if (whole.ndim() > 0) in_saved[0] = 0;
-      ops::copy_(box_view(t, Shape(in_mine), common->size),
-                 box_view(src, Shape(in_saved), common->size));
-      filled += common->size.numel();
-    }
-    // The saved blocks do not overlap (read_checkpoint_index checked), so
-    // the count is exactly how much of the box they cover.
-    SPMD_CHECK(filled == wanted.size.numel(), "load_sharded: no saved block covers part of '", name,
-               "' in ", box_str(wanted), " (", wanted.size.numel() - filled, " of ",
-               wanted.size.numel(), " elements) in the checkpoint at ", dir);
-  }
-}
-
-}  // namespace
-
-void load_sharded(const TensorMap& state, const std::string& dir) {
-  const CheckpointIndex index = read_checkpoint_index(dir);
-  ShardFiles files(dir);
-  NoGradGuard no_grad;  // parameters are filled in place
-  for (const auto& [name, t] : state) {
-    SPMD_CHECK(t.defined(), "load_sharded: '", name, "' is an undefined tensor");
-    const auto saved = index.tensors.find(name);
-    if (saved == index.tensors.end()) {
-      std::string some;  // a few of the names it has, to show how they are spelled
-      for (auto it = index.tensors.begin(); it != index.tensors.end() && some.size() < 120; ++it)
-        some += str_cat(some.empty() ? "" : ", ", "'", it->first, "'");
-      SPMD_THROW(InvalidArgument, "load_sharded: '", name, "' is not in the checkpoint at ", dir,
-                 " (it holds ", index.tensors.size(), " tensors: ", some,
-                 index.tensors.size() > 3 ? ", ...)" : ")");
-    }
-    load_tensor(name, t, saved->second, files, dir);
-  }
-}
-
 // --- Helpers ---------------------------------------------------------------------------------
 
 namespace {
-
-void check_not_partial(const std::string& name, const LayoutMeta& layout,
-                       const std::string& prefix) {
-  for (const LayoutMeta* l = &layout; l != nullptr; l = l->parent.get()) {
-    for (int a = 0; a < l->mesh.ndim(); ++a) {
-      SPMD_CHECK(l->placements[a].kind != Placement::Kind::kPartial, prefix, "'", name,
-                 "' is Partial() on axis ", l->mesh.axis_names()[a],
-                 ": a checkpoint holds values, not terms of a sum (reduce it first)");
-    }
-  }
-}
 
 // The world ranks of this rank's line along `axis` of `mesh`, sorted.
 std::vector<int> line_ranks(const DeviceMesh& mesh, int axis) {

@@ -1,18 +1,17 @@
 // The checkpoint index (parallel/checkpoint/index.h): boxes, the JSON form
-// and its checksums, reading a block's rows checked against them, merging
-// the ranks' parts and the checks that the blocks are consistent.
+// and its checksums, merging the ranks' parts and the checks that the
+// blocks (and the tensors given to save or load) are consistent.
 #include "parallel/checkpoint/index.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "parallel/placement.h"
 #include "runtime/durable_file.h"
-#include "tensor/ops.h"
 
 namespace spmd::dist {
 
@@ -117,8 +116,9 @@ SavedTensor tensor_from_json(const json& j, const std::string& what) {
 
 }  // namespace
 
-// Written by hand around nlohmann's dumps: one line per block, so that the
-// index reads (and diffs) as a table.
+// The JSON object whose checksum the index carries, written one line per
+// block so that the index reads (and diffs) as a table: the text is that
+// object's own fields, laid out, so the two cannot drift apart.
 std::string index_to_json(const CheckpointIndex& index) {
   json tensors = json::object();
   for (const auto& [name, t] : index.tensors) tensors[name] = tensor_to_json(t);
@@ -126,11 +126,14 @@ std::string index_to_json(const CheckpointIndex& index) {
       str_cat("{\"format\": ", json(kIndexFormat).dump(), ", \"world_size\": ", index.world_size,
               ", \"tensors_crc32c\": \"", hex32(tensors_checksum(tensors)), "\",\n \"tensors\": {");
   const char* sep = "\n";
-  for (const auto& [name, t] : index.tensors) {
-    out += str_cat(sep, "  ", json(name).dump(), ": {\"dtype\": \"", dtype_name(t.dtype),
-                   "\", \"shape\": ", json(t.shape.to_vector()).dump(), ", \"blocks\": [");
-    for (size_t i = 0; i < t.blocks.size(); ++i)
-      out += str_cat(i ? ",\n" : "\n", "   ", block_to_json(t.blocks[i]).dump());
+  for (const auto& [name, t] : tensors.items()) {
+    out += str_cat(sep, "  ", json(name).dump(), ": {");
+    for (const auto& [key, value] : t.items())
+      if (key != "blocks") out += str_cat(json(key).dump(), ": ", value.dump(), ", ");
+    out += "\"blocks\": [";
+    const json& blocks = t.at("blocks");
+    for (size_t i = 0; i < blocks.size(); ++i)
+      out += str_cat(i ? ",\n" : "\n", "   ", blocks[i].dump());
     out += "]}";
     sep = ",\n";
   }
@@ -176,42 +179,6 @@ void write_checkpoint_index(const CheckpointIndex& index, const std::string& pat
   write_durably(path, index_to_json(index) + "\n");
 }
 
-// --- Reading a block, checked --------------------------------------------------------------
-
-Tensor read_checked_rows(const std::string& path, const std::string& name, const SavedBlock& b,
-                         const SafetensorsEntry& entry, int64_t begin, int64_t end) {
-  const int64_t rows = entry.shape.ndim() == 0 ? 1 : entry.shape[0];
-  SPMD_CHECK(0 <= begin && begin <= end && end <= rows, "read_checked_rows: rows [", begin, ", ",
-             end, ") of '", b.key, "' in ", path, ", which has ", rows);
-  const uint64_t total = uint64_t(entry.shape.numel()) * element_size(entry.dtype);
-  const uint64_t row_bytes = rows > 0 ? total / uint64_t(rows) : 0;
-  const uint64_t lo = uint64_t(begin) * row_bytes, hi = uint64_t(end) * row_bytes;
-  Shape shape = entry.shape;
-  if (shape.ndim() > 0) shape[0] = end - begin;
-  Tensor t = ops::empty(shape, {entry.dtype, Device::cpu()});
-  if (hi == lo) return t;
-  const uint64_t first = lo / kChecksumChunk, last = (hi - 1) / kChecksumChunk;
-  const uint64_t from = first * kChecksumChunk, to = std::min(total, (last + 1) * kChecksumChunk);
-  std::vector<char> bytes(to - from);
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(std::streamoff(entry.offset + from));
-  in.read(bytes.data(), std::streamsize(bytes.size()));
-  SPMD_CHECK(in.good(), "load_sharded: cannot read bytes ", from, "-", to, " of '", b.key, "' in ",
-             path, " (the file is shorter than its header says)");
-  for (uint64_t c = first; c <= last; ++c) {
-    const uint64_t at = c * kChecksumChunk - from,
-                   n = std::min(kChecksumChunk, total - c * kChecksumChunk);
-    const uint32_t found = crc32c(0, bytes.data() + at, n);
-    SPMD_CHECK(c < b.crc32c.size() && found == b.crc32c[c], "load_sharded: ", path, ": the bytes ",
-               c * kChecksumChunk, "-", c * kChecksumChunk + n, " of '", b.key,
-               "' (a block of tensor '", name, "') do not match the index's checksum (crc32c ",
-               hex32(found), ", written ", hex32(c < b.crc32c.size() ? b.crc32c[c] : 0),
-               "): the file was damaged or changed after it was written");
-  }
-  std::memcpy(t.raw_data(), bytes.data() + (lo - from), hi - lo);
-  return t;
-}
-
 // --- Merging and checking --------------------------------------------------------------------
 
 void merge_index_part(CheckpointIndex& index, const CheckpointIndex& part, int rank) {
@@ -255,6 +222,17 @@ void check_complete(const CheckpointIndex& index, const std::string& where) {
     SPMD_CHECK(saved == t.shape.numel(), where, ": the blocks of '", name, "' hold ", saved,
                " of its ", t.shape.numel(), " elements: no rank wrote the rest (are its ",
                "placements the same on every rank?)");
+  }
+}
+
+void check_not_partial(const std::string& name, const LayoutMeta& layout,
+                       const std::string& prefix) {
+  for (const LayoutMeta* l = &layout; l != nullptr; l = l->parent.get()) {
+    for (int a = 0; a < l->mesh.ndim(); ++a) {
+      SPMD_CHECK(l->placements[a].kind != Placement::Kind::kPartial, prefix, "'", name,
+                 "' is Partial() on axis ", l->mesh.axis_names()[a],
+                 ": a checkpoint holds values, not terms of a sum (reduce it first)");
+    }
   }
 }
 

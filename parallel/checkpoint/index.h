@@ -18,9 +18,8 @@
 // is found too.
 //
 // save_sharded builds one from every rank's part (merge_index_part) and
-// checks it is whole before writing it; load_sharded reads it back, and a
-// block's rows through read_checked_rows. The box arithmetic both need is
-// here too.
+// checks it is whole before writing it; load_sharded reads it back. The box
+// arithmetic and the checks both need are here too.
 #pragma once
 
 #include <map>
@@ -28,7 +27,6 @@
 #include <string>
 #include <vector>
 
-#include "tensor/safetensors.h"
 #include "tensor/tensor.h"
 
 namespace spmd::dist {
@@ -56,13 +54,6 @@ inline constexpr uint64_t kChecksumChunk = uint64_t(4) << 20;
 std::vector<uint32_t> chunk_checksums(const void* data, uint64_t n);
 // A checksum as the index writes it: 8 hex digits.
 std::string hex32(uint32_t v);
-// Rows [begin, end) (of dim 0) of block `b` of tensor `name`, stored as
-// `entry` in the shard file at `path`: the checksum chunks the rows lie in
-// are read whole (at most two chunks more than the rows) and checked against
-// b's checksums. Throws InvalidArgument naming the file, the bytes, the
-// block and the tensor on a mismatch, or when the file is too short.
-Tensor read_checked_rows(const std::string& path, const std::string& name, const SavedBlock& b,
-                         const SafetensorsEntry& entry, int64_t begin, int64_t end);
 
 struct SavedTensor {
   DType dtype = DType::kF32;
@@ -101,5 +92,11 @@ void merge_index_part(CheckpointIndex& index, const CheckpointIndex& part, int r
 void check_blocks(const std::string& name, const SavedTensor& t, const std::string& where);
 // check_blocks, and the blocks cover the whole tensor.
 void check_complete(const CheckpointIndex& index, const std::string& where);
+
+// Throws InvalidArgument (message starting with `prefix`) when a level of
+// `layout` holds tensor `name` as Partial(): a checkpoint holds values, not
+// terms of a sum.
+void check_not_partial(const std::string& name, const LayoutMeta& layout,
+                       const std::string& prefix);
 
 }  // namespace spmd::dist

@@ -106,3 +106,15 @@ def load_safetensors(path):
         buf = data[8 + n + begin:8 + n + end]
         out[name] = np.frombuffer(buf, dtype=dtypes[info["dtype"]]).reshape(info["shape"]).copy()
     return out
+
+
+
+def load_run(folder):
+    """What a spmd reference test wrote to `folder`: config.json and the
+    model's weights, the batch and spmd's results (each {name: array})."""
+    import json
+    import os
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    return (cfg, load_safetensors(os.path.join(folder, "model.safetensors")),
+            load_safetensors(os.path.join(folder, "batch.safetensors")),
+            load_safetensors(os.path.join(folder, "spmd.safetensors")))

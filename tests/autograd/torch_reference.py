@@ -18,7 +18,6 @@ row of scores, which softmax ignores). Elements whose torch gradient is
 below 1e-6 of their tensor's largest are checked only to lie within lr of
 the decayed weight.
 """
-import json
 import os
 import sys
 
@@ -27,17 +26,14 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt2 import GPT2, load_safetensors  # noqa: E402
+from torch_gpt2 import GPT2, load_run  # noqa: E402
 
 TOLERANCE = 1e-4
 
 
 def main(folder):
     torch.manual_seed(0)
-    cfg = json.load(open(os.path.join(folder, "config.json")))
-    weights = load_safetensors(os.path.join(folder, "model.safetensors"))
-    batch = load_safetensors(os.path.join(folder, "batch.safetensors"))
-    spmd = load_safetensors(os.path.join(folder, "spmd.safetensors"))
+    cfg, weights, batch, spmd = load_run(folder)
 
     model = GPT2(cfg["vocab_size"], cfg["max_seq_len"], cfg["n_layers"], cfg["n_heads"],
                  cfg["d_model"])

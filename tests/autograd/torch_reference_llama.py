@@ -31,7 +31,6 @@ lr after the step, so 1.3e-3 relative. The step from spmd's gradients has no
 such amplification: it checks the optimizer, the gradient check checks the
 gradients, and every element is compared at 1e-4, none left out.
 """
-import json
 import os
 import sys
 
@@ -40,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt2 import load_safetensors  # noqa: E402
+from torch_gpt2 import load_run  # noqa: E402
 from torch_llama import Transformer  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -48,10 +47,7 @@ TOLERANCE = 1e-4
 
 def main(folder):
     torch.manual_seed(0)
-    cfg = json.load(open(os.path.join(folder, "config.json")))
-    weights = load_safetensors(os.path.join(folder, "model.safetensors"))
-    batch = load_safetensors(os.path.join(folder, "batch.safetensors"))
-    spmd = load_safetensors(os.path.join(folder, "spmd.safetensors"))
+    cfg, weights, batch, spmd = load_run(folder)
 
     model = Transformer(cfg)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()}, strict=True)
