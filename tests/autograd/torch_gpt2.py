@@ -112,7 +112,6 @@ def load_safetensors(path):
 def load_run(folder):
     """What a spmd reference test wrote to `folder`: config.json and the
     model's weights, the batch and spmd's results (each {name: array})."""
-    import json
     import os
     cfg = json.load(open(os.path.join(folder, "config.json")))
     return (cfg, load_safetensors(os.path.join(folder, "model.safetensors")),
