@@ -250,7 +250,8 @@ Agent::Outcome Agent::monitor(WorkerGroup& group, NodeRendezvous& rdzv, int roun
   auto next_check = Clock::now() + interval;
   std::optional<HangWatch> hang;
   if (options_.hang_timeout_s > 0 && rdzv.hosting()) {  // the node that hosts the store watches
-    hang.emplace(rdzv.worker_store(), round, world_size_, ms(options_.hang_timeout_s));
+    hang.emplace(rdzv.worker_store(), round, world_size_, ms(options_.hang_timeout_s),
+                 worker_pids(group));
   }
   auto next_hang_check = Clock::now();
   for (;;) {
@@ -293,10 +294,15 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
   if (rdzv.hosting()) {
     try {
       const Worker& dead = group.workers()[failed];
-      auto ranks = read_progress(rdzv.worker_store(), round, world_size_);
-      if (std::any_of(ranks.begin(), ranks.end(), [](auto& p) { return p.has_value(); }))
-        wavefront = wavefront_report(ranks, "world", wall_clock_us(), dead.rank,
-                                     describe_wait_status(dead.status));
+      const JobProgress job =
+          JobReader(rdzv.worker_store(), round, world_size_, worker_pids(group)).read();
+      bool any = false;
+      for (const GroupProgress& g : job.groups) {
+        for (const auto& p : g.ranks) any = any || p.has_value();
+      }
+      if (any)
+        wavefront =
+            wavefront_report(job, wall_clock_us(), dead.rank, describe_wait_status(dead.status));
     } catch (const Error&) {
     }
   }
@@ -305,6 +311,15 @@ void Agent::on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round
                          error_files_->path(round, group.workers()[failed].rank)};
   ConsoleWriter::say(format_failure_report(group, failed, context) + wavefront +
                      merge_flight_dumps(flight_dir_));  // queued after the workers' lines
+}
+
+// By global rank: the pid of each worker of this node (0 for the others').
+std::vector<pid_t> Agent::worker_pids(const WorkerGroup& group) const {
+  std::vector<pid_t> pids(world_size_, 0);
+  for (const Worker& w : group.workers()) {
+    if (w.rank >= 0 && w.rank < world_size_) pids[w.rank] = w.pid;
+  }
+  return pids;
 }
 
 void Agent::on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank) {
@@ -326,8 +341,8 @@ void Agent::on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int gro
 // spmd-preflight (launcher/preflight/) on every rank of this node, with the
 // workers' environment; true when every one passed.
 bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
-  std::string program = (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
-                         "spmd-preflight").string();
+  std::string program =
+      (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "spmd-preflight").string();
   if (const char* p = std::getenv("SPMD_PREFLIGHT_PROGRAM")) program = p;
   const WorkerCommand job = command_;
   command_ = resolve_command(program, {});
@@ -348,7 +363,8 @@ bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
                 a.rank_offset + a.local_world_size - 1));
     return true;
   }
-  if (outcome != Outcome::kLocalFailure) say("preflight did not finish: the program was not started");
+  if (outcome != Outcome::kLocalFailure)
+    say("preflight did not finish: the program was not started");
   return false;
 }
 

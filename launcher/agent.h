@@ -47,6 +47,7 @@ class Agent {
   Outcome exit_barrier(NodeRendezvous& rdzv, int round, int group_rank);
   void on_local_failure(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank);
   void on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int group_rank);
+  std::vector<pid_t> worker_pids(const WorkerGroup& group) const;
   bool run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv);
 
   const LaunchOptions& options_;

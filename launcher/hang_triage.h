@@ -1,65 +1,71 @@
-// Hang triage: where every rank of the job stands, from the progress records
-// the ranks publish in the store (runtime/progress.h), as one wavefront
-// table with the culprit named on its first line:
+// Hang triage: where every rank of the job stands, in every group it has
+// made (launcher/job_progress.h), as one table with the stuck rank named on
+// its first line:
 //
-//   spmdrun: hang: rank 1 never entered collective #2 of group world (all_reduce(f32[1000])), where
-//   ranks 0, 2 wait
-//     rank  group  op                     seq  state                  waiting on
-//     0     world  all_reduce(f32[1000])  2    in the collective for  rank 1 (0/4032 B from rank 1)
-//                                              5.1 s
-//     1     world  -                      -    in its own code        -
+//   spmdrun: hang: rank 1 never entered collective #12 of group world/split0.0
+//   (all_gather(f32[4096])), where rank 0 waits; its process is stopped (state T:
+//   SIGSTOP, or a debugger)
+//     rank  process             group           op                 seq  state              waiting
+//     on 0     asleep (state S)    world/split0.0  all_gather(f32...  12   in the collective  rank
+//     1 (0/16416
+//                                                                       for 10.2 s         B from
+//                                                                       rank 1)
+//     1     stopped (state T..  -               -                  -    in its own code    -
+//                                                                       (#0-#11 done)
 //
-// (the state column folded here to fit; spmdrun prints one line per rank)
+// (folded here to fit; spmdrun prints one line per rank)
 //
-// "waiting on" names the ranks that never entered, then, where the backend
-// reported them (TCP: a collective that has waited 100 ms), the bytes it
-// waits for from each peer: arrived / arrived plus posted, its header
-// included.
+// Who waits on whom: a rank in a collective waits on the members of its
+// group that never entered it (no record, or fewer issued), and failing
+// those on the peers whose bytes the backend says it still expects (TCP and
+// shared memory report a collective that has waited 100 ms: arrived /
+// arrived plus posted, header included). The stuck ranks are the ones waited
+// on that wait on nobody themselves: in their own code, or still inside a
+// collective their peers have completed. A rank whose process is stopped is
+// named whatever else holds, and the headline says what the kernel says of
+// each stuck rank's process (this node's workers: stopped, asleep, running
+// and how much CPU it used while nothing moved) or, for a rank on another
+// node, how long its heartbeat has been silent.
 //
-// The culprit is the rank that never entered the oldest collective some
-// rank waits in, or the one that entered a different op there. spmdrun
-// --hang-timeout S prints it when no rank's record has moved for S seconds
-// while one waits in a collective, then stops the job; after a worker died
-// it is printed too, with the dead rank as the culprit. Only the world group
-// is watched.
+// spmdrun --hang-timeout S prints it when no rank has made progress in any
+// group for S seconds (no collective completed, none entered from a rank's
+// own code, no bytes arrived) while one waits in a collective, then stops the job;
+// after a worker died it is printed too, with the dead rank as the culprit.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "runtime/progress.h"
+#include "launcher/job_progress.h"
 #include "runtime/store.h"
 
 namespace spmd::launcher {
 
-// The report for `ranks` (ranks[r]: rank r's record, nothing when it has
-// published none) of `group` at wall-clock time now_us. `dead_rank` >= 0:
-// that rank died (`how`), and is the culprit.
-std::string wavefront_report(const std::vector<std::optional<RankProgress>>& ranks,
-                             const std::string& group, int64_t now_us, int dead_rank = -1,
+// The report for `job` at wall-clock time now_us. `dead_rank` >= 0: that
+// rank died (`how`), and is the culprit.
+std::string wavefront_report(const JobProgress& job, int64_t now_us, int dead_rank = -1,
                              const std::string& how = "");
 
-// Reads the ranks' records of the world group of attempt `attempt` from the
-// store the launcher hosts (workers use it under the prefix attempt_<N>).
-std::vector<std::optional<RankProgress>> read_progress(Store& store, int attempt, int world_size);
-
-// Watches for a hang: stalled() is true once no record has changed for
-// `timeout` while some rank is in a collective.
+// Watches for a hang: stalled() is true once no rank has made progress (see
+// above) for `timeout` while some rank is in a collective.
 class HangWatch {
  public:
-  HangWatch(Store& store, int attempt, int world_size, std::chrono::milliseconds timeout);
+  // pids[g]: the pid of global rank g when it is a worker of this node.
+  HangWatch(Store& store, int attempt, int world_size, std::chrono::milliseconds timeout,
+            std::vector<pid_t> pids);
   bool stalled();
   // The wavefront report of the last read.
-  std::string report() const;
+  std::string report();
 
  private:
-  Store& store_;
-  int attempt_, world_size_;
+  JobReader reader_;
   std::chrono::milliseconds timeout_;
-  std::vector<std::optional<RankProgress>> last_;
+  JobProgress last_;
   std::string last_text_;
+  std::vector<double> cpu_at_change_;  // each process's CPU time when a record last moved
   std::chrono::steady_clock::time_point changed_;
 };
 

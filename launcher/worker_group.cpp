@@ -15,6 +15,7 @@
 
 #include "runtime/error.h"
 #include "runtime/logging.h"
+#include "runtime/process.h"
 
 namespace spmd::launcher {
 namespace {
@@ -215,12 +216,26 @@ bool WorkerGroup::pipes_open() const {
 
 // ---- stopping ----
 
+// A stopped worker (SIGSTOP, a debugger) would sit out the whole grace: it
+// acts on no signal but SIGKILL, so it gets that at once.
+void WorkerGroup::kill_stopped(int sig) {
+  for (Worker& w : workers_) {
+    if (!w.running || w.killed_stopped || !read_process_state(w.pid).stopped()) continue;
+    SPMD_LOG_WARN("rank ", w.rank, " (pid ", w.pid, ") is stopped and cannot act on ",
+                  signal_name(sig), ": SIGKILL");
+    signal_worker(w.pid, SIGKILL);
+    w.killed_stopped = true;
+  }
+}
+
 void WorkerGroup::stop(int sig, std::chrono::milliseconds grace, SignalChannel& signals) {
+  if (sig != SIGKILL) kill_stopped(sig);
   for (Worker& w : workers_)
-    if (w.running) signal_worker(w.pid, sig);
+    if (w.running && !w.killed_stopped) signal_worker(w.pid, sig);
   const auto begun = std::chrono::steady_clock::now();
   auto deadline = begun + grace;
   while (!all_exited() && std::chrono::steady_clock::now() < deadline) {
+    if (sig != SIGKILL) kill_stopped(sig);
     auto left = std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now());
     pump(std::min(left, Ms(100)), signals);
     if (signals.has_termination()) break;  // asked (again) to stop: no more grace

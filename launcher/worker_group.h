@@ -53,6 +53,7 @@ struct Worker {
   std::chrono::system_clock::time_point ended;
   net::Socket out, err;  // read ends of the output pipes, until end-of-file
   std::unique_ptr<WorkerOutput> output;
+  bool killed_stopped = false;  // stop() found it stopped and sent SIGKILL
 };
 
 class WorkerGroup {
@@ -77,8 +78,9 @@ class WorkerGroup {
 
   // Sends `sig` to every running worker's process group, keeps routing
   // output while they end, and after `grace` sends SIGKILL to the rest (at
-  // once if the launcher gets another termination signal meanwhile). Returns
-  // when all are reaped and their output is read.
+  // once if the launcher gets another termination signal meanwhile). A
+  // worker found stopped (SIGSTOP, a debugger) gets SIGKILL at once: it
+  // cannot act on `sig`. Returns when all are reaped and their output is read.
   void stop(int sig, std::chrono::milliseconds grace, SignalChannel& signals);
   // Reads what is left in the pipes of workers that all ended.
   void drain_output(std::chrono::milliseconds limit, SignalChannel& signals);
@@ -91,6 +93,7 @@ class WorkerGroup {
   void read_pipe(Worker& w, int stream);
   void reap();
   bool pipes_open() const;
+  void kill_stopped(int sig);
 
   std::vector<Worker> workers_;
   std::vector<size_t> failures_;  // indices into workers_, in reaping order

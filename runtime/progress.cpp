@@ -1,6 +1,7 @@
 // The progress record's text form.
 #include "runtime/progress.h"
 
+#include <cstdlib>
 #include <sstream>
 
 #include "runtime/error.h"
@@ -59,5 +60,40 @@ std::optional<RankProgress> decode_progress(std::string_view text) {
   if (p.op.empty()) return std::nullopt;
   return p;
 }
+
+// --- Groups and heartbeats ----------------------------------------------------------
+
+std::string group_count_key(int global_rank) { return str_cat("groups/", global_rank, "/count"); }
+
+std::string group_entry_key(int global_rank, int64_t i) {
+  return str_cat("groups/", global_rank, "/", i);
+}
+
+std::string encode_group(const GroupEntry& g) {
+  std::string globals;
+  for (int r : g.globals) globals += str_cat(globals.empty() ? "" : ",", r);
+  return str_cat("spmd-group 1 ", g.rank, " ", globals, " ", g.name);
+}
+
+std::optional<GroupEntry> decode_group(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  std::string magic, globals;
+  int version = 0;
+  GroupEntry g;
+  if (!(in >> magic >> version >> g.rank >> globals >> g.name) || magic != "spmd-group" ||
+      version != 1)
+    return std::nullopt;
+  std::istringstream list(globals);
+  for (std::string item; std::getline(list, item, ',');) {
+    char* end = nullptr;
+    const long r = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || r < 0) return std::nullopt;
+    g.globals.push_back(int(r));
+  }
+  if (g.rank < 0 || g.rank >= int(g.globals.size())) return std::nullopt;
+  return g;
+}
+
+std::string heartbeat_key(int global_rank) { return str_cat("alive/", global_rank); }
 
 }  // namespace spmd

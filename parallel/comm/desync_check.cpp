@@ -2,6 +2,7 @@
 // comparison a failing rank makes.
 #include "parallel/comm/desync_check.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "runtime/error.h"
@@ -45,16 +46,39 @@ bool DesyncCheck::enabled_by_env() {
 }
 
 DesyncCheck::DesyncCheck(std::shared_ptr<Store> store, std::string prefix, std::string group,
-                         int rank, int size)
+                         int rank, int size, std::vector<int> global_ranks)
     : store_(std::move(store)),
       prefix_(std::move(prefix)),
       group_(std::move(group)),
       rank_(rank),
       size_(size),
+      globals_(std::move(global_ranks)),
+      root_(globals_.empty()),
       interval_(interval_from_env()),
       tick_us_(trace_now_us()),
       published_(UINT64_MAX) {
+  if (root_) {
+    for (int r = 0; r < size_; ++r) globals_.push_back(r);
+  }
+  SPMD_CHECK(int(globals_.size()) == size_, "DesyncCheck: ", globals_.size(),
+             " global ranks for a group of ", size_);
+  list_group();
   publisher_ = std::thread([this] { publisher_loop(); });
+}
+
+// Two round trips per group made: the count, then the entry. A launcher that
+// reads the count before the entry is set skips it until its next look.
+void DesyncCheck::list_group() {
+  const int me = globals_[rank_];
+  const int64_t i = store_->add(group_count_key(me), 1) - 1;
+  store_->set(group_entry_key(me, i), encode_group({group_, rank_, globals_}));
+}
+
+void DesyncCheck::beat() {
+  const auto now = std::chrono::steady_clock::now();
+  if (!root_ || now - beaten_ < kHeartbeat) return;
+  beaten_ = now;
+  store_->set(heartbeat_key(globals_[rank_]), std::to_string(trace_now_us()));
 }
 
 DesyncCheck::~DesyncCheck() {
@@ -145,10 +169,14 @@ void DesyncCheck::publish_progress() {
   p.completed = count_completed(r.count);
   if (p.in_flight()) {
     p.seq = p.completed;
+    if (p.seq != seen_seq_) seen_seq_ = p.seq, seen_us_ = tick_us_.load(std::memory_order_relaxed);
     const uint64_t first = r.count - r.entries.size();
     if (p.seq >= first) {
       p.op = r.entries[p.seq - first].describe();
       p.since_us = r.entries[p.seq - first].issued_us;
+    } else {  // issued more than Ledger::kKept collectives ago (a deep async queue)
+      p.op.assign(1, '?');  // (not `= "?"`: GCC 12 warns falsely of an overlapping copy)
+      p.since_us = seen_us_;  // first seen in flight: within an interval of its issue, or later
     }
     std::lock_guard lock(mu_);
     if (waiting_seq_ == p.seq) p.waiting = waiting_;
@@ -193,6 +221,7 @@ void DesyncCheck::publisher_loop() {
     try {
       if (ledger_changed) publish(false);
       publish_progress();
+      beat();
       compare_records();
     } catch (...) {  // the store is gone (the job is ending): stop publishing
       lock.lock();
@@ -229,7 +258,18 @@ std::string DesyncCheck::diagnose(uint64_t seq, std::chrono::milliseconds grace)
       if (!waiting || std::chrono::steady_clock::now() >= deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    const auto found = find_desync(records, group_);
+    // Calls that differ are a desync whatever else holds; a rank short of
+    // #seq is only behind if it is alive to be behind.
+    auto found = find_desync(records, group_, /*behind=*/false);
+    if (!found) {
+      std::vector<int> late;
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_ && !settled(r)) late.push_back(r);
+      }
+      const std::string silent = silent_ranks(late, records, seq);
+      if (!silent.empty()) return silent;
+      found = find_desync(records, group_);
+    }
     if (!found) return "";
     const std::string line = "desync: " + *found;
     const Bytes mine(line.begin(), line.end());
@@ -238,6 +278,30 @@ std::string DesyncCheck::diagnose(uint64_t seq, std::chrono::milliseconds grace)
   } catch (const std::exception&) {  // the store is gone: the error stands without the ledger
     return "";
   }
+}
+
+std::string DesyncCheck::silent_ranks(const std::vector<int>& late,
+                                      const std::vector<std::optional<LedgerRecord>>& records,
+                                      uint64_t seq) {
+  std::string text;
+  for (int r : late) {
+    const std::string key = heartbeat_key(globals_[r]);
+    if (!store_->check({key})) continue;  // no heartbeat to judge by (no root group there)
+    const int64_t beat_us = std::atoll(store_->get_string(key).c_str());
+    const double silent_s = double(trace_now_us() - beat_us) / 1e6;
+    if (silent_s * 1000 < 3 * double(kHeartbeat.count())) continue;
+    const std::string name = globals_[r] == r
+                                 ? str_cat("rank ", r)
+                                 : str_cat("rank ", r, " (global rank ", globals_[r], ")");
+    const uint64_t count = records[r] ? records[r]->count : 0;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.1f", silent_s);
+    text += str_cat(text.empty() ? "stuck: " : "; ", name, " has been silent for ", secs,
+                    " s (no heartbeat: its process is stopped or frozen); its last record ends ",
+                    count == 0 ? "before collective #0" : str_cat("at collective #", count - 1),
+                    " of group ", group_, ", so whether it called #", seq, " is unknown");
+  }
+  return text;
 }
 
 }  // namespace spmd::dist

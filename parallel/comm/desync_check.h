@@ -18,7 +18,11 @@
 //
 // The same thread publishes the rank's progress record (runtime/progress.h:
 // collectives issued and completed, the one in flight) under
-// <group>/progress/<rank>, which spmdrun --hang-timeout watches.
+// <group>/progress/<rank>, which spmdrun --hang-timeout watches. At
+// construction the rank lists the group under groups/<global rank>/, so the
+// launcher finds mesh subgroups too; the check of a root group (one made
+// without global ranks: the world) also writes the process's heartbeat,
+// alive/<global rank>, every second.
 //
 // While the job runs, rank 0's thread also compares every rank's published
 // record every 5 intervals (when its own has moved), so that ranks whose
@@ -49,9 +53,11 @@ class DesyncCheck {
   // Whether SPMD_DESYNC_CHECK leaves the check on (it is unless "0").
   static bool enabled_by_env();
 
-  // `prefix` is the group's key prefix ("<group>/"); `group` its name for messages.
+  // `prefix` is the group's key prefix ("<group>/"); `group` its name for
+  // messages; `global_ranks[k]` the global rank of group rank k (empty: a
+  // root group, whose ranks are the global ones).
   DesyncCheck(std::shared_ptr<Store> store, std::string prefix, std::string group, int rank,
-              int size);
+              int size, std::vector<int> global_ranks = {});
   ~DesyncCheck();  // stops the publisher
   DesyncCheck(const DesyncCheck&) = delete;
   DesyncCheck& operator=(const DesyncCheck&) = delete;
@@ -74,7 +80,9 @@ class DesyncCheck {
   // `grace` for ranks that have not yet reached collective #seq to publish
   // theirs, and returns how the ranks disagree (empty when they do not, as
   // far as the records tell). The first rank to find a disagreement also
-  // logs it and stores it under <group>/desync.
+  // logs it and stores it under <group>/desync. A rank whose record stops
+  // short of #seq and whose heartbeat is silent is not said to be behind:
+  // it may have called #seq and stopped before publishing (the line says so).
   std::string diagnose(uint64_t seq, std::chrono::milliseconds grace);
   // Publishes this rank's record, final (a failure that needs no diagnosis,
   // such as a lost peer, so that the others need not wait for it).
@@ -83,6 +91,12 @@ class DesyncCheck {
  private:
   void publish(bool final);
   void publish_progress();
+  void list_group();  // under groups/<global rank>/
+  void beat();        // alive/<global rank>, for a root group, every kHeartbeat
+  // "rank 1 has been silent for 14.8 s ..." for the ranks of `late` whose
+  // heartbeat is older than a few intervals; "" when none is.
+  std::string silent_ranks(const std::vector<int>& late,
+                           const std::vector<std::optional<LedgerRecord>>& records, uint64_t seq);
   uint64_t count_completed(uint64_t issued);
   void compare_records();  // rank 0, while the job runs
   void publisher_loop();
@@ -90,6 +104,8 @@ class DesyncCheck {
   std::shared_ptr<Store> store_;
   std::string prefix_, group_;
   int rank_, size_;
+  std::vector<int> globals_;  // globals_[k]: the global rank of group rank k
+  bool root_;                 // made without global ranks: this check beats
   Ledger ledger_;
   std::chrono::milliseconds interval_;
   // The wall clock (µs) at the publisher's last wake: each entry's issue
@@ -107,7 +123,12 @@ class DesyncCheck {
   alignas(64) std::array<std::atomic<uint64_t>, kDone> done_{};
   uint64_t completed_ = 0;  // collectives #0 .. #completed_-1 done (publisher thread only)
   std::string progress_;    // the progress record last published (publisher thread only)
-  uint64_t compared_ = 0;   // the count at rank 0's last comparison (publisher thread only)
+  // The collective last seen in flight and the tick it was first seen at:
+  // its issue time when the ledger no longer keeps its entry (publisher only).
+  uint64_t seen_seq_ = UINT64_MAX;
+  int64_t seen_us_ = 0;
+  std::chrono::steady_clock::time_point beaten_{};  // the last heartbeat (publisher only)
+  uint64_t compared_ = 0;  // the count at rank 0's last comparison (publisher thread only)
   int wakes_ = 0;
   bool reported_ = false;
 

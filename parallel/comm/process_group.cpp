@@ -87,7 +87,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Gro
              "ProcessGroup: ", options_.global_ranks.size(), " global ranks for ", size_, " ranks");
   SPMD_CHECK(options_.timeout.count() > 0, "ProcessGroup: the timeout must be positive");
   if (DesyncCheck::enabled_by_env()) {
-    desync_ = std::make_shared<DesyncCheck>(store_, key(""), name(), rank_, size_);
+    desync_ = std::make_shared<DesyncCheck>(store_, key(""), name(), rank_, size_,
+                                            options_.global_ranks);
   }
   if (FlightRecorder::enabled_by_env()) {
     recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::capacity_from_env());

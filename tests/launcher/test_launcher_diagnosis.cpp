@@ -1,9 +1,11 @@
 // spmdrun's diagnosis of failed spmd jobs, with real workers that run real
 // collectives (spmd_test_comm_worker): the merged flight-recorder report of
 // a rank killed in the middle of a collective, and --hang-timeout's
-// wavefront table for a rank that sleeps in its own code while the others
-// wait in all_reduce, and --preflight.
+// wavefront table for a rank that sleeps, stops or spins in its own code
+// while the others wait in all_reduce (of the world, or of a subgroup), and
+// --preflight.
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -78,18 +80,68 @@ TEST_CASE("spmdrun --hang-timeout: a rank asleep in its own code is named, the j
   CHECK(r.exit_code == 1);
   CHECK(r.seconds < 30);  // well before the collectives' own 60 s timeout
   const std::string first = line_after(r.err, "spmdrun: hang: ");
-  CHECK(first ==
-        "rank 1 never entered collective #2 of group world (all_reduce(f32[1000])), where ranks "
-        "0, 2 wait");
+  CHECK_THAT(first,
+             Catch::StartsWith("rank 1 never entered collective #2 of group world "
+                               "(all_reduce(f32[1000])), where ranks 0, 2 wait; its process is "
+                               "asleep (state S), 0.0 s of CPU in the last "));
   // The table: a row per rank, the waiting ones naming rank 1 and the bytes
   // they wait for from it: the whole 1000-f32 buffer (4000 B) behind its
   // 32-byte header, none of it arrived (its post in the group segment, or
   // recursive doubling's exchange over TCP).
-  CHECK(line_after(r.err, "  0  ").find("all_reduce(f32[1000])  2    in the collective for") !=
-        std::string::npos);
+  CHECK(line_after(r.err, "  0  ")
+            .find("asleep (S)  world  all_reduce(f32[1000])  2    in the "
+                  "collective for") != std::string::npos);
   CHECK(line_after(r.err, "  1  ").find("in its own code (#0-#1 done)") != std::string::npos);
   CHECK(count(r.err, "  rank 1 (0/4032 B from rank 1)\n") == 2);  // ranks 0 and 2 wait on it
-  CHECK(wait_until_gone(tag, 10s));        // no orphan
+  CHECK(wait_until_gone(tag, 10s));                               // no orphan
+}
+
+TEST_CASE("spmdrun --hang-timeout: a stopped rank is named and killed at once",
+          "[launcher][hang]") {
+  // SIGSTOP in its own code: it cannot act on SIGTERM, so the launcher
+  // SIGKILLs it rather than wait out --stop-grace (30 s by default).
+  const std::string tag = unique_tag();
+  RunResult r = run_spmdrun(
+      comm_job(3, tag, {"--stop-rank", "1", "--timeout-ms", "60000"}, {"--hang-timeout", "2"}),
+      60s);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 2 + 5);
+  CHECK_THAT(line_after(r.err, "spmdrun: hang: "),
+             Catch::StartsWith("rank 1's process is stopped (state T: SIGSTOP, or a debugger): "
+                               "ranks 0, 2 wait for it in collective #2 of group world "
+                               "(all_reduce(f32[1000]))"));
+  CHECK(line_after(r.err, "  1  ").find("stopped (T)") != std::string::npos);
+  CHECK(r.err.find("is stopped and cannot act on SIGTERM: SIGKILL") != std::string::npos);
+  CHECK(wait_until_gone(tag, 10s));
+}
+
+TEST_CASE("spmdrun --hang-timeout: a rank spinning outside a subgroup's collective",
+          "[launcher][hang]") {
+  // The collective runs on a group split from the world (world/split0.0,
+  // where it is #0): the launcher finds it through the ranks' group lists.
+  const std::string tag = unique_tag();
+  RunResult r =
+      run_spmdrun(comm_job(3, tag, {"--spin-rank", "2", "--subgroup", "--timeout-ms", "60000"},
+                           {"--hang-timeout", "2"}),
+                  60s);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 2 + 5);
+  const std::string first = line_after(r.err, "spmdrun: hang: ");
+  CHECK_THAT(first, Catch::StartsWith("rank 2 never entered collective #0 of group world/split0.0 "
+                                      "(all_reduce(f32[1000])), where ranks 0, 1 wait; its "
+                                      "process is running (state R), "));
+  // Spinning, it used CPU all the while it could get a core (a sleeping rank
+  // uses none); on a loaded 2-core machine a fifth of the time is certain.
+  double cpu = 0, wall = 0;
+  REQUIRE(std::sscanf(first.substr(first.find("(state R), ")).c_str(),
+                      "(state R), %lf s of CPU in the last %lf s", &cpu, &wall) == 2);
+  CHECK(cpu > 0.2 * wall);
+  CHECK(line_after(r.err, "  0  ").find("world/split0.0  all_reduce(f32[1000])  0") !=
+        std::string::npos);
+  CHECK(line_after(r.err, "  2  ").find("running (R)") != std::string::npos);
+  CHECK(wait_until_gone(tag, 10s));
 }
 
 TEST_CASE("spmdrun --hang-timeout: a bad value is refused before anything starts",

@@ -9,7 +9,7 @@ environment, and /proc is searched for it afterwards). Every case is bounded
 in time; the memory cases run under `prlimit --as` and must end with a
 message, not a kill.
 
-  hostile.py BUILD_DIR SOURCE_DIR GROUP      GROUP: flags, files, launcher, ranks
+  hostile.py BUILD_DIR SOURCE_DIR GROUP      GROUP: flags, files, launcher, ranks, hang
 """
 import os
 import re
@@ -387,8 +387,104 @@ def group_ranks():
         code=1, says=r"spmd-bench: -r/--root 5 is not a rank of the 2 ranks", within_s=15)
 
 
+# ---- hangs: a rank frozen or busy while the others wait on it ----
+
+def worker_pid(marker, program, rank, limit_s=30):
+    """The pid of `program`'s rank `rank` among the case's processes."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        for pid in processes_with(marker):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv0 = f.read().split(b"\0")[0]
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv0.endswith(program.encode()) and f"RANK={rank}".encode() in env:
+                return pid
+        time.sleep(0.05)
+    return None
+
+
+def stop_rank_when(case, program, rank, ready, limit_s, cwd=None):
+    """Runs the case (in `cwd`), SIGSTOPs `program`'s rank `rank` once the
+    output matches `ready`, and returns the seconds from the stop to the
+    job's end."""
+    with tempfile.TemporaryFile() as out:
+        p = case.start(stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
+        deadline = time.monotonic() + limit_s
+        stopped_at = None
+        while p.poll() is None and time.monotonic() < deadline:
+            out.seek(0)
+            if stopped_at is None and re.search(ready, out.read().decode(errors="replace")):
+                pid = worker_pid(case.marker, program, rank)
+                if pid:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped_at = time.monotonic()
+            time.sleep(0.05)
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            case.fail(f"still running after {limit_s} s")
+        p.wait()
+        ended = time.monotonic()
+        out.seek(0)
+        case.finish(p.returncode, out.read().decode(errors="replace"))
+    if stopped_at is None:
+        case.fail(f"never saw /{ready}/ to stop rank {rank} at")
+        return 0.0
+    return ended - stopped_at
+
+
+def group_hang():
+    train = os.path.join(BUILD, "train", "spmd-train")
+    fsdp = os.path.join(SOURCE, "configs", "fsdp.toml")
+    ddp = os.path.join(SOURCE, "configs", "ddp.toml")
+    run = tempfile.mkdtemp(prefix="spmd_hang_")
+    many = ["--training.steps", "100000", "--checkpoint.folder", os.path.join(run, "ckpt")]
+    # --hang-timeout over the trainer's mesh subgroups: the stopped rank
+    # named, SIGKILLed at once (it cannot act on SIGTERM), the job ended
+    # within the timeout and 5 s.
+    c = Case("spmd-train fsdp, rank 1 stopped, --hang-timeout 3",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--hang-timeout", "3", train,
+              "--config", fsdp] + many)
+    took = stop_rank_when(c, "spmd-train", 1, r"step +3 ", 60, cwd=run)
+    c.expect(code=1, says=[r"spmdrun: hang: rank 1's process is stopped \(state T: SIGSTOP",
+                           r"rank 0 waits for it in collective #\d+ of group world/split",
+                           r"rank 1 \(pid \d+\) is stopped and cannot act on SIGTERM: SIGKILL"],
+             not_says=[r"for \d{6,}\.\d s", r"every rank is inside"])
+    if took > 3 + 5:
+        c.fail(f"ended {took:.1f} s after the stop, more than --hang-timeout + 5 s")
+    # No --hang-timeout: the collective's own timeout, whose message must not
+    # say that the stopped rank never called what it may have called.
+    c = Case("spmd-train ddp, rank 1 stopped, SPMD_PG_TIMEOUT_S=4",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", train, "--config", ddp] + many,
+             env={"SPMD_PG_TIMEOUT_S": "4"})
+    took = stop_rank_when(c, "spmd-train", 1, r"step +3 ", 60, cwd=run)
+    c.expect(code=1, says=[r"timed out after 4000 ms",
+                           r"stuck: rank 1 has been silent for \d+\.\d s \(no heartbeat: its "
+                           r"process is stopped or frozen\)", r"whether it called #\d+ is unknown",
+                           r"is stopped and cannot act on SIGTERM: SIGKILL"],
+             not_says=[r"has not called", r"desync:"])
+    if took > 4 + 5:
+        c.fail(f"ended {took:.1f} s after the stop, more than the timeout + 5 s")
+    # spmd-bench in the world group, a queue of collectives deeper than the
+    # ledger keeps: true durations, the stopped rank in the headline.
+    c = Case("spmd-bench all_reduce, rank 1 stopped, --hang-timeout 3",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--hang-timeout", "3", BENCH,
+              "all_reduce", "-b", "1M", "-e", "1M", "-n", "1000000", "-w", "1"])
+    took = stop_rank_when(c, "spmd-bench", 1, r"nThread|#", 30)
+    c.expect(code=1, says=[r"spmdrun: hang: rank 1's process is stopped \(state T",
+                           r"rank 0 waits for it in collective #\d+ of group world",
+                           r"in the collective for \d\.\d s"],
+             not_says=[r"for \d{4,}\.\d s", r"every rank is inside"])
+    if took > 3 + 5:
+        c.fail(f"ended {took:.1f} s after the stop, more than --hang-timeout + 5 s")
+    shutil.rmtree(run, ignore_errors=True)
+
+
 {"flags": group_flags, "files": group_files, "launcher": group_launcher,
- "ranks": group_ranks}[GROUP]()
+ "ranks": group_ranks, "hang": group_hang}[GROUP]()
 if FAILURES:
     print(f"\n{len(FAILURES)} case(s) failed:\n" + "\n".join(FAILURES))
     sys.exit(1)
