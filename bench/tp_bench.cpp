@@ -37,6 +37,7 @@
 #include "parallel/device_mesh.h"
 #include "parallel/tensor_parallel/loss.h"
 #include "parallel/tensor_parallel/plan.h"
+#include "runtime/env.h"
 #include "runtime/flag_checks.h"
 #include "runtime/hash_store.h"
 #include "tensor/ops.h"
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     dist::InitOptions init;
-    if (std::getenv("RANK") == nullptr) {  // --mode single without a launcher
+    if (!launched()) {  // --mode single without a launcher (spmdrun, mpirun, srun)
       init.store = std::make_shared<HashStore>();
       init.world_size = 1, init.rank = 0;
     }

@@ -178,6 +178,37 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
   return env;
 }
 
+bool launched(const EnvLookup& lookup) {
+  for (const char* name : {"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    if (lookup(name)) return true;
+  }
+  return false;
+}
+
+namespace {
+
+std::optional<std::string> getenv_lookup(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+}  // namespace
+
+bool launched() { return launched(getenv_lookup); }
+
+std::optional<int> launcher_rank() {
+  for (const char* name : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end != '\0' || r < 0 || r > 1 << 30) return std::nullopt;
+    return int(r);
+  }
+  return std::nullopt;
+}
+
 LaunchEnv launch_env_from_environment() {
   return parse_launch_env([](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());

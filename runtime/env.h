@@ -69,6 +69,17 @@ LaunchEnv launch_env_from_environment();
 // not an integer"), or when the values disagree (RANK 4 with WORLD_SIZE 4).
 LaunchEnv parse_launch_env(const EnvLookup& lookup);
 
+// Whether any launcher's variables are set (the test parse_launch_env makes:
+// RANK or WORLD_SIZE, OMPI_COMM_WORLD_RANK, SLURM_PROCID). A program for
+// which this is false was started alone, a world of one; every spmd program
+// asks this, never "is RANK set", so that mpirun and srun start real jobs.
+bool launched(const EnvLookup& lookup);
+bool launched();
+// This process's rank as the innermost launcher's variable gives it (RANK,
+// OMPI_COMM_WORLD_RANK, SLURM_PROCID), for labels (log lines, trace files);
+// nullopt when alone or when the value is not a rank. Never throws.
+std::optional<int> launcher_rank();
+
 // The process-group timeout when a program names none (InitOptions::timeout):
 // SPMD_PG_TIMEOUT_S seconds (above 0, at most a week) when set, else 5
 // minutes. Throws InvalidArgument naming the variable when it is malformed.

@@ -10,6 +10,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "runtime/env.h"
+
 namespace spmd {
 namespace {
 
@@ -32,8 +34,7 @@ LogLevel level_from_env() {
 }
 
 std::string default_prefix() {
-  const char* rank = std::getenv("RANK");
-  if (rank && *rank) return str_cat("[rank ", rank, "]");
+  if (const std::optional<int> rank = launcher_rank()) return str_cat("[rank ", *rank, "]");
   return str_cat("[pid ", ::getpid(), "]");
 }
 

@@ -1,6 +1,10 @@
 // Rendezvous: parse the init method, build the store, join the barrier.
 #include "runtime/rendezvous.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 
@@ -143,6 +147,17 @@ Rendezvous rendezvous(const std::string& init_method, int rank, int world_size,
   return rv;
 }
 
+namespace {
+
+// "pid 4242 on host node3": who claims a rank, for the message that names both claimants.
+std::string claimant() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "?");
+  return str_cat("pid ", ::getpid(), " on host ", host);
+}
+
+}  // namespace
+
 void store_barrier(Store& store, const std::string& name, int rank, int world_size,
                    Store::Duration timeout) {
   SPMD_CHECK(rank >= 0 && rank < world_size, "store_barrier '", name, "': rank ", rank,
@@ -152,8 +167,21 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
   int64_t arrival = store.add(name + "/arrivals", 1);
   int64_t generation = (arrival - 1) / world_size;
   std::string gen = str_cat(name, "/", generation);
-  store.set(str_cat(gen, "/rank", rank), std::string_view("1"));
+  // Each rank claims its slot with who it is; a second process that says it
+  // is the same rank finds the slot taken, and says so for everyone.
+  const std::string me = claimant();
+  const Bytes mine(me.begin(), me.end());
+  const Bytes holder = store.compare_set(str_cat(gen, "/rank", rank), {}, mine);
+  std::string twice;
+  if (holder != mine) {
+    twice = str_cat("barrier '", name, "': two processes say they are rank ", rank, " of ",
+                    world_size, ": ", std::string(holder.begin(), holder.end()), ", and ", me,
+                    " (the launcher gave both the same rank; check RANK, or the scheduler's "
+                    "task layout)");
+    store.set(gen + "/twice", twice);
+  }
   if (arrival % world_size == 0) store.set(gen + "/open", std::string_view("1"));
+  if (!twice.empty()) SPMD_THROW(InvalidArgument, twice);
   try {
     store.wait({gen + "/open"}, timeout);
   } catch (const TimeoutError&) {
@@ -168,6 +196,19 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
     }
     SPMD_THROW(TimeoutError, "barrier '", name, "': only ", arrived, " of ", world_size,
                " ranks arrived within ", timeout.count(), " ms; missing rank(s) ", missing);
+  }
+  // world_size arrivals, but a slot taken twice leaves another empty: the
+  // claimant that found its slot taken writes why (it may still be on its way).
+  std::vector<std::string> slots;
+  for (int r = 0; r < world_size; ++r) slots.push_back(str_cat(gen, "/rank", r));
+  if (store.check(slots)) return;
+  try {
+    store.wait({gen + "/twice"}, std::min<Store::Duration>(timeout, std::chrono::seconds(2)));
+    SPMD_THROW(InvalidArgument, store.get_string(gen + "/twice"));
+  } catch (const TimeoutError&) {
+    SPMD_THROW(InvalidArgument, "barrier '", name, "': ", world_size,
+               " processes arrived but not every rank of 0..", world_size - 1,
+               " did: two processes say they are the same rank");
   }
 }
 

@@ -43,7 +43,9 @@ Rendezvous rendezvous(const std::string& init_method, int rank = -1, int world_s
 
 // Waits until `world_size` ranks have called it with the same name; may be
 // called again with the same name (each round is a new generation). Throws
-// TimeoutError listing the ranks that had not arrived when the timeout passed.
+// TimeoutError listing the ranks that had not arrived when the timeout passed,
+// and InvalidArgument, on every rank, when two processes say they are the
+// same rank (naming both: pid and host).
 void store_barrier(Store& store, const std::string& name, int rank, int world_size,
                    Store::Duration timeout);
 

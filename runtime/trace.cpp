@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 
@@ -118,10 +119,10 @@ void start_locked(Recorder& r, const std::string& dir, int rank) {
 void read_environment() {
   const char* dir = std::getenv("SPMD_TRACE");
   if (!dir || !*dir) return;
-  const char* rank = std::getenv("RANK");
+  const std::optional<int> rank = launcher_rank();  // RANK, or mpirun's or srun's
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (!r.on) start_locked(r, dir, rank && *rank ? std::atoi(rank) : -1);
+  if (!r.on) start_locked(r, dir, rank.value_or(-1));
 }
 
 int thread_number() {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "parallel/comm/init.h"
+#include "runtime/env.h"
 #include "runtime/hash_store.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
     }
     dist::InitOptions init;
     init.backend = train::comm_backend(config);
-    if (std::getenv("RANK") == nullptr) {  // alone: a world of one
+    if (!launched()) {  // alone (no spmdrun, mpirun or srun): a world of one
       init.store = std::make_shared<HashStore>();
       init.world_size = 1, init.rank = 0;
     }

@@ -86,8 +86,8 @@ int main(int argc, char** argv) {
       ->check(spmd::flags::count(1));
   CLI11_PARSE(app, argc, argv);
   try {
-    if (std::getenv("RANK") != nullptr) {
-      run_rank();  // started by a launcher: we are one rank already
+    if (launched()) {
+      run_rank();  // started by a launcher (spmdrun, mpirun, srun): we are one rank already
     } else {
       std::printf("spawning %d processes\n", nprocs);
       std::fflush(stdout);
