@@ -165,6 +165,38 @@ TEST_CASE("nccl-tests' -t, -g and -m are taken at 1 and refused above, naming th
   CHECK(err.find("-m/--agg_iters 8") != std::string::npos);
 }
 
+TEST_CASE(
+    "nccl-tests' other flags are taken at their default and refused otherwise, each "
+    "saying what it does there",
+    "[bench]") {
+  bool ok = false;
+  int code = 0;
+  parse_command({"all_reduce", "-G", "0", "-C", "0", "-p", "0", "-N", "1", "-u", "0", "-R", "0",
+                 "-S", "0", "-y", "0"},
+                &ok, &code);
+  CHECK(ok);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"-G", "1"}, "-G/--cudagraph 1: nccl-tests captures the timed calls in a CUDA graph"},
+      {{"--report_cputime", "1"}, "-C/--report_cputime 1: nccl-tests then reports the host time"},
+      {{"-p", "1"}, "-p/--parallel_init 1: nccl-tests then initialises the communicators"},
+      {{"-N", "0"}, "-N/--run_cycles 0: nccl-tests repeats the whole sweep"},
+      {{"-u", "3"}, "-u/--unalign 3: nccl-tests offsets its send and receive buffers"},
+      {{"-R", "2"}, "-R/--local_register 2: nccl-tests registers its buffers with NCCL"},
+      {{"-S", "1"}, "-S/--report_timestamps 1: nccl-tests adds a timestamp to each row"},
+      {{"--stream_null=1"}, "-y/--stream_null 1: nccl-tests then issues on CUDA's default"},
+  };
+  for (const auto& [flag, says] : refused) {
+    std::vector<std::string> args{"all_reduce"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    const std::string err = parse_command(args, &ok, &code);
+    INFO(flag[0] << ": " << err);
+    CHECK_FALSE(ok);
+    CHECK(code == 2);
+    CHECK(err.find(says) != std::string::npos);
+    CHECK(err.find(": pass -") != std::string::npos);  // and what to pass instead
+  }
+}
+
 TEST_CASE("reduced values are exact sums, products, minima and maxima", "[bench]") {
   for (size_t i = 0; i < 50; ++i) {
     double sum = 0, prod = 1;
