@@ -24,7 +24,7 @@ TEST_CASE("sizes and counts follow nccl-tests", "[bench]") {
   const CaseShape ar = case_shape(OpKind::kAllReduce, 1 << 20, DType::kF32, 4);
   CHECK(ar.size_bytes == (1u << 20));
   CHECK(ar.count == 262144);
-  CHECK(ar.out_count == 0);  // in place
+  CHECK(ar.out_count == 262144);  // the receive buffer, out of place
   const CaseShape ag = case_shape(OpKind::kAllGather, 1 << 20, DType::kF32, 4);
   CHECK(ag.count == 65536);  // each rank's input
   CHECK(ag.in_count == 65536);
@@ -47,7 +47,9 @@ TEST_CASE("sizes and counts follow nccl-tests", "[bench]") {
 
 TEST_CASE("each op offers the placements spmd's API has", "[bench]") {
   CHECK(offers(OpKind::kAllReduce, Placement::kInPlace));
-  CHECK_FALSE(offers(OpKind::kAllReduce, Placement::kOutOfPlace));
+  CHECK(offers(OpKind::kAllReduce, Placement::kOutOfPlace));  // a copy, then the call
+  CHECK(offers(OpKind::kBroadcast, Placement::kOutOfPlace));
+  CHECK(offers(OpKind::kReduce, Placement::kOutOfPlace));
   CHECK(offers(OpKind::kGather, Placement::kInPlace));
   CHECK(offers(OpKind::kScatter, Placement::kOutOfPlace));
   CHECK_FALSE(offers(OpKind::kAllToAllv, Placement::kInPlace));
@@ -242,6 +244,18 @@ TEST_CASE("the checker passes real results and counts a corrupted one", "[bench]
   c.launch().wait();
   c.input().data<float>()[5] += 1;  // all_reduce is in place: the result lives here
   CHECK(c.count_wrong() == 1);
+  // Out of place, all_reduce leaves its input as it was and writes the
+  // output; a changed input is counted as wrong too.
+  Case oop(OpKind::kAllReduce, Placement::kOutOfPlace, DType::kF32, dist::ReduceOp::kSum, 0, 64,
+           *group, Device::cpu());
+  oop.fill();
+  CHECK(oop.count_wrong() == 16);                     // the output still holds the sentinel
+  for (int call = 0; call < 3; ++call) oop.launch();  // -z 0: issued before any completes
+  oop.launch().wait();
+  CHECK(oop.output().raw_data() != oop.input().raw_data());
+  CHECK(oop.count_wrong() == 0);
+  oop.input().data<float>()[2] += 1;
+  CHECK(oop.count_wrong() == 1);
   // In place, reduce_scatter's output is a block of its input: a wrong value
   // there is counted once, and a result that never arrived is caught.
   Case rs(OpKind::kReduceScatter, Placement::kInPlace, DType::kF32, dist::ReduceOp::kSum, 0, 64,
