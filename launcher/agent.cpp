@@ -162,7 +162,7 @@ std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int resta
     set("GROUP_WORLD_SIZE", a.group_world_size);
     set("ROLE_RANK", s.rank);
     set("ROLE_WORLD_SIZE", a.world_size);
-    set("ROLE_NAME", "default");
+    set("ROLE_NAME", options_.role);
     set("MASTER_ADDR", a.master_addr);  // for the program's own use: spmdrun binds nothing there
     set("MASTER_PORT", a.master_port);
     set("TORCHELASTIC_RESTART_COUNT", restart);
