@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "launcher/console_writer.h"
+#include "launcher/descendants.h"
 #include "launcher/failure_report.h"
 #include "launcher/flight_report.h"
 #include "launcher/hang_triage.h"
@@ -115,7 +116,9 @@ Agent::Agent(const LaunchOptions& options, SignalChannel& signals)
     : options_(options),
       signals_(signals),
       command_(resolve_command(options.program, options.args)),
-      base_env_(launcher_env()) {
+      base_env_(launcher_env()),
+      guardian_(2 * static_cast<size_t>(options.nproc_per_node) + 16) {
+  become_subreaper();  // the workers' orphans are re-parented here (descendants.h)
   if (!std::getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
     base_env_.push_back("OMP_NUM_THREADS=1");
     say(str_cat("OMP_NUM_THREADS is not set: each worker gets OMP_NUM_THREADS=1 so that ",
@@ -208,7 +211,7 @@ int Agent::run() {
     if (options_.preflight && round == 0 && !run_preflight(a, rdzv)) return 1;
     const char* trace_dir = std::getenv("SPMD_TRACE");  // the workers inherit it
     TraceAtAttemptEnd trace(trace_dir ? trace_dir : "", a);
-    WorkerGroup group(command_, worker_setups(a, round));
+    WorkerGroup group(command_, worker_setups(a, round), &guardian_);
     Outcome outcome;
     try {
       outcome = monitor(group, rdzv, round);
@@ -326,14 +329,14 @@ void Agent::on_hang(WorkerGroup& group, NodeRendezvous& rdzv, int round, int gro
 // spmd-preflight (launcher/preflight/) on every rank of this node, with the
 // workers' environment; true when every one passed.
 bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
-  std::string program = (std::filesystem::read_symlink("/proc/self/exe").parent_path() /
-                         "spmd-preflight").string();
+  std::string program =
+      (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "spmd-preflight").string();
   if (const char* p = std::getenv("SPMD_PREFLIGHT_PROGRAM")) program = p;
   const WorkerCommand job = command_;
   command_ = resolve_command(program, {});
   Outcome outcome;
   {
-    WorkerGroup group(command_, worker_setups(a, 0));
+    WorkerGroup group(command_, worker_setups(a, 0), &guardian_);
     outcome = monitor(group, rdzv, 0);
     if (outcome != Outcome::kSucceeded) group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
     if (outcome == Outcome::kLocalFailure) {
@@ -348,7 +351,8 @@ bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
                 a.rank_offset + a.local_world_size - 1));
     return true;
   }
-  if (outcome != Outcome::kLocalFailure) say("preflight did not finish: the program was not started");
+  if (outcome != Outcome::kLocalFailure)
+    say("preflight did not finish: the program was not started");
   return false;
 }
 
