@@ -47,9 +47,26 @@ def spmd_train_rows(build, world, flags, run_folder, env, tool, timeout=1800):
         return [json.loads(line) for line in f]
 
 
+# The ops the peers run in place (one buffer), as spmd's ProcessGroup takes them.
+PEERS_IN_PLACE = ("all_reduce", "broadcast", "reduce")
+
+
+def like_the_peers(row):
+    """The row with the figures of the form the peers run: spmd-bench's
+    top-level figures are its out-of-place set (nccl-tests' first column),
+    which for all_reduce, broadcast and reduce is a copy and then the call;
+    the peers (bench/peers/) call those in place, so their comparison takes
+    spmd's in-place set. Rows of the peers pass unchanged."""
+    cell = row.get("in_place")
+    if row.get("op") not in PEERS_IN_PLACE or not cell:
+        return row
+    return dict(row, time_us=cell["time_us"], algbw=cell["algbw"], busbw=cell["busbw"])
+
+
 def interleaved_rows(directory):
     """(round, impl, ranks, sweep, row) for every JSON line of the files
-    r<round>_<impl>_<ranks>_<sweep>.json in `directory` (bench/interleave.sh)."""
+    r<round>_<impl>_<ranks>_<sweep>.json in `directory` (bench/interleave.sh),
+    each row's figures those of the form the peers run (like_the_peers)."""
     for path in sorted(glob.glob(os.path.join(directory, "r*_*_*_*.json"))):
         m = re.match(r"r(\d+)_(\w+?)_(\d+)_(\w+)\.json", os.path.basename(path))
         if not m:
@@ -58,4 +75,4 @@ def interleaved_rows(directory):
         with open(path) as f:
             for line in f:
                 if line.strip():
-                    yield int(rnd), impl, int(p), sweep, json.loads(line)
+                    yield int(rnd), impl, int(p), sweep, like_the_peers(json.loads(line))

@@ -8,7 +8,8 @@ glance.
 
 A file's line is labelled with its `impl` and `nranks` keys (or --labels).
 When a file holds several rows of the same op and size (repeated rounds), the
-median is drawn.
+median is drawn. spmd-bench's all_reduce, broadcast and reduce are drawn from
+their in-place set, the form the peers run (bench_lines.like_the_peers).
 """
 import argparse
 import collections
@@ -18,13 +19,15 @@ import sys
 
 import matplotlib
 
+from bench_lines import like_the_peers
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
 def load(path):
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [like_the_peers(json.loads(line)) for line in f if line.strip()]
 
 
 def size_label(b):

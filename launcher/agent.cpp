@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "launcher/console_writer.h"
+#include "launcher/descendants.h"
 #include "launcher/failure_report.h"
 #include "launcher/flight_report.h"
 #include "launcher/hang_triage.h"
@@ -115,7 +116,9 @@ Agent::Agent(const LaunchOptions& options, SignalChannel& signals)
     : options_(options),
       signals_(signals),
       command_(resolve_command(options.program, options.args)),
-      base_env_(launcher_env()) {
+      base_env_(launcher_env()),
+      guardian_(2 * static_cast<size_t>(options.nproc_per_node) + 16) {
+  become_subreaper();  // the workers' orphans are re-parented here (descendants.h)
   if (!std::getenv("OMP_NUM_THREADS") && options.nproc_per_node > 1) {
     base_env_.push_back("OMP_NUM_THREADS=1");
     say(str_cat("OMP_NUM_THREADS is not set: each worker gets OMP_NUM_THREADS=1 so that ",
@@ -162,7 +165,7 @@ std::vector<WorkerSetup> Agent::worker_setups(const NodeAssignment& a, int resta
     set("GROUP_WORLD_SIZE", a.group_world_size);
     set("ROLE_RANK", s.rank);
     set("ROLE_WORLD_SIZE", a.world_size);
-    set("ROLE_NAME", "default");
+    set("ROLE_NAME", options_.role);
     set("MASTER_ADDR", a.master_addr);  // for the program's own use: spmdrun binds nothing there
     set("MASTER_PORT", a.master_port);
     set("TORCHELASTIC_RESTART_COUNT", restart);
@@ -208,7 +211,7 @@ int Agent::run() {
     if (options_.preflight && round == 0 && !run_preflight(a, rdzv)) return 1;
     const char* trace_dir = std::getenv("SPMD_TRACE");  // the workers inherit it
     TraceAtAttemptEnd trace(trace_dir ? trace_dir : "", a);
-    WorkerGroup group(command_, worker_setups(a, round));
+    WorkerGroup group(command_, worker_setups(a, round), &guardian_);
     Outcome outcome;
     try {
       outcome = monitor(group, rdzv, round);
@@ -348,7 +351,7 @@ bool Agent::run_preflight(const NodeAssignment& a, NodeRendezvous& rdzv) {
   command_ = resolve_command(program, {});
   Outcome outcome;
   {
-    WorkerGroup group(command_, worker_setups(a, 0));
+    WorkerGroup group(command_, worker_setups(a, 0), &guardian_);
     outcome = monitor(group, rdzv, 0);
     if (outcome != Outcome::kSucceeded) group.stop(SIGTERM, ms(options_.stop_grace_s), signals_);
     if (outcome == Outcome::kLocalFailure) {

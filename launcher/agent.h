@@ -11,6 +11,9 @@
 // another node reported a failure. A failure stops every worker (SIGTERM,
 // then SIGKILL after --stop-grace), prints the report, and tells the other
 // nodes. A signal to the launcher is forwarded to the workers the same way.
+// Nothing the workers start outlives the job: the launcher adopts their
+// orphans (descendants.h), and a guardian process ends their process groups
+// if the launcher is killed with SIGKILL (guardian.h).
 #pragma once
 
 #include <optional>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "launcher/failure_report.h"
+#include "launcher/guardian.h"
 #include "launcher/node_rendezvous.h"
 #include "launcher/options.h"
 #include "launcher/signals.h"
@@ -54,6 +58,7 @@ class Agent {
   SignalChannel& signals_;
   WorkerCommand command_;
   std::vector<std::string> base_env_;  // the launcher's environment minus what spmdrun sets
+  Guardian guardian_;                  // forked before any worker (guardian.h)
   std::string log_root_;               // <log dir>/<run id>, when logs are written
   std::string agent_store_;            // "host:port" of the store, the workers' SPMD_AGENT_STORE
   std::string remote_failure_;         // what another node reported

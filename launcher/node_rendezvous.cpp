@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "runtime/error.h"
@@ -27,6 +28,16 @@ std::string host_name() {
 
 std::chrono::milliseconds seconds(double s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+// How long the launcher that hosts the store keeps serving, once its job is
+// done, for clients still connected: its workers have ended by then, so
+// only a stray client (a tool, a worker's orphan) would hold the launcher's
+// exit, and 1 s bounds that. The other nodes' launchers read the outcome
+// every --monitor-interval, so with several nodes it is at least two of those.
+std::chrono::milliseconds store_linger(const LaunchOptions& o) {
+  const auto one_second = std::chrono::milliseconds(1000);
+  return o.nnodes > 1 ? std::max(one_second, seconds(2 * o.monitor_interval_s)) : one_second;
 }
 
 }  // namespace
@@ -80,6 +91,7 @@ void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
   o.is_server = hosting;
   o.listen_fd = listener.release();
   o.timeout = kSlice;  // short attempts, so that signals are seen between them
+  o.linger = store_linger(options_);
   auto deadline = Clock::now() + seconds(options_.rdzv_timeout_s);
   for (;;) {
     try {

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "launcher/worker_group.h"
 #include "runtime/error.h"
 #include "runtime/flag_checks.h"
 #include "runtime/resource_limits.h"
@@ -91,6 +92,9 @@ void check_options(const LaunchOptions& o) {
   SPMD_CHECK(o.max_restarts >= 0, "--max-restarts must not be negative");
   SPMD_CHECK(!o.program.empty(), "no program to run (usage: spmdrun [options] PROGRAM [ARGS...])");
   SPMD_CHECK(o.program[0] != '-', "unknown option '", o.program, "' (see spmdrun --help)");
+  SPMD_CHECK(!o.role.empty(),
+             "--role: give the role a name (the workers' ROLE_NAME; torchrun's "
+             "default is 'default')");
   SPMD_CHECK(!(o.module && o.no_python),
              "-m runs a Python module and --no-python runs no Python: give one of them");
 }
@@ -98,6 +102,24 @@ void check_options(const LaunchOptions& o) {
 bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The interpreter for .py programs and -m: $PYTHON_EXEC, as torchrun reads
+// it (a path, or a name looked up in PATH), else the first python3 in PATH.
+// Throws InvalidArgument when PYTHON_EXEC names nothing that can be executed.
+std::string python_interpreter() {
+  const char* exec = std::getenv("PYTHON_EXEC");
+  if (!exec) return "python3";
+  const char* why =
+      " (PYTHON_EXEC names the interpreter of .py programs and -m, as under "
+      "torchrun; unset it to use python3 from PATH)";
+  SPMD_CHECK(*exec != '\0', "PYTHON_EXEC is set but empty", why);
+  try {
+    resolve_command(exec, {});
+  } catch (const InvalidArgument& e) {
+    SPMD_THROW(InvalidArgument, "PYTHON_EXEC='", exec, "': ", e.what(), why);
+  }
+  return exec;
 }
 
 // What torchrun runs for `script.py` and `-m module`: the interpreter, with
@@ -108,7 +130,7 @@ void wrap_python(LaunchOptions& o) {
   if (o.module) args.push_back("-m");
   args.push_back(o.program);
   args.insert(args.end(), o.args.begin(), o.args.end());
-  o.program = "python3";
+  o.program = python_interpreter();
   o.args = std::move(args);
 }
 
@@ -195,6 +217,11 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
                  "after which spmdrun prints where each rank stands and stops the job (0: off)")
       ->capture_default_str()
       ->check(flags::number(0, flags::kMaxTimeoutSeconds));
+  pet(app.add_option("--role", o.role,
+                     "The workers' role, their ROLE_NAME (torchrun's flag: one role per job "
+                     "here, so ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE)"),
+      "ROLE")
+      ->capture_default_str();
   app.add_flag("--preflight", o.preflight,
                "Before the program, run spmd-preflight on every rank (store, GPUs, an "
                "all_reduce, clocks, versions); a failure names the rank and the check");
@@ -309,7 +336,8 @@ ParseOutcome parse_options(int argc, char** argv) {
   app.footer(
       "Usage: spmdrun [OPTIONS] [--] PROGRAM [ARGS...]\n"
       "PROGRAM and everything after it are the worker's command line, passed on unchanged\n"
-      "(a PROGRAM ending in .py runs as python3 -u PROGRAM, unless --no-python).\n"
+      "(a PROGRAM ending in .py runs as python3 -u PROGRAM, unless --no-python;\n"
+      "PYTHON_EXEC names another interpreter, as under torchrun).\n"
       "Each flag takes its default from PET_<FLAG> (PET_NNODES, PET_NPROC_PER_NODE...).\n"
       "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
       "GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and TORCHELASTIC_RESTART_COUNT, as under\n"

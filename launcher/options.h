@@ -3,8 +3,9 @@
 // for consistency. `spmdrun [options] [--] PROGRAM [ARGS...]`: everything from
 // PROGRAM on is the worker's own command line. As under torchrun, a PROGRAM
 // ending in .py runs as `python3 -u PROGRAM` (unless --no-python), `-m MODULE`
-// as `python3 -u -m MODULE`, and each flag takes its default from PET_<FLAG>
-// (PET_NPROC_PER_NODE, PET_NNODES...) when the command line does not give it.
+// as `python3 -u -m MODULE`, the interpreter being $PYTHON_EXEC when it is
+// set, and each flag takes its default from PET_<FLAG> (PET_NPROC_PER_NODE,
+// PET_NNODES...) when the command line does not give it.
 #pragma once
 
 #include <map>
@@ -43,8 +44,9 @@ struct LaunchOptions {
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double stop_grace_s = 30;
-  double hang_timeout_s = 0;  // --hang-timeout: 0 = off (launcher/hang_triage.h)
-  bool preflight = false;     // --preflight: spmd-preflight on every rank first
+  double hang_timeout_s = 0;     // --hang-timeout: 0 = off (launcher/hang_triage.h)
+  bool preflight = false;        // --preflight: spmd-preflight on every rank first
+  std::string role = "default";  // --role: the workers' ROLE_NAME
   std::string log_dir;
   StreamSelection redirects;
   StreamSelection tee;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "launcher/descendants.h"
 #include "runtime/error.h"
 #include "runtime/logging.h"
 #include "runtime/process.h"
@@ -91,14 +92,18 @@ WorkerCommand resolve_command(const std::string& program, const std::vector<std:
 
 // ---- starting ----
 
-WorkerGroup::WorkerGroup(const WorkerCommand& command, std::vector<WorkerSetup> setups)
-    : started_(std::chrono::system_clock::now()) {
+WorkerGroup::WorkerGroup(const WorkerCommand& command, std::vector<WorkerSetup> setups,
+                         Guardian* guardian)
+    : started_(std::chrono::system_clock::now()), guardian_(guardian) {
   workers_.reserve(setups.size());
   try {
     for (const WorkerSetup& s : setups) start(command, s);
   } catch (...) {  // a failed fork or pipe midway: no worker outlives the group, none a zombie
     for (Worker& w : workers_) signal_worker(w.pid, SIGKILL);
-    for (Worker& w : workers_) ::waitpid(w.pid, &w.status, 0);
+    for (Worker& w : workers_) {
+      ::waitpid(w.pid, &w.status, 0);
+      end_leftovers(w);
+    }
     throw;
   }
 }
@@ -121,6 +126,7 @@ void WorkerGroup::start(const WorkerCommand& command, const WorkerSetup& setup) 
              ": fork failed: ", std::strerror(fork_errno),
              fork_errno == EAGAIN ? " (the process limit, ulimit -u, is reached)" : "");
   ::setpgid(pid, pid);  // also here, so the group exists before any signal is sent
+  if (guardian_) guardian_->watch(pid);
   int exec_errno = 0;
   ssize_t k;
   do {
@@ -128,6 +134,7 @@ void WorkerGroup::start(const WorkerCommand& command, const WorkerSetup& setup) 
   } while (k < 0 && errno == EINTR);
   if (k == static_cast<ssize_t>(sizeof exec_errno)) {
     ::waitpid(pid, nullptr, 0);
+    if (guardian_) guardian_->forget(pid);  // the group died with its only process
     SPMD_THROW(Error, "cannot execute '", command.path, "': ", std::strerror(exec_errno));
   }
   Worker w;
@@ -146,8 +153,13 @@ void WorkerGroup::start(const WorkerCommand& command, const WorkerSetup& setup) 
 WorkerGroup::~WorkerGroup() {
   for (Worker& w : workers_)
     if (w.running) signal_worker(w.pid, SIGKILL);
-  for (Worker& w : workers_)
-    if (w.running) ::waitpid(w.pid, &w.status, 0);
+  for (Worker& w : workers_) {
+    if (!w.running) continue;
+    ::waitpid(w.pid, &w.status, 0);
+    w.running = false;
+    end_leftovers(w);
+  }
+  end_adopted([this](pid_t pid) { return guardian_ && pid == guardian_->pid(); });
 }
 
 // ---- watching ----
@@ -164,6 +176,7 @@ void WorkerGroup::pump(std::chrono::milliseconds timeout, SignalChannel& signals
     if (fds[i].revents) read_pipe(*owners[i - 1].first, owners[i - 1].second);
   signals.drain();
   reap();  // every turn, not only on SIGCHLD: several exits may share one signal
+  reap_adopted([this](pid_t pid) { return is_running_worker(pid); });
 }
 
 void WorkerGroup::read_pipe(Worker& w, int stream) {
@@ -194,7 +207,32 @@ void WorkerGroup::reap() {
     SPMD_LOG_INFO("rank ", w.rank, " (pid ", w.pid, ") ended: ",
                   WIFEXITED(w.status) ? str_cat("exit code ", WEXITSTATUS(w.status))
                                       : str_cat("signal ", WTERMSIG(w.status)));
+    end_leftovers(w);
+    if (!all_exited()) continue;
+    // The last worker ended: what they started outside their groups ends too.
+    const std::vector<ProcessInfo> adopted =
+        end_adopted([this](pid_t pid) { return guardian_ && pid == guardian_->pid(); });
+    if (!adopted.empty())
+      SPMD_LOG_WARN("every worker has ended, but ", adopted.size(),
+                    " process(es) they started outside their process groups still ran (",
+                    describe(adopted), "): killed (SIGKILL)");
   }
+}
+
+// The worker was reaped: what it left in its process group ends with it.
+void WorkerGroup::end_leftovers(const Worker& w) {
+  reap_adopted([this](pid_t pid) { return is_running_worker(pid); });  // not counted as left
+  const std::vector<ProcessInfo> left = end_group(w.pid);
+  if (guardian_) guardian_->forget(w.pid);  // after the SIGKILL, as forget() requires
+  if (!left.empty())
+    SPMD_LOG_WARN("rank ", w.rank, " (pid ", w.pid, ") ended and left ", left.size(),
+                  " process(es) in its process group (", describe(left), "): killed (SIGKILL)");
+}
+
+bool WorkerGroup::is_running_worker(pid_t pid) const {
+  for (const Worker& w : workers_)
+    if (w.running && w.pid == pid) return true;
+  return false;
 }
 
 std::optional<size_t> WorkerGroup::first_failure() const {

@@ -11,6 +11,12 @@
 //   - takes /dev/null as stdin and two pipes to the launcher as stdout/stderr.
 // An exec that fails is reported through a close-on-exec pipe, so "no such
 // program" is an error of the launcher, not a mysterious exit code 127.
+//
+// Nothing a worker starts outlives it: when a worker is reaped, what is left
+// of its process group is killed, and once every worker has ended, so is
+// anything they started outside their groups that the launcher adopted
+// (descendants.h). The guardian, when given, is told of each group, for the
+// case of a launcher killed with SIGKILL (guardian.h).
 #pragma once
 
 #include <sys/types.h>
@@ -21,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/guardian.h"
 #include "launcher/signals.h"
 #include "launcher/worker_output.h"
 #include "runtime/socket.h"
@@ -59,8 +66,9 @@ struct Worker {
 class WorkerGroup {
  public:
   // Starts one worker per setup. Throws Error when a worker cannot be
-  // started (the ones already started are killed).
-  WorkerGroup(const WorkerCommand& command, std::vector<WorkerSetup> setups);
+  // started (the ones already started are killed). `guardian` may be null.
+  WorkerGroup(const WorkerCommand& command, std::vector<WorkerSetup> setups,
+              Guardian* guardian = nullptr);
   // Kills and reaps any worker still running (a safety net: stop() is the
   // orderly way).
   ~WorkerGroup();
@@ -92,12 +100,15 @@ class WorkerGroup {
   void start(const WorkerCommand& command, const WorkerSetup& setup);
   void read_pipe(Worker& w, int stream);
   void reap();
+  void end_leftovers(const Worker& w);
+  bool is_running_worker(pid_t pid) const;
   bool pipes_open() const;
   void kill_stopped(int sig);
 
   std::vector<Worker> workers_;
   std::vector<size_t> failures_;  // indices into workers_, in reaping order
   std::chrono::system_clock::time_point started_;
+  Guardian* guardian_ = nullptr;
 };
 
 }  // namespace spmd::launcher

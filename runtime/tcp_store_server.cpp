@@ -11,8 +11,6 @@
 // A connection handles one request at a time: while its request is parked,
 // any frames it pipelined wait in its input buffer.
 
-#include "runtime/tcp_store_server_loop.h"
-
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -24,6 +22,7 @@
 #include <vector>
 
 #include "runtime/logging.h"
+#include "runtime/tcp_store_server_loop.h"
 
 namespace spmd {
 
@@ -51,8 +50,9 @@ TCPStoreServer::Loop::Loop(net::Socket listener) : listener_(std::move(listener)
 
 TCPStoreServer::Loop::~Loop() = default;
 
-void TCPStoreServer::Loop::stop(Clock::time_point deadline) {
-  stop_deadline_.store(deadline);
+void TCPStoreServer::Loop::stop(std::chrono::milliseconds linger) {
+  linger_ms_.store(linger.count());
+  stop_deadline_.store(Clock::now() + linger);
   stopping_.store(true);
   char b = 1;
   (void)!::write(wake_write_.fd(), &b, 1);
@@ -61,7 +61,11 @@ void TCPStoreServer::Loop::stop(Clock::time_point deadline) {
 void TCPStoreServer::Loop::run() {
   std::vector<pollfd> fds;
   for (;;) {
-    if (stopping_.load() && (conns_.empty() || Clock::now() >= stop_deadline_.load())) return;
+    if (stopping_.load() && conns_.empty()) return;
+    if (stopping_.load() && Clock::now() >= stop_deadline_.load()) {
+      if (linger_ms_.load() > 0) say_abandoned();  // linger 0: the owner gave up on them
+      return;
+    }
     const short listen_ev = Clock::now() >= accept_resume_ ? POLLIN : 0;
     fds.assign({{wake_read_.fd(), POLLIN, 0}, {listener_.fd(), listen_ev, 0}});
     for (auto& c : conns_) {
@@ -173,6 +177,18 @@ void TCPStoreServer::Loop::drop(Conn& c, const std::string& reason) {
   c.closed = true;
 }
 
+// The server stops with clients still connected: their connections close
+// with it, and a client that was still to ask something finds no store.
+void TCPStoreServer::Loop::say_abandoned() const {
+  std::string peers;
+  for (size_t i = 0; i < conns_.size() && i < 4; ++i)
+    peers += str_cat(i ? ", " : "", conns_[i]->peer, conns_[i]->waiting ? " (waiting)" : "");
+  if (conns_.size() > 4) peers += str_cat(", and ", conns_.size() - 4, " more");
+  SPMD_LOG_WARN("TCPStoreServer: ", conns_.size(), conns_.size() == 1 ? " client" : " clients",
+                " still connected ", linger_ms_.load(), " ms after the store began to stop (",
+                peers, "); closing ", conns_.size() == 1 ? "its connection" : "their connections");
+}
+
 // ---- the public face ----
 
 TCPStoreServer::TCPStoreServer(uint16_t port, const std::string& host)
@@ -194,7 +210,7 @@ TCPStoreServer::TCPStoreServer(net::Socket listener) {
 
 void TCPStoreServer::shutdown(std::chrono::milliseconds linger) {
   if (!thread_.joinable()) return;
-  loop_->stop(Clock::now() + linger);
+  loop_->stop(linger);
   thread_.join();
 }
 

@@ -30,8 +30,9 @@ class TCPStoreServer {
   // binding it: it binds first, then hands the socket over.
   explicit TCPStoreServer(net::Socket listener);
   // Keeps serving until every client has disconnected or `linger` has
-  // passed, then stops the thread and closes every connection. Call at most
-  // once; the destructor stops at once when it was not called.
+  // passed, then stops the thread and closes every connection (a warning
+  // names the clients still connected). Call at most once; the destructor
+  // stops at once when it was not called.
   void shutdown(std::chrono::milliseconds linger);
   ~TCPStoreServer();
 

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,8 +21,9 @@ class TCPStoreServer::Loop {
   explicit Loop(net::Socket listener);
   ~Loop();
   void run();
-  // Ends run() once no client is connected or the deadline has passed.
-  void stop(net::Clock::time_point deadline);
+  // Ends run() once no client is connected or `linger` has passed; the
+  // clients still connected then are named in a warning.
+  void stop(std::chrono::milliseconds linger);
 
  private:
   struct Conn {
@@ -53,11 +56,13 @@ class TCPStoreServer::Loop {
   int poll_timeout() const;
   void reply(Conn& c, store_wire::Writer& w);
   void drop(Conn& c, const std::string& reason);
+  void say_abandoned() const;
 
   net::Socket listener_;
   net::Socket wake_read_, wake_write_;
   std::atomic<bool> stopping_{false};
   std::atomic<net::Clock::time_point> stop_deadline_{net::Clock::time_point::max()};
+  std::atomic<int64_t> linger_ms_{0};  // stop()'s, for the warning
   KeyValueTable table_;
   std::vector<std::unique_ptr<Conn>> conns_;
   // Out of descriptors: the listener is not polled before accept_resume_.

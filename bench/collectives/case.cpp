@@ -80,7 +80,7 @@ Case::Case(OpKind op, Placement placement, DType dtype, ReduceOp redop, int root
       break;
     default:
       input_ = buffer(shape_.in_count);
-      if (shape_.out_count > 0) output_ = buffer(shape_.out_count);
+      if (!in_place) output_ = buffer(shape_.out_count);
   }
   if (op == OpKind::kAllToAllv) {
     const size_t n = shape_.in_count;
@@ -95,13 +95,22 @@ Case::Case(OpKind op, Placement placement, DType dtype, ReduceOp redop, int root
 }
 
 dist::Work Case::launch() {
+  const bool in_place = placement_ == Placement::kInPlace;
   switch (op_) {
     case OpKind::kAllReduce:
-      return group_.all_reduce(input_, redop_);
+      if (in_place) return group_.all_reduce(input_, redop_);
+      return previous_ = group_.all_reduce(copy_into_output(), redop_);
     case OpKind::kBroadcast:
-      return group_.broadcast(input_, root_);
+      if (in_place) return group_.broadcast(input_, root_);
+      if (rank_ != root_) return group_.broadcast(output_, root_);
+      {
+        dist::Work w = group_.broadcast(input_, root_);  // both only read the input
+        ops::copy_(output_, input_);
+        return w;
+      }
     case OpKind::kReduce:
-      return group_.reduce(input_, root_, redop_);
+      if (in_place || rank_ != root_) return group_.reduce(input_, root_, redop_);
+      return previous_ = group_.reduce(copy_into_output(), root_, redop_);
     case OpKind::kAllGather:
       return group_.all_gather(output_, input_);
     case OpKind::kReduceScatter:
@@ -125,6 +134,15 @@ dist::Work Case::launch() {
   SPMD_THROW(Error, "spmd-bench: unknown op");
 }
 
+// The output, once it holds a copy of the input: the previous call that
+// worked on the output must be done with it first (with -z 0 the calls are
+// issued before any completes).
+const Tensor& Case::copy_into_output() {
+  previous_.wait();
+  ops::copy_(output_, input_);
+  return output_;
+}
+
 // --- Known values --------------------------------------------------------------------
 
 double Case::own(size_t i) const {
@@ -144,12 +162,18 @@ void Case::fill() {
   }
 }
 
-// What output element i must hold afterwards (the in-place-only ops'
-// results are the input's: expected_input).
+// What output element i must hold afterwards (in place, the results of
+// all_reduce, broadcast and reduce are the input's: expected_input).
 double Case::expected_output(size_t i) const {
   const size_t m = shape_.count;
   const int r = rank_, p = p_;
   switch (op_) {
+    case OpKind::kAllReduce:
+      return reduced_value(redop_, p, i);
+    case OpKind::kBroadcast:
+      return input_value(ReduceOp::kSum, root_, i);
+    case OpKind::kReduce:
+      return r == root_ ? reduced_value(redop_, p, i) : kSentinel;  // untouched off the root
     case OpKind::kAllGather:
     case OpKind::kGather:
       return input_value(ReduceOp::kSum, int(i / m), i % m);
@@ -174,9 +198,13 @@ double Case::expected_output(size_t i) const {
   }
 }
 
-// What input element i must hold afterwards: the result for the in-place-only
-// ops, else the input as it was (but for the output's block inside it).
+// What input element i must hold afterwards: in place, the result for
+// all_reduce, broadcast and reduce; else the input as fill() wrote it (but
+// for the output's block inside it).
 double Case::expected_input(size_t i) const {
+  if (placement_ == Placement::kOutOfPlace) {
+    return op_ == OpKind::kBroadcast && rank_ != root_ ? kSentinel : own(i);
+  }
   switch (op_) {
     case OpKind::kAllReduce:
       return reduced_value(redop_, p_, i);

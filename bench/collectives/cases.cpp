@@ -58,10 +58,6 @@ bool rooted(OpKind op) {
 
 bool offers(OpKind op, Placement placement) {
   switch (op) {
-    case OpKind::kAllReduce:
-    case OpKind::kBroadcast:
-    case OpKind::kReduce:
-      return placement == Placement::kInPlace;  // the API is in place only
     case OpKind::kAllToAll:
     case OpKind::kAllToAllv:
     case OpKind::kSendRecv:
@@ -112,8 +108,8 @@ CaseShape case_shape(OpKind op, size_t bytes, DType dtype, int p) {
     case OpKind::kSendRecv:
       s.count = s.in_count = s.out_count = total;
       break;
-    default:  // in place
-      s.count = s.in_count = total;
+    default:  // all_reduce, broadcast, reduce: the output (out of place) as large as the input
+      s.count = s.in_count = s.out_count = total;
       break;
   }
   s.size_bytes = std::max(s.in_count, s.out_count) * elem;

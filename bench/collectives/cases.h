@@ -13,11 +13,17 @@
 //   all_to_all, all_to_allv (p-1)/p; broadcast, reduce and sendrecv 1.
 //
 // Placement, as nccl-tests' two column sets: out of place (input and output
-// are separate tensors) or in place (one buffer: all_reduce, broadcast and
-// reduce always; all_gather's and gather's input is its block of the output,
-// reduce_scatter's and scatter's output its block of the input). spmd's API
-// offers only the placements offers() names; all_to_all(v) and sendrecv
-// refuse an output that overlaps the input.
+// are separate tensors) or in place (one buffer: all_reduce's, broadcast's
+// and reduce's tensor; all_gather's and gather's input is its block of the
+// output, reduce_scatter's and scatter's output its block of the input).
+// spmd's all_reduce, broadcast and reduce take one tensor (as
+// torch.distributed's), so out of place they are what a program that keeps
+// its input does: all_reduce copies the input into the output and reduces
+// that; reduce's root does the same, the others reduce from their input,
+// which the call leaves unchanged; broadcast's root sends from its input and
+// copies it into its output (as NCCL does), the others receive into their
+// output. all_to_all(v) and sendrecv refuse an output that overlaps the
+// input: offers() says they have no in-place form.
 #pragma once
 
 #include <cstddef>
@@ -61,7 +67,7 @@ struct CaseShape {
   size_t size_bytes = 0;  // the size column: the larger buffer
   size_t count = 0;       // the count column
   size_t in_count = 0;    // elements of the input tensor (gather: each rank's; scatter: root's)
-  size_t out_count = 0;   // elements of the output tensor (0: the op is in place only)
+  size_t out_count = 0;   // elements of the output tensor (all_reduce...: when out of place)
 };
 CaseShape case_shape(OpKind op, size_t bytes, DType dtype, int world_size);
 
@@ -88,7 +94,9 @@ class Case {
   // scatter's the input, is undefined.
   const Tensor& input() const { return input_; }
   const Tensor& output() const { return output_; }
-  // Issues one call of the op and returns its Work.
+  // Issues one call of the op and returns its Work. Out of place, all_reduce
+  // and reduce's root first wait for the previous call to be done with the
+  // output, then copy the input into it.
   dist::Work launch();
   // Writes the inputs a check expects (values.h), and a distinct pattern into
   // the outputs so that a result that never arrives is caught.
@@ -98,6 +106,7 @@ class Case {
   int64_t count_wrong() const;
 
  private:
+  const Tensor& copy_into_output();
   double own(size_t i) const;  // this rank's input value at index i
   double expected_output(size_t i) const;
   double expected_input(size_t i) const;
@@ -114,6 +123,7 @@ class Case {
   Tensor input_, output_;
   bool output_in_input_ = false;  // in place: the output is a block of the input
   bool input_in_output_ = false;  // in place: the input is a block of the output
+  dist::Work previous_;           // the last call that copied into the output first
   // all_to_allv: this rank's counts and offsets, and where each source's
   // block for this rank starts in that source's input.
   std::vector<int64_t> send_counts_, recv_counts_, send_offsets_, recv_offsets_, source_offsets_;

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
@@ -91,6 +92,44 @@ std::vector<DType> parse_dtypes(const std::string& text) {
 
 namespace {
 
+// nccl-tests' flags that spmd-bench has no counterpart for. Each is accepted
+// at nccl-tests' default (its feature off) and refused otherwise, saying what
+// it does in nccl-tests and what to do here instead.
+struct ForeignFlag {
+  const char* names;  // CLI11's "-G,--cudagraph"
+  const char* off;    // nccl-tests' default: the one value taken
+  const char* why;    // follows "spmd-bench: -G/--cudagraph N: "
+};
+constexpr ForeignFlag kForeignFlags[] = {
+    {"-G,--cudagraph", "0",
+     "nccl-tests captures the timed calls in a CUDA graph and replays it that many times; spmd "
+     "issues every call through its process group, without graph capture: pass -G 0"},
+    {"-C,--report_cputime", "0",
+     "nccl-tests then reports the host time spent issuing the calls instead of the time "
+     "until they complete; spmd-bench reports the time until completion only (-z 2 waits "
+     "for each call, -I gives each call's time): pass -C 0"},
+    {"-p,--parallel_init", "0",
+     "nccl-tests then initialises the communicators of its threads concurrently; spmd "
+     "runs one rank per process, each initialising its own group: pass -p 0"},
+    {"-N,--run_cycles", "1",
+     "nccl-tests repeats the whole sweep that many times (0: until stopped); run spmd-bench again "
+     "instead (a shell loop, or -n for more timed calls per size): pass -N 1"},
+    {"-u,--unalign", "0",
+     "nccl-tests offsets its send and receive buffers by that many elements to measure unaligned "
+     "transfers; spmd's tensors start where its allocator aligns them (64 bytes) and "
+     "spmd-bench has no offset: pass -u 0"},
+    {"-R,--local_register", "0",
+     "nccl-tests registers its buffers with NCCL (ncclMemAlloc, ncclCommRegister) for "
+     "zero-copy transfers; spmd does not register user buffers: pass -R 0"},
+    {"-S,--report_timestamps", "0",
+     "nccl-tests adds a timestamp to each row; spmd-bench's rows have none (-J FILE records "
+     "the run's start_time and end_time): pass -S 0"},
+    {"-y,--stream_null", "0",
+     "nccl-tests then issues on CUDA's default (null) stream; spmd's NCCL backend runs "
+     "collectives on a stream of its own, ordered after the caller's current stream: pass "
+     "-y 0"},
+};
+
 struct RawFlags {
   std::string op, min = "32M", max = "32M", step = "1M", redop = "sum", dtype = "float";
   std::string backend = "tcp", device = "cpu";
@@ -98,6 +137,8 @@ struct RawFlags {
   // and for aggregated launches (-m): spmd runs one rank per process on one
   // device, so only their value 1 (nccl-tests' default) has a meaning here.
   int nthreads = 1, ngpus = 1, agg_iters = 1;
+  // kForeignFlags' values, in the table's order (its default when not given).
+  std::vector<std::string> foreign;
 };
 
 void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
@@ -141,6 +182,13 @@ void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
   app.add_option("-m,--agg_iters", raw.agg_iters,
                  "Calls aggregated into one launch (nccl-tests); spmd issues them one by one: "
                  "only 1");
+  raw.foreign.resize(std::size(kForeignFlags));
+  for (size_t i = 0; i < std::size(kForeignFlags); ++i) {
+    raw.foreign[i] = kForeignFlags[i].off;
+    app.add_option(
+        kForeignFlags[i].names, raw.foreign[i],
+        std::string("nccl-tests' flag, taken only at its default, ") + kForeignFlags[i].off);
+  }
   app.add_option("--backend", raw.backend, "tcp or nccl");
   app.add_option("--device", raw.device, "cpu or cuda (this rank's GPU: its local rank)");
   app.add_option("--json", o.json_path, "Also write one JSON object per row to this file");
@@ -150,8 +198,9 @@ void add_flags(CLI::App& app, BenchOptions& o, RawFlags& raw) {
 
 // nccl-tests runs several ranks in one process (-t threads, each driving -g
 // GPUs); spmd runs one rank per process, so the same job is N processes,
-// each with one device.
-void check_one_per_process(const RawFlags& raw) {
+// each with one device. nccl-tests' other flags without a counterpart here
+// (kForeignFlags) are refused unless at their default.
+void check_nccl_tests_flags(const RawFlags& raw) {
   SPMD_CHECK(raw.nthreads == 1, "spmd-bench: -t/--nthreads ", raw.nthreads,
              ": spmd runs one rank per process; start ", raw.nthreads,
              " processes instead (spmdrun --nproc-per-node ", raw.nthreads, ") and pass -t 1");
@@ -161,6 +210,16 @@ void check_one_per_process(const RawFlags& raw) {
              raw.ngpus, " spmd-bench ... -g 1) instead");
   SPMD_CHECK(raw.agg_iters == 1, "spmd-bench: -m/--agg_iters ", raw.agg_iters,
              ": spmd issues each call on its own (no grouped launch); pass -m 1");
+  for (size_t i = 0; i < std::size(kForeignFlags); ++i) {
+    const ForeignFlag& f = kForeignFlags[i];
+    const std::string& value = raw.foreign[i];
+    char* end = nullptr;
+    const long v = std::strtol(value.c_str(), &end, 0);
+    if (!value.empty() && *end == '\0' && v == std::strtol(f.off, nullptr, 0)) continue;
+    std::string names = f.names;  // "-G,--cudagraph" -> "-G/--cudagraph"
+    names[names.find(',')] = '/';
+    SPMD_THROW(InvalidArgument, "spmd-bench: ", names, " ", value, ": ", f.why);
+  }
 }
 
 // Turns the raw strings into options; throws InvalidArgument on bad values.
@@ -180,7 +239,7 @@ void resolve(BenchOptions& o, const RawFlags& raw) {
       o.ops.push_back(*op);
     }
   }
-  check_one_per_process(raw);
+  check_nccl_tests_flags(raw);
   o.min_bytes = parse_bytes(raw.min, "-b/--minbytes");
   o.max_bytes = parse_bytes(raw.max, "-e/--maxbytes");
   o.step_bytes = parse_bytes(raw.step, "-i/--stepbytes");

@@ -3,7 +3,8 @@
 //   spmd-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP]
 //              [-c CHECKS] [-o REDOP] [-d DTYPE] [-r ROOT] [-a AVERAGE]
 //              [-z BLOCKING] [-I 0|1] [-T SECONDS] [-J FILE]
-//              [-t 1] [-g 1] [-m 1]
+//              [-t 1] [-g 1] [-m 1] [-G 0] [-C 0] [-p 0] [-N 1] [-u 0] [-R 0]
+//              [-S 0] [-y 0]
 //              [--backend tcp|nccl] [--device cpu|cuda] [--json FILE]
 //   spmd-bench --limits
 //
@@ -14,7 +15,9 @@
 // of 32 MiB, 1 warm-up and 20 timed calls issued back to back (-z 0), f32,
 // sum, one check. -t (threads), -g (GPUs per thread) and -m (aggregated
 // calls) are accepted at nccl-tests' default of 1 and refused otherwise,
-// naming the flag: spmd runs one rank per process, on one device.
+// naming the flag: spmd runs one rank per process, on one device. So are
+// nccl-tests' -G -C -p -N -u -R -S -y at their defaults (0; -N 1), each
+// refused otherwise with what it does there and what to do here.
 #pragma once
 
 #include <cstddef>

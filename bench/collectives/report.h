@@ -8,20 +8,20 @@
 //         1048576         65536     float    none      -1   251.03    4.18    3.13       0 238.65
 //         4.39    3.29       0
 //
-// (with -I, i_min, i_max, i_p99 and i_cv% after each set's #wrong), a column
-// set left blank where spmd's API has no such form (all_reduce, broadcast
-// and reduce are in place only; all_to_all(v) and sendrecv out of place
-// only), `N/A` in #wrong where values were not checked, and nccl-tests'
+// (with -I, i_min, i_max, i_p99 and i_cv% after each set's #wrong), the
+// in-place set left off where spmd's API has no such form (all_to_all(v) and
+// sendrecv), `N/A` in #wrong where values were not checked, and nccl-tests'
 // footer: the count of failed checks ("Out of bounds values"), the average
 // busbw over every cell. Numbers are printed as nccl-tests fits them into
 // their columns (nccl_number).
 //
 // --json adds one JSON object per row to a file: op, size, count, type,
-// redop, root, and time_us, algbw, busbw, wrong of the row's first measured
-// placement (out of place where it exists, which is what the peers under
-// bench/peers/ measure and write under the same keys), then nranks and impl,
-// and both placements under out_of_place and in_place (null where not
-// measured; wrong null where not checked).
+// redop, root, and time_us, algbw, busbw, wrong of the row's first set (out
+// of place, the first busbw column, which every op measures), then nranks
+// and impl, and both placements under out_of_place and in_place (null where
+// not measured; wrong null where not checked). The peers under bench/peers/
+// write the same keys for the one form they run (bench/bench_lines.py reads
+// spmd's matching set).
 #pragma once
 
 #include <cstdio>

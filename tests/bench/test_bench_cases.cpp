@@ -24,7 +24,7 @@ TEST_CASE("sizes and counts follow nccl-tests", "[bench]") {
   const CaseShape ar = case_shape(OpKind::kAllReduce, 1 << 20, DType::kF32, 4);
   CHECK(ar.size_bytes == (1u << 20));
   CHECK(ar.count == 262144);
-  CHECK(ar.out_count == 0);  // in place
+  CHECK(ar.out_count == 262144);  // the receive buffer, out of place
   const CaseShape ag = case_shape(OpKind::kAllGather, 1 << 20, DType::kF32, 4);
   CHECK(ag.count == 65536);  // each rank's input
   CHECK(ag.in_count == 65536);
@@ -47,7 +47,9 @@ TEST_CASE("sizes and counts follow nccl-tests", "[bench]") {
 
 TEST_CASE("each op offers the placements spmd's API has", "[bench]") {
   CHECK(offers(OpKind::kAllReduce, Placement::kInPlace));
-  CHECK_FALSE(offers(OpKind::kAllReduce, Placement::kOutOfPlace));
+  CHECK(offers(OpKind::kAllReduce, Placement::kOutOfPlace));  // a copy, then the call
+  CHECK(offers(OpKind::kBroadcast, Placement::kOutOfPlace));
+  CHECK(offers(OpKind::kReduce, Placement::kOutOfPlace));
   CHECK(offers(OpKind::kGather, Placement::kInPlace));
   CHECK(offers(OpKind::kScatter, Placement::kOutOfPlace));
   CHECK_FALSE(offers(OpKind::kAllToAllv, Placement::kInPlace));
@@ -165,6 +167,38 @@ TEST_CASE("nccl-tests' -t, -g and -m are taken at 1 and refused above, naming th
   CHECK(err.find("-m/--agg_iters 8") != std::string::npos);
 }
 
+TEST_CASE(
+    "nccl-tests' other flags are taken at their default and refused otherwise, each "
+    "saying what it does there",
+    "[bench]") {
+  bool ok = false;
+  int code = 0;
+  parse_command({"all_reduce", "-G", "0", "-C", "0", "-p", "0", "-N", "1", "-u", "0", "-R", "0",
+                 "-S", "0", "-y", "0"},
+                &ok, &code);
+  CHECK(ok);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"-G", "1"}, "-G/--cudagraph 1: nccl-tests captures the timed calls in a CUDA graph"},
+      {{"--report_cputime", "1"}, "-C/--report_cputime 1: nccl-tests then reports the host time"},
+      {{"-p", "1"}, "-p/--parallel_init 1: nccl-tests then initialises the communicators"},
+      {{"-N", "0"}, "-N/--run_cycles 0: nccl-tests repeats the whole sweep"},
+      {{"-u", "3"}, "-u/--unalign 3: nccl-tests offsets its send and receive buffers"},
+      {{"-R", "2"}, "-R/--local_register 2: nccl-tests registers its buffers with NCCL"},
+      {{"-S", "1"}, "-S/--report_timestamps 1: nccl-tests adds a timestamp to each row"},
+      {{"--stream_null=1"}, "-y/--stream_null 1: nccl-tests then issues on CUDA's default"},
+  };
+  for (const auto& [flag, says] : refused) {
+    std::vector<std::string> args{"all_reduce"};
+    args.insert(args.end(), flag.begin(), flag.end());
+    const std::string err = parse_command(args, &ok, &code);
+    INFO(flag[0] << ": " << err);
+    CHECK_FALSE(ok);
+    CHECK(code == 2);
+    CHECK(err.find(says) != std::string::npos);
+    CHECK(err.find(": pass -") != std::string::npos);  // and what to pass instead
+  }
+}
+
 TEST_CASE("reduced values are exact sums, products, minima and maxima", "[bench]") {
   for (size_t i = 0; i < 50; ++i) {
     double sum = 0, prod = 1;
@@ -210,6 +244,18 @@ TEST_CASE("the checker passes real results and counts a corrupted one", "[bench]
   c.launch().wait();
   c.input().data<float>()[5] += 1;  // all_reduce is in place: the result lives here
   CHECK(c.count_wrong() == 1);
+  // Out of place, all_reduce leaves its input as it was and writes the
+  // output; a changed input is counted as wrong too.
+  Case oop(OpKind::kAllReduce, Placement::kOutOfPlace, DType::kF32, dist::ReduceOp::kSum, 0, 64,
+           *group, Device::cpu());
+  oop.fill();
+  CHECK(oop.count_wrong() == 16);                     // the output still holds the sentinel
+  for (int call = 0; call < 3; ++call) oop.launch();  // -z 0: issued before any completes
+  oop.launch().wait();
+  CHECK(oop.output().raw_data() != oop.input().raw_data());
+  CHECK(oop.count_wrong() == 0);
+  oop.input().data<float>()[2] += 1;
+  CHECK(oop.count_wrong() == 1);
   // In place, reduce_scatter's output is a block of its input: a wrong value
   // there is counted once, and a result that never arrived is caught.
   Case rs(OpKind::kReduceScatter, Placement::kInPlace, DType::kF32, dist::ReduceOp::kSum, 0, 64,

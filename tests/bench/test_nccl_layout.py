@@ -10,13 +10,15 @@ formats:
   - the column layout of every row: where each field ends and which are
     N/A must be a row shape nccl-tests prints (both sets checked, in place
     N/A, nothing checked, out-of-place set blank), or one of those cut after
-    the out-of-place set (spmd's out-of-place-only ops);
+    the out-of-place set (spmd's out-of-place-only ops); all_reduce,
+    broadcast and reduce print both sets;
   - the preamble's "# Using devices" block and the footer's wording
     ("Out of bounds values : N OK", "Avg bus bandwidth").
 
 It also reads the --json lines (the keys bench/ scripts and the launcher
-tests read) and the -J document (nccl-tests' keys), and checks that every
-value was right, or N/A where -c 0 checked none.
+tests read: the top-level figures are the out-of-place set's) and the -J
+document (nccl-tests' keys), and checks that every value was right, or N/A
+where -c 0 checked none.
 
 usage: test_nccl_layout.py SPMDRUN SPMD_BENCH FIXTURE_DIR
 """
@@ -29,6 +31,8 @@ import sys
 import tempfile
 
 HEADER_START = "out-of-place"
+# spmd's ops with one tensor: out of place they copy first, and both sets are measured.
+IN_PLACE_API = ("all_reduce", "broadcast", "reduce")
 
 
 def fail(message):
@@ -114,6 +118,18 @@ def check_layout(out, fixture, set_fields):
     return rows
 
 
+def rows_by_op(out):
+    """{op: [row, ...]}: the rows under each '# <op>' line."""
+    by_op, op = {}, None
+    for line in out:
+        m = re.match(r"# (\w+)$", line)
+        if m:
+            op = m.group(1)
+        elif is_row(line) and op:
+            by_op.setdefault(op, []).append(line)
+    return by_op
+
+
 def check_json(lines_path, doc_path, checked, nrows):
     rows = [json.loads(l) for l in open(lines_path)]
     if len(rows) != nrows:
@@ -125,6 +141,13 @@ def check_json(lines_path, doc_path, checked, nrows):
                 fail(f"JSON line without '{key}': {r}")
         if r["nranks"] != 2 or r["wrong"] != (0 if checked else None):
             fail(f"JSON line: {r}")
+        # The top-level figures are the first set printed: out of place, as
+        # nccl-tests' first busbw column, which every op now measures.
+        first = r["out_of_place"]
+        if first is None or (r["time_us"], r["busbw"]) != (first["time_us"], first["busbw"]):
+            fail(f"JSON line whose top-level figures are not its out-of-place set: {r}")
+        if r["op"] in IN_PLACE_API and r["in_place"] is None:
+            fail(f"JSON line of {r['op']} without its in-place set: {r}")
     doc = json.load(open(doc_path))
     for key in ("version", "start_time", "args", "env", "config", "results", "out_of_bounds",
                 "average_bus_bandwidth", "errors", "end_time"):
@@ -157,6 +180,9 @@ def main():
         check_json(lines, doc, True, len(rows))
         if not any("N/A" not in r and len(r.split()) == 13 for r in rows):
             fail("no row with both column sets measured and checked")
+        for op, op_rows in rows_by_op(out).items():
+            if op in IN_PLACE_API and not all(len(r.split()) == 13 for r in op_rows):
+                fail(f"{op}: a row without both column sets:\n" + "\n".join(op_rows))
         # Unchecked, blocking, per-iteration: every #wrong is N/A.
         lines2, doc2 = os.path.join(tmp, "rows2.json"), os.path.join(tmp, "run2.json")
         out = run(spmdrun, bench, ["all_reduce,gather,all_to_allv", "-b", "64", "-e", "4K",

@@ -144,7 +144,7 @@ TEST_CASE("spmdrun: SIGTERM and SIGINT are forwarded, nothing is left behind", "
   LauncherProcess p(worker({"--standalone", "--nproc-per-node", "2"},
                            {"--tag", tag, "--report-signals", "--print-pid", "--sleep", "60"}));
   REQUIRE(p.wait_for_output("PID ", 10s, 2));
-  REQUIRE(processes_with_tag(tag).size() == 3);  // the launcher and two workers
+  REQUIRE(processes_with_tag(tag).size() == 4);  // the launcher, its guardian, two workers
   p.send_signal(sig);
   REQUIRE(p.wait_exit(10s));
   INFO(p.all());
@@ -171,10 +171,13 @@ TEST_CASE("spmdrun: SIGKILL to the launcher leaves no worker behind", "[launcher
   LauncherProcess p(worker({"--standalone", "--nproc-per-node", "3"},
                            {"--tag", tag, "--ignore-sigterm", "--print-pid", "--sleep", "60"}));
   REQUIRE(p.wait_for_output("PID ", 10s, 3));
-  REQUIRE(processes_with_tag(tag).size() == 4);
+  REQUIRE(processes_with_tag(tag).size() == 5);  // the launcher, its guardian, three workers
   p.send_signal(SIGKILL);
   REQUIRE(p.wait_exit(5s));
   CHECK(wait_until_gone(tag, 5s));  // the parent-death signal took the workers
+  INFO(p.all());
+  CHECK(p.err().find("its guardian killed (SIGKILL) 3 worker process group(s)") !=
+        std::string::npos);
 }
 
 TEST_CASE("spmdrun: --log-dir, --tee and --redirects", "[launcher]") {

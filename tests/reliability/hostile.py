@@ -9,11 +9,14 @@ environment, and /proc is searched for it afterwards). Every case is bounded
 in time; the memory cases run under `prlimit --as` and must end with a
 message, not a kill.
 
-  hostile.py BUILD_DIR SOURCE_DIR GROUP      GROUP: flags, files, launcher, ranks, hang
+  hostile.py BUILD_DIR SOURCE_DIR GROUP
+      GROUP: flags, files, launcher, ranks, lifetime, habits, hang
 """
 import os
 import re
+import select
 import shutil
+import socket
 import signal
 import subprocess
 import sys
@@ -360,6 +363,133 @@ def store_out_of_descriptors():
         c.fail(f"the launcher used {m.group(1)} s of CPU in 1.5 s while out of descriptors")
 
 
+# ---- nothing outlives the job ----
+
+def read_until(proc, pattern, limit_s, seen=b""):
+    """Reads proc's stdout until `pattern` matches what was read (or `limit_s`
+    passes, or end-of-file); returns everything read."""
+    deadline = time.monotonic() + limit_s
+    while not re.search(pattern, seen) and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+def end_of(c, p, out, limit_s=10):
+    """Waits for the launcher to end, then judges the case."""
+    try:
+        rest, _ = p.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        rest, _ = p.communicate()
+        c.fail(f"still running {limit_s} s later")
+    return c.finish(p.returncode, (out + rest).decode(errors="replace"))
+
+
+def group_lifetime():
+    # spmdrun killed with SIGKILL: its workers die of their parent-death
+    # signal, and what they started (a shell running sleep, a sleep) dies with
+    # them through the guardian; finish() finds no process of the case left.
+    spawner = "sleep 1000 & sh -c 'sleep 1000' & echo ready; wait"
+    c = Case("spmdrun killed with SIGKILL, workers with children",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "2", "/bin/sh", "-c", spawner])
+    p = c.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = read_until(p, rb"ready[\s\S]*ready", 15)
+    if out.count(b"ready") < 2:
+        c.fail(f"the workers did not start their children:\n{out.decode(errors='replace')}")
+    time.sleep(0.2)  # the second shell's sleep is started too
+    p.send_signal(signal.SIGKILL)
+    end_of(c, p, out).expect(
+        code=-signal.SIGKILL, signal_free=False, within_s=20,
+        says=r"the launcher is gone; its guardian killed \(SIGKILL\) 2 worker process group")
+
+    # A worker that ends leaving a child in its process group, and one in a
+    # session of its own: both are killed with it, and the launcher says so.
+    Case("workers that end leaving children",
+         [SPMDRUN, "--standalone", "--nproc-per-node", "2", "/bin/sh", "-c",
+          "sleep 1000 & setsid sleep 1000 & sleep 0.5; echo started"]).run().expect(
+        code=0, within_s=5,
+        says=[r"rank [01] \(pid \d+\) ended and left 1 process\(es\) in its process group "
+              r"\(\d+ sleep\): killed \(SIGKILL\)",
+              r"every worker has ended, but 2 process\(es\) they started outside their process "
+              r"groups still ran \(\d+ sleep, \d+ sleep\): killed"])
+
+    # An idle client of the launcher's store (here this script, which is no
+    # part of the job) holds the launcher's exit 1 s at most, and is named.
+    worker = ("import os, time\n"
+              "print('store', os.environ['SPMD_AGENT_STORE'], flush=True)\n"
+              "time.sleep(1.0)\nprint('bye', flush=True)\n")
+    c = Case("an idle client of the store at the job's end",
+             [SPMDRUN, "--standalone", "--nproc-per-node", "1", PY, "-c", worker])
+    p = c.start(stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = read_until(p, rb"store \S+:\d+\n", 15)
+    m = re.search(rb"store (\S+):(\d+)\n", out)
+    client = None
+    if m:
+        client = socket.create_connection((m.group(1).decode(), int(m.group(2))), timeout=5)
+    else:
+        c.fail(f"the worker did not say where the store is:\n{out.decode(errors='replace')}")
+    out = read_until(p, rb"bye", 15, out)
+    last_worker_line = time.monotonic()
+    c = end_of(c, p, out)
+    held = time.monotonic() - last_worker_line
+    if client:
+        client.close()
+    c.expect(code=0, within_s=10,
+             says=r"TCPStoreServer: 1 client still connected 1000 ms after the store began to "
+                  r"stop \(127\.0\.0\.1:\d+\); closing its connection")
+    if held > 2.5:
+        c.fail(f"the launcher exited {held:.1f} s after its worker's last line, not about 1 s")
+
+
+# ---- habits of neighbouring tools (torchrun, nccl-tests) ----
+
+def group_habits():
+    show_role = ["/bin/sh", "-c", "echo role=$ROLE_NAME"]
+    Case("spmdrun --role trainer", [SPMDRUN, "--standalone", "--role", "trainer"] + show_role
+         ).run().expect(code=0, says=r"\[rank0\]: role=trainer", within_s=5)
+    Case("spmdrun without --role", [SPMDRUN, "--standalone"] + show_role).run().expect(
+        code=0, says=r"\[rank0\]: role=default", within_s=5)
+    Case("spmdrun --role ''", [SPMDRUN, "--standalone", "--role", "", "true"]).run().expect(
+        code=2, says=r"--role: give the role a name", within_s=5)
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "hello.py")
+        with open(script, "w") as f:
+            f.write("import os\nprint('python says', os.environ['RANK'])\n")
+        wrapper = os.path.join(d, "mypython")
+        with open(wrapper, "w") as f:
+            f.write(f"#!/bin/sh\necho via mypython \"$@\"\nexec {PY} \"$@\"\n")
+        os.chmod(wrapper, 0o755)
+        Case("PYTHON_EXEC names the interpreter", [SPMDRUN, "--standalone", script],
+             env={"PYTHON_EXEC": wrapper}).run().expect(
+            code=0, says=[r"via mypython -u .*hello\.py", r"python says 0"], within_s=10)
+        Case("PYTHON_EXEC missing", [SPMDRUN, "--standalone", script],
+             env={"PYTHON_EXEC": os.path.join(d, "nopython")}).run().expect(
+            code=2, says=r"PYTHON_EXEC='.*nopython': program '.*nopython' not found \(PYTHON_EXEC "
+                         r"names the interpreter of \.py programs", within_s=5)
+        Case("PYTHON_EXEC not executable", [SPMDRUN, "--standalone", script],
+             env={"PYTHON_EXEC": script}).run().expect(
+            code=2, says=r"PYTHON_EXEC='.*hello\.py': program .* is not an executable file",
+            within_s=5)
+    # nccl-tests' flags spmd-bench has no counterpart for: each refused with
+    # what it does there, exit 2 (CLI11's generic refusal was exit 109).
+    for args, says in ((["-G", "1"], r"-G/--cudagraph 1: nccl-tests captures the timed calls"),
+                       (["-C", "1"], r"-C/--report_cputime 1: nccl-tests then reports the host"),
+                       (["-p", "1"], r"-p/--parallel_init 1: nccl-tests then initialises"),
+                       (["-N", "3"], r"-N/--run_cycles 3: nccl-tests repeats the whole sweep"),
+                       (["-u", "1"], r"-u/--unalign 1: nccl-tests offsets its send and receive"),
+                       (["-R", "1"], r"-R/--local_register 1: nccl-tests registers its buffers"),
+                       (["-S", "1"], r"-S/--report_timestamps 1: nccl-tests adds a timestamp"),
+                       (["--stream_null", "1"], r"-y/--stream_null 1: nccl-tests then issues")):
+        Case(f"spmd-bench {' '.join(args)}", [BENCH, "all_reduce"] + args).run().expect(
+            code=2, says=[says, r": pass -[A-Za-z] [01]$"], within_s=5)
+
+
 # ---- ranks that must agree ----
 
 def group_ranks():
@@ -484,7 +614,8 @@ def group_hang():
 
 
 {"flags": group_flags, "files": group_files, "launcher": group_launcher,
- "ranks": group_ranks, "hang": group_hang}[GROUP]()
+ "ranks": group_ranks, "lifetime": group_lifetime, "habits": group_habits,
+ "hang": group_hang}[GROUP]()
 if FAILURES:
     print(f"\n{len(FAILURES)} case(s) failed:\n" + "\n".join(FAILURES))
     sys.exit(1)
