@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "autograd/grad_mode.h"
 #include "parallel/comm/object_collectives.h"
 #include "tensor/ops.h"
 
@@ -79,9 +78,8 @@ std::string NonfiniteCheck::first_nonfinite_tensor(const NamedTensors& params) {
 
 std::string first_nonfinite_element(const Tensor& t) {
   if (!is_floating(t.dtype()) || t.numel() == 0) return "";
-  // On the host, one pass on this thread: a resume checks every tensor it
-  // loads, and a parallel op per tensor would cost more than the scan.
-  NoGradGuard no_grad;
+  // On the host, in one pass: only a resume (once per tensor) and a step
+  // that already went wrong pay for it.
   const auto scan = [](const auto& v) -> std::string {
     for (size_t i = 0; i < v.size(); ++i)
       if (!std::isfinite(v[i])) return str_cat("element ", i, " is ", number_text(double(v[i])));
