@@ -90,7 +90,7 @@ struct TrainingConfig {
   int64_t microbatches = 1;  // gradient accumulation: forward-backward passes per step
   double grad_clip = 1.0;    // max global grad norm; 0: no clipping
   uint64_t seed = 0;         // less than 2^63 (a TOML integer)
-  int threads = 0;           // intra-op threads per rank; 0: OpenMP's default
+  int threads = 0;           // intra-op threads per rank, at most its CPUs; 0: OpenMP's default
   // "none", "full" (every block recomputed in backward) or "selective":
   // TorchTitan's modes (docs/activation_checkpointing.md).
   std::string activation_checkpointing = "none";
@@ -102,8 +102,9 @@ struct TrainingConfig {
   // gathered parameters; f32 master weights, optimizer state and gradient
   // reductions (FSDP2's MixedPrecisionPolicy; docs/memory.md).
   std::string mixed_precision = "f32";
-  // Steps whose gradient norm is not finite that a run skips (without an
-  // update, with a warning) before it stops; 0: the first one stops it.
+  // Steps whose loss or gradient norm is not finite that a run skips
+  // (without an update, with a warning) before it stops; 0: the first one
+  // stops it (train/nonfinite.h).
   int64_t skip_nonfinite_steps = 0;
   // "cpu", or "cuda": each rank on GPU LOCAL_RANK (spmdrun sets it), the
   // NCCL backend unless parallel.backend says otherwise.

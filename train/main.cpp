@@ -64,6 +64,7 @@ Args parse_args(int argc, char** argv) {
       } else {
         a.config = arg.substr(9);
       }
+      SPMD_CHECK(!a.config.empty(), "--config needs a file, got \"\"");
     } else if (arg.rfind("--", 0) == 0 && arg.find('.') != std::string::npos) {
       std::string kv = arg.substr(2);
       if (kv.find('=') == std::string::npos) {  // --section.key value
@@ -103,8 +104,9 @@ int main(int argc, char** argv) {
     auto world = dist::init_process_group(init);
     if (args.config.empty() && world->rank() == 0)
       std::fprintf(stderr,
-                   "spmd-train: no --config: training the built-in defaults with the overrides "
-                   "given (--print-config shows them)\n");
+                   "spmd-train: no --config: training the built-in defaults (the tiny GPT-2 on "
+                   "the text embedded in the binary, one process) with the overrides given "
+                   "(--print-config shows them)\n");
     train::run_training(config, world);
     dist::destroy_process_group(world);
   } catch (const std::exception& e) {

@@ -100,6 +100,43 @@ std::optional<TrainConfig> with_layout(const TrainConfig& config, int64_t world,
   return c;
 }
 
+// The config key set above its preset's (or default) value whose return
+// to that value would shrink `plan` the most, to less than half: "model.
+// vocab_size = 1000000000 makes most of it (at its default 256 the job
+// needs 24.5 MiB per rank)"; empty when no one key does.
+std::string largest_cause(const TrainConfig& config, int world_size, const MemoryPlan& plan) {
+  using Field = int64_t* (*)(TrainConfig&);
+  const std::vector<std::pair<const char*, Field>> keys = {
+      {"model.vocab_size", [](TrainConfig& c) { return &c.model.vocab_size; }},
+      {"model.seq_len", [](TrainConfig& c) { return &c.model.seq_len; }},
+      {"model.d_model", [](TrainConfig& c) { return &c.model.d_model; }},
+      {"model.n_layers", [](TrainConfig& c) { return &c.model.n_layers; }},
+      {"model.n_experts", [](TrainConfig& c) { return &c.model.n_experts; }},
+      {"training.global_batch", [](TrainConfig& c) { return &c.training.global_batch; }}};
+  TrainConfig reference = load_config("", {"model.preset=\"" + config.model.preset + "\"",
+                                           "model.shape=\"" + config.model.shape + "\""});
+  std::string cause;
+  uint64_t least = plan.peak() / 2;
+  for (const auto& [key, field] : keys) {
+    TrainConfig c = config;
+    const int64_t value = *field(c), usual = *field(reference);
+    if (value <= usual) continue;
+    *field(c) = usual;
+    try {
+      SPMD_CHECK(c.model.d_model % c.model.n_heads == 0, "heads");
+      check_layout(c, world_size);
+    } catch (const Error&) {
+      continue;  // the usual value does not fit this layout
+    }
+    const uint64_t peak = plan_memory(c, plan.rank).peak();
+    if (peak >= least) continue;
+    least = peak;
+    cause = str_cat(key, " = ", value, " makes most of it (at its default ", usual,
+                    " the job needs ", format_bytes(peak), " per rank)");
+  }
+  return cause;
+}
+
 }  // namespace
 
 std::vector<BudgetTerm> budget_terms(const TrainConfig& config, const MemoryLimits& limits,
@@ -212,10 +249,12 @@ void check_plan_fits(const TrainConfig& config, int world_size, const MemoryPlan
         "no layout of up to 1024 times as many ranks fits: lower training.global_batch "
         "(or raise training.microbatches), model.seq_len or the model's size";
   }
+  const std::string cause = largest_cause(config, world_size, plan);
   SPMD_THROW(OutOfMemoryError, "the job needs ", format_bytes(plan.peak()), " per rank on ",
              world_size, world_size == 1 ? " rank" : " ranks", " (rank ", plan.rank, ": ", parts,
              "); the limit is ", format_bytes(limit.bytes), " (", limit.source, ")",
-             others.empty() ? "" : str_cat(", and the others: ", others.substr(2)), "; ", fix);
+             others.empty() ? "" : str_cat(", and the others: ", others.substr(2)),
+             cause.empty() ? "" : "; " + cause, "; ", fix);
 }
 
 MemoryPlan check_memory_plan(const TrainConfig& config, dist::ProcessGroup& world) {

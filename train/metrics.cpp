@@ -1,7 +1,9 @@
 // MetricsLog (metrics.h): a step's numbers measured, written and printed.
 #include "train/metrics.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -51,9 +53,13 @@ MetricsLog::MetricsLog(const TrainConfig& config, const nn::TransformerConfig& m
       world_size_(world_size),
       log_every_(config.metrics.log_every),
       steps_(config.training.steps) {
-  std::filesystem::create_directories(config.metrics.run_folder);
-  file_.open(config.metrics.run_folder + "/metrics_rank" + std::to_string(rank) + ".jsonl",
-             resumed ? std::ios::app : std::ios::trunc);
+  const std::string path =
+      config.metrics.run_folder + "/metrics_rank" + std::to_string(rank) + ".jsonl";
+  std::error_code ec;
+  std::filesystem::create_directories(config.metrics.run_folder, ec);
+  file_.open(path, resumed ? std::ios::app : std::ios::trunc);
+  SPMD_CHECK(file_.is_open(), "metrics.run_folder = \"", config.metrics.run_folder,
+             "\": cannot write ", path, " (", std::strerror(errno), ")");
   tokens_per_step_ = double(config.training.global_batch * model.max_seq_len);
   flops_per_step_ = flops_per_token(model) * tokens_per_step_;
   const int64_t n = device.is_cuda() ? 4096 : 512;

@@ -75,7 +75,7 @@ namespace spmd::train {
 // trains them. The training loop calls, each step:
 //
 //   zero_grad()  ->  forward_backward(x, y)  ->  sync_gradients()
-//   ->  clip_grad_norm(max)  ->  optimizer_step(lr)  ->  batch_loss(loss)
+//   ->  clip_grad_norm(max)  ->  batch_loss(loss)  ->  optimizer_step(lr)
 //
 // and never asks which strategies are on: each method does what the layout
 // needs (train_step.cpp; the pipeline's share in pipeline_train.cpp). Every
@@ -147,14 +147,16 @@ class Parallelized {
 
   // The global gradient norm over every rank's pieces (split ones counted
   // once, the stages' summed over pp); with max_norm > 0 the gradients are
-  // then scaled to at most max_norm. Returns the norm before clipping.
+  // then scaled to at most max_norm (unless the norm is not finite: the
+  // gradients are then left as they are). Returns the norm before clipping,
+  // the same on every rank.
   double clip_grad_norm(double max_norm);
 
   // AdamW's step with learning rate lr.
   void optimizer_step(double lr);
 
   // The loss of the global batch: the mean of the ranks' forward_backward()
-  // losses over dp (and cp).
+  // losses over dp (and cp), the same on every rank.
   double batch_loss(double loss) const;
 
   // The held-out loss: the first windows of the validation split, the same

@@ -3,8 +3,10 @@
 #include "train/train_checkpoint.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,17 +20,12 @@
 #include "runtime/durable_file.h"
 #include "runtime/fault.h"
 #include "tensor/ops.h"
+#include "train/nonfinite.h"
 
 namespace spmd::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string step_name(int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
-  return buf;
-}
 
 // Writes `text` to path through a temporary name, a rename and syncs.
 void write_atomically(const fs::path& path, const std::string& text) {
@@ -41,7 +38,7 @@ void write_atomically(const fs::path& path, const std::string& text) {
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
-  SPMD_CHECK(in.good(), "checkpoint: cannot read ", path.string());
+  SPMD_CHECK(in.good(), "checkpoint: cannot read ", path.string(), " (", std::strerror(errno), ")");
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
@@ -118,6 +115,12 @@ void prune(const std::string& folder, const std::string& latest, int64_t keep) {
 
 }  // namespace
 
+std::string step_folder_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
+  return buf;
+}
+
 TensorMap checkpoint_state(const NamedTensors& params, const optim::Optimizer& optimizer,
                            const dist::DeviceMesh* replicas) {
   return checkpoint_tensors(params, optimizer.state_dict(), replicas);
@@ -125,7 +128,7 @@ TensorMap checkpoint_state(const NamedTensors& params, const optim::Optimizer& o
 
 void write_checkpoint(const std::string& folder, const TrainState& state, const TensorMap& tensors,
                       dist::ProcessGroup& world, int64_t keep) {
-  const fs::path dir = fs::path(folder) / step_name(state.step);
+  const fs::path dir = fs::path(folder) / step_folder_name(state.step);
   // train_state.json goes into the step folder with its index, before the
   // folder has its name: a folder with the name always has it.
   const nlohmann::json train_state = {{"step", state.step},
@@ -135,9 +138,9 @@ void write_checkpoint(const std::string& folder, const TrainState& state, const 
   dist::save_sharded(tensors, dir.string(), world,
                      {{"train_state.json", train_state.dump(2) + "\n"}});
   if (world.rank() == 0) {
-    write_atomically(fs::path(folder) / "latest", step_name(state.step) + "\n");
+    write_atomically(fs::path(folder) / "latest", step_folder_name(state.step) + "\n");
     fault_point("checkpoint.latest");
-    if (keep > 0) prune(folder, step_name(state.step), keep);
+    if (keep > 0) prune(folder, step_folder_name(state.step), keep);
     fault_point("checkpoint.pruned");
   }
 }
@@ -150,32 +153,14 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const N
 }
 
 int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int rank) {
-  const fs::path file =
-      fs::path(folder) / step_name(step) / ("shard_rank" + std::to_string(rank) + ".safetensors");
+  const fs::path file = fs::path(folder) / step_folder_name(step) /
+                        ("shard_rank" + std::to_string(rank) + ".safetensors");
   std::error_code ec;
   const auto size = fs::file_size(file, ec);
   return ec ? 0 : int64_t(size);
 }
 
 namespace {
-
-// A checkpoint's train_state.json, checked: every error names the file.
-TrainState read_train_state(const fs::path& path) {
-  TrainState state;
-  try {
-    const auto js = nlohmann::json::parse(read_file(path));
-    state = {js.at("step").get<int64_t>(), js.at("samples_consumed").get<int64_t>(),
-             js.at("lr").get<double>()};
-  } catch (const nlohmann::json::exception& e) {
-    SPMD_THROW(InvalidArgument, path.string(), " is not a train state (", e.what(),
-               "): it needs step, samples_consumed and lr");
-  }
-  SPMD_CHECK(state.step >= 0 && state.samples_consumed >= 0 && std::isfinite(state.lr),
-             path.string(), " holds step ", state.step, ", samples_consumed ",
-             state.samples_consumed, " and lr ", state.lr,
-             ": the counts must be at least 0 and lr finite");
-  return state;
-}
 
 // "a, b, c and 4 more" of at most `shown` names.
 std::string some_of(const std::vector<std::string>& names, size_t shown = 6) {
@@ -184,6 +169,65 @@ std::string some_of(const std::vector<std::string>& names, size_t shown = 6) {
     out += str_cat(i ? ", " : "", "'", names[i], "'");
   if (names.size() > shown) out += str_cat(" and ", names.size() - shown, " more");
   return out;
+}
+
+// A count of train_state.json (`js` an object): a whole number, at least 0.
+int64_t count_in(const nlohmann::json& js, const char* key, const fs::path& path) {
+  const nlohmann::json& v = js.at(key);
+  SPMD_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, path.string(), ": \"", key, "\" is ",
+             v.dump(), ": it must be a whole number, at least 0");
+  return v.get<int64_t>();
+}
+
+// A checkpoint's train_state.json, checked: every error names the file.
+TrainState read_train_state(const fs::path& path) {
+  TrainState state;
+  try {
+    const auto js = nlohmann::json::parse(read_file(path));
+    const nlohmann::json& lr = js.at("lr");
+    SPMD_CHECK(lr.is_number() && std::isfinite(lr.get<double>()), path.string(), ": \"lr\" is ",
+               lr.dump(), ": it must be a finite number");
+    state = {count_in(js, "step", path), count_in(js, "samples_consumed", path), lr.get<double>()};
+  } catch (const nlohmann::json::exception& e) {
+    SPMD_THROW(InvalidArgument, path.string(), " is not a train state (", e.what(),
+               "): it needs step, samples_consumed and lr");
+  }
+  return state;
+}
+
+// The step folder `latest` names: refused naming `latest` when it names
+// none (an empty file, or a folder removed by hand).
+fs::path latest_step_folder(const std::string& folder) {
+  const fs::path latest = fs::path(folder) / "latest";
+  std::string name = read_file(latest);
+  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  const std::string fix =
+      "; point it at a step folder there, or start afresh with checkpoint.resume = false";
+  SPMD_CHECK(!name.empty() && name.find('/') == std::string::npos, latest.string(),
+             " names no step folder (it holds \"", name, "\")", fix);
+  const fs::path dir = fs::path(folder) / name;
+  SPMD_CHECK(fs::is_directory(dir), latest.string(), " names ", name, ", which is not a folder in ",
+             folder, fix);
+  return dir;
+}
+
+// Every value loaded is finite: a checkpoint saved by a run that diverged,
+// or one changed since with its checksums, is refused naming the tensor
+// and the files that hold it.
+void check_finite(const TensorMap& loaded, const fs::path& dir) {
+  for (const auto& [name, t] : loaded) {
+    const std::string element = first_nonfinite_element(t);
+    if (element.empty()) continue;
+    std::set<std::string> files;
+    const dist::CheckpointIndex index = dist::read_checkpoint_index(dir.string());
+    if (const auto it = index.tensors.find(name); it != index.tensors.end())
+      for (const dist::SavedBlock& b : it->second.blocks) files.insert(b.file);
+    SPMD_THROW(InvalidArgument, "the checkpoint at ", dir.string(), " holds a value that is not ",
+               "finite in '", name, "' (", some_of({files.begin(), files.end()}), "; ", element,
+               " of this rank's piece): a run that diverged saved it, or it was changed since; ",
+               "resume from an earlier checkpoint (point ", (dir.parent_path() / "latest").string(),
+               " at one) or start afresh with checkpoint.resume = false");
+  }
 }
 
 // The checkpoint's tensors against the whole model's, both ways: empty when
@@ -215,11 +259,8 @@ std::string mismatch(const dist::CheckpointIndex& index, const std::vector<std::
 std::optional<TrainState> load_latest_checkpoint(
     const std::string& folder, const NamedTensors& params, optim::Optimizer& optimizer,
     const dist::DeviceMesh* replicas, const LoadCheck& check, std::string* partial_note) {
-  const fs::path latest = fs::path(folder) / "latest";
-  if (!fs::exists(latest)) return std::nullopt;
-  std::string name = read_file(latest);
-  while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-  const fs::path dir = fs::path(folder) / name;
+  if (!fs::exists(fs::path(folder) / "latest")) return std::nullopt;
+  const fs::path dir = latest_step_folder(folder);
   const TrainState state = read_train_state(dir / "train_state.json");
 
   // Tensors to fill: the parameters, and moments shaped like them.
@@ -254,6 +295,7 @@ std::optional<TrainState> load_latest_checkpoint(
     }
   }
   dist::load_sharded(wanted, dir.string());
+  check_finite(wanted, dir);
   optimizer.load_state_dict(moments);
   return state;
 }

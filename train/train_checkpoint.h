@@ -71,6 +71,9 @@ TensorMap checkpoint_state(const NamedTensors& params, const optim::Optimizer& o
 void write_checkpoint(const std::string& folder, const TrainState& state, const TensorMap& tensors,
                       dist::ProcessGroup& world, int64_t keep);
 
+// The folder of the checkpoint after `step` steps: "step_00000040".
+std::string step_folder_name(int64_t step);
+
 // The bytes of this rank's file in the checkpoint of `step` (0 if it wrote none).
 int64_t checkpoint_bytes_of_rank(const std::string& folder, int64_t step, int rank);
 
@@ -85,7 +88,12 @@ struct LoadCheck {
 };
 
 // The state of the checkpoint `latest` names, loaded into the model and the
-// optimizer; nullopt when the folder has none. No communication. With
+// optimizer; nullopt when the folder has none. No communication. Refused,
+// naming the file: a `latest` that names no step folder, a train_state.json
+// that is not JSON or lacks a field, counts that are not whole numbers of
+// at least 0, and a loaded tensor holding a value that is not finite (a
+// checkpoint of a run that diverged, or one changed with its checksums).
+// With
 // `check.whole_model`, the checkpoint must hold exactly the model's tensors
 // (each parameter and its two moments): a tensor the model does not have
 // (another depth, an untied head saved for a tied model) or one it lacks is

@@ -1,6 +1,7 @@
 // Parallelized's step (parallelize.h): forward and backward, the gradients'
 // sync, the clip and AdamW, for a whole model; under pp each method hands
 // the stages' share to pipeline_train.h.
+#include <cmath>
 #include <optional>
 
 #include "autograd/autocast.h"
@@ -68,7 +69,9 @@ void Parallelized::sync_gradients() {
 double Parallelized::clip_grad_norm(double max_norm) {
   const double norm =
       pipeline_.on() ? pipeline_grad_norm(params_, *pipeline_.pp) : dist::grad_norm(params_);
-  if (max_norm > 0) optim::clip_grads_with_norm_(params_, max_norm, norm);
+  // A norm that is not finite leaves the gradients as they are (clipping by
+  // it would turn every one into NaN), for the trainer to name the first bad one.
+  if (max_norm > 0 && std::isfinite(norm)) optim::clip_grads_with_norm_(params_, max_norm, norm);
   return norm;
 }
 

@@ -3,16 +3,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
 
 #include "autograd/autograd.h"
 #include "autograd/data/text_dataset.h"
-#include "autograd/data/token_file.h"
 #include "autograd/optim/adamw.h"
 #include "autograd/optim/lr_schedule.h"
-#include "parallel/agreement.h"
 #include "parallel/data_loader.h"
 #include "runtime/env.h"
 #include "runtime/resource_limits.h"
@@ -27,7 +23,9 @@
 #include "train/async_checkpoint.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
+#include "train/nonfinite.h"
 #include "train/parallelize.h"
+#include "train/run_checks.h"
 #include "train/train_checkpoint.h"
 
 namespace spmd::train {
@@ -47,67 +45,6 @@ double schedule_lr(const TrainConfig& c, int64_t step) {
   return schedule(step);
 }
 
-// The text's bytes, or a BPE token file's tokens (data.tokenizer).
-data::TextDataset read_dataset(const TrainConfig& c) {
-  if (c.data.tokenizer == "byte") {
-    const std::string path = c.data.path.empty() ? SPMD_EMBEDDED_TEXT : c.data.path;
-    return data::TextDataset::from_file(path, c.data.eval_fraction);
-  }
-  data::TokenFile file = data::read_token_file(c.data.path);
-  int64_t needed = file.vocab_size;  // 0 in llm.c's files: the largest token's id + 1
-  for (int64_t t : file.tokens) needed = std::max(needed, file.vocab_size > 0 ? 0 : t + 1);
-  SPMD_CHECK(needed <= c.model.vocab_size, "model.vocab_size ", c.model.vocab_size,
-             " is less than the vocabulary of ", c.data.path, " (", needed,
-             " tokens): set model.vocab_size to at least that");
-  return data::TextDataset::from_tokens(std::move(file.tokens), c.data.eval_fraction);
-}
-
-// read_dataset's, checked in the config's words before any work: enough
-// windows of T + 1 tokens for one global batch, and at least one eval
-// batch held out when evals are asked for.
-data::TextDataset load_dataset(const TrainConfig& c, int64_t T) {
-  data::TextDataset dataset = read_dataset(c);
-  const int64_t tokens = dataset.size(data::Split::kTrain), windows = (tokens - 1) / T;
-  SPMD_CHECK(windows >= c.training.global_batch, "data.path = \"",
-             c.data.path.empty() ? "(the embedded text)" : c.data.path, "\" leaves ", tokens,
-             " tokens to train on (data.eval_fraction = ", c.data.eval_fraction, " held out), ",
-             std::max<int64_t>(windows, 0), " windows of model.seq_len + 1 = ", T + 1,
-             " tokens: fewer than training.global_batch = ", c.training.global_batch);
-  SPMD_CHECK(c.metrics.eval_every == 0 || !dataset.eval_batches(data::Split::kVal, 4, T, 1).empty(),
-             "metrics.eval_every = ", c.metrics.eval_every, " asks for held-out evals, but ",
-             "data.eval_fraction = ", c.data.eval_fraction, " holds out ",
-             dataset.size(data::Split::kVal), " tokens, fewer than one eval batch of 4 x ", T + 1);
-  return dataset;
-}
-
-// A folder the run will write into: a folder, or absent with a folder
-// above it (where it will be made), never a file; refused naming the key.
-void check_folder(const std::string& key, const std::string& path) {
-  namespace fs = std::filesystem;
-  if (path.empty()) return;
-  std::error_code ec;
-  const fs::path wanted = fs::absolute(path, ec);
-  fs::path at = wanted;  // the nearest part of the path that exists
-  while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path())
-    at = at.parent_path();
-  SPMD_CHECK(
-      fs::is_directory(at, ec), key, " = \"", path, "\" ",
-      at == wanted ? std::string("names a file") : str_cat("lies under ", at.string(), ", a file"),
-      ", not a folder: the run writes a folder there");
-}
-
-// What every rank checks before it builds anything: the layout against the
-// world, the folders it will write, the same config on every rank (every
-// strategy assumes it), AdamW.
-void check_run(const TrainConfig& config, dist::ProcessGroup& world) {
-  check_layout(config, world.size());
-  check_folder("checkpoint.folder", config.checkpoint.folder);
-  check_folder("metrics.run_folder", config.metrics.run_folder);
-  dist::check_same_text_on_every_rank(world, "the config", to_toml(config));
-  SPMD_CHECK(config.optimizer.name == "adamw", "optimizer.name = \"", config.optimizer.name,
-             "\": spmd-train steps with AdamW only");
-}
-
 // The model from the seed as names and shapes on the meta device, with no
 // bytes: parallelize() lays it out and gives each rank's pieces theirs.
 std::shared_ptr<nn::Transformer> build_model(const TrainConfig& config) {
@@ -121,16 +58,26 @@ std::shared_ptr<nn::Transformer> build_model(const TrainConfig& config) {
 // The checkpoint must hold exactly the model's tensors (every stage's: the
 // names come from the model built on meta), unless
 // checkpoint.allow_partial_load.
-int64_t resume(const TrainConfig& config, Parallelized& par, dist::DataLoader& loader, bool lead) {
+// A checkpoint one rank refuses (a damaged or non-finite piece of its own)
+// stops every rank (refuse_together).
+int64_t resume(const TrainConfig& config, Parallelized& par, dist::DataLoader& loader,
+               dist::ProcessGroup& world) {
   const CheckpointConfig& ck = config.checkpoint;
   if (ck.folder.empty() || !ck.resume) return 0;
+  const bool lead = world.rank() == 0;
   const auto start = Clock::now();
   LoadCheck check{{}, ck.allow_partial_load};
   for (const auto& [name, p] : build_model(config)->named_parameters())
     check.whole_model.push_back(name);
-  std::string partial;
-  const auto state = load_latest_checkpoint(ck.folder, par.named_parameters(), par.optimizer(),
-                                            par.checkpoint_replicas(), check, &partial);
+  std::string partial, refused;
+  std::optional<TrainState> state;
+  try {
+    state = load_latest_checkpoint(ck.folder, par.named_parameters(), par.optimizer(),
+                                   par.checkpoint_replicas(), check, &partial);
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  refuse_together(world, refused);
   if (!state) return 0;
   if (lead && !partial.empty()) std::printf("warning: %s\n", partial.c_str());
   loader.set_samples_consumed(state->samples_consumed);
@@ -139,55 +86,6 @@ int64_t resume(const TrainConfig& config, Parallelized& par, dist::DataLoader& l
                 (long long)state->step,
                 std::chrono::duration<double>(Clock::now() - start).count() * 1e3);
   return state->step;
-}
-
-// The first parameter of this rank, or else the first gradient, holding a
-// value that is not finite: "the gradient of layers.0.mlp.w1.weight
-// (element 17 is nan)"; empty when all are finite. Read on the host: only
-// a step that already went wrong pays for it.
-std::string first_nonfinite(const NamedTensors& params) {
-  for (const bool grads : {false, true}) {
-    for (const auto& [name, p] : params) {
-      const Tensor t = grads ? p.grad() : p;
-      if (!t.defined() || t.device().is_meta()) continue;
-      const std::vector<float> v = ops::to_vector<float>(t);
-      for (size_t i = 0; i < v.size(); ++i)
-        if (!std::isfinite(v[i]))
-          return str_cat(grads ? "the gradient of " : "the parameter ", name, " (element ", i,
-                         " is ", v[i], ")");
-    }
-  }
-  return "";
-}
-
-// A step whose gradient norm is not finite (a loss gone to inf or NaN, a
-// bad parameter, an lr too large) must not update the model. The norm is
-// reduced over every rank, so they all take this branch together: the
-// step is skipped with a warning while training.skip_nonfinite_steps
-// allows (llm.c's and Megatron's habit), else every rank stops, naming the
-// step, its first non-finite tensor and the checkpoint that stays the last.
-void on_nonfinite(int64_t step, double norm, int64_t skipped, const TrainConfig& config,
-                  const Parallelized& par, int64_t last_saved, int rank) {
-  const std::string what = first_nonfinite(par.named_parameters());
-  const std::string where =
-      str_cat("step ", step, ": the gradient norm is ", norm, " (rank ", rank,
-              what.empty() ? ": every tensor of its own is finite" : ": ", what, ")");
-  if (skipped <= config.training.skip_nonfinite_steps) {
-    if (rank == 0)
-      std::printf(
-          "warning: %s; the step is skipped (%lld of training.skip_nonfinite_steps = "
-          "%lld)\n",
-          where.c_str(), (long long)skipped, (long long)config.training.skip_nonfinite_steps);
-    return;
-  }
-  const std::string& folder = config.checkpoint.folder;
-  SPMD_THROW(Error, where, "; the run stops before the optimizer step",
-             folder.empty()   ? std::string()
-             : last_saved > 0 ? str_cat(", and the checkpoint of step ", last_saved, " in ", folder,
-                                        " stays the last")
-                              : str_cat(", with no checkpoint in ", folder),
-             " (training.skip_nonfinite_steps = ", config.training.skip_nonfinite_steps,
-             " lets a run skip that many such steps)");
 }
 
 // Whether step (from 0) ends a period of `every` steps (0: never).
@@ -254,14 +152,14 @@ TrainResult run_training(const TrainConfig& config,
   const int64_t run_started = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
+  check_run(config, *world);  // train/run_checks.h
   if (t.threads > 0) set_num_threads(t.threads);
-  check_run(config, *world);
   const MemoryPlan plan = check_memory_plan(config, *world);  // before anything is built
 
   // The data, checked before any work; the layout, the model on it, the
   // data dealt over its dp ranks.
   const int64_t T = config.model.seq_len;
-  const data::TextDataset dataset = load_dataset(config, T);
+  const data::TextDataset dataset = load_dataset(config);
   dist::DeviceMesh mesh = build_mesh(world, config.parallel);
   const Device device = training_device(config, world->size());
   Parallelized par = parallelize(build_model(config), mesh, config, device);
@@ -271,7 +169,7 @@ TrainResult run_training(const TrainConfig& config,
     std::printf("cpu: %s\nblas: %s; %s\n", cpu::describe_cpu().c_str(),
                 cpu::describe_blas().c_str(), cpu::describe_bf16_gemm().c_str());
   TrainResult result;
-  result.first_step = resume(config, par, loader, world->rank() == 0);
+  result.first_step = resume(config, par, loader, *world);
   MetricsLog log(config, par.model().config, device, world->rank(), world->size(),
                  result.first_step > 0);
   if (result.first_step >= t.steps && world->rank() == 0)
@@ -280,7 +178,8 @@ TrainResult run_training(const TrainConfig& config,
         "(raise training.steps to train on)\n",
         (long long)result.first_step, (long long)t.steps);
   const int64_t last = stop_after >= 0 ? std::min(stop_after, t.steps) : t.steps;
-  int64_t nonfinite = 0, last_saved = result.first_step;
+  NonfiniteCheck finite(config, *world);  // train/nonfinite.h
+  int64_t last_saved = result.first_step;
   // checkpoint.async: the saver, and the stall of the save in flight.
   const std::unique_ptr<AsyncCheckpointer> async =
       ck.async ? std::make_unique<AsyncCheckpointer>() : nullptr;
@@ -295,15 +194,12 @@ TrainResult run_training(const TrainConfig& config,
     par.sync_gradients();
     TraceSpan optimizer_span("optimizer step");  // the gradient norm, clipping, AdamW
     const double grad_norm = par.clip_grad_norm(t.grad_clip);
+    const double loss = par.batch_loss(rank_loss);  // both the same on every rank
     const double lr = schedule_lr(config, step);
-    if (std::isfinite(grad_norm)) {
+    if (finite.may_update(step, loss, grad_norm, par.named_parameters(), last_saved))
       par.optimizer_step(lr);
-    } else {
-      on_nonfinite(step, grad_norm, ++nonfinite, config, par, last_saved, world->rank());
-    }
     optimizer_span.end();
 
-    const double loss = par.batch_loss(rank_loss);
     result.losses.push_back(loss);
     result.grad_norms.push_back(grad_norm);
     StepMetrics m = log.end_step(step, loss, grad_norm, lr, par.comm_groups());

@@ -4,8 +4,9 @@
 //
 //   next global batch (this rank's rows) -> forward and backward, in
 //   training.microbatches chunks -> the gradients' sync -> clip to the
-//   global norm -> lr from the schedule -> AdamW step -> metrics ->
-//   checkpoint every K steps
+//   global norm -> the batch's loss -> lr from the schedule -> AdamW step,
+//   unless the loss or the norm is not finite (train/nonfinite.h) ->
+//   metrics -> checkpoint every K steps
 //
 // The loop names no strategy: the parallelized model (Parallelized,
 // train/parallelize.h) does at each arrow what its layout needs (a

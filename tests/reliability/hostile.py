@@ -10,7 +10,7 @@ in time; the memory cases run under `prlimit --as` and must end with a
 message, not a kill.
 
   hostile.py BUILD_DIR SOURCE_DIR GROUP
-      GROUP: flags, files, launcher, ranks, lifetime, habits, hang
+      GROUP: flags, files, launcher, ranks, lifetime, habits, hang, train
 """
 import os
 import re
@@ -196,35 +196,6 @@ def group_files():
     Case("--batch 100000", [single, "--data", TEXT, "--batch", "100000"], prlimit=cap).run().expect(
         code=1, says=r"--batch 100000 .* needs about [0-9.]+ GiB, but only [0-9.]+ [GM]iB can be "
                      r"allocated \(RLIMIT_AS", within_s=15)
-    train = os.path.join(BUILD, "train", "spmd-train")
-    Case("spmd-train training.global_batch 100000",
-         [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
-          "--parallel.dp_shard=1", "--training.global_batch=100000"], prlimit=cap).run().expect(
-        code=1, says=r"the job needs [0-9.]+ [GT]iB per rank on 1 rank \(rank 0: .*activations "
-                     r"[0-9.]+ [GT]iB.*\); the limit is [0-9.]+ [GM]iB", within_s=15)
-    Case("spmd-train --config twice",
-         [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
-          "--config", os.path.join(SOURCE, "configs", "ddp.toml")]).run().expect(
-        code=1, says=r"--config given twice \(.*default.toml and another\)", within_s=5)
-    Case("spmd-train with no --config",
-         [train, "--training.steps=1", "--schedule.warmup_steps=1",
-          "--metrics.run_folder=" + os.path.join(tempfile.gettempdir(), "spmd_hostile_no_config")]
-         ).run().expect(code=0, says=r"no --config: training the built-in defaults", within_s=60)
-    done = os.path.join(tempfile.gettempdir(), f"spmd_hostile_done_{os.getpid()}")
-    finished = [train, "--training.steps=1", "--schedule.warmup_steps=1",
-                "--checkpoint.folder=" + done, "--metrics.run_folder=" + done + "_runs"]
-    Case("spmd-train to its last step", finished).run().expect(code=0, says=r"step\s+0")
-    Case("spmd-train resumed past training.steps", finished).run().expect(
-        code=0, says=r"resumed at step 1, and training.steps = 1: nothing left to train",
-        within_s=30)
-    shutil.rmtree(done, ignore_errors=True)
-    shutil.rmtree(done + "_runs", ignore_errors=True)
-    Case("spmd-train eval_every with no held-out batch",
-         [train, "--config", os.path.join(SOURCE, "configs", "default.toml"),
-          "--parallel.dp_shard=1", "--data.eval_fraction=0.0001", "--metrics.eval_every=1",
-          "--training.steps=2", "--schedule.warmup_steps=1"]).run().expect(
-        code=1, says=r"metrics.eval_every = 1 asks for held-out evals, but data.eval_fraction = "
-                     r"0.0001 holds out \d+ tokens, fewer than one eval batch", within_s=30)
     Case("--batch 100000 uncapped", [single, "--data", TEXT, "--batch", "100000"]).run().expect(
         code=1, says=r"needs about [0-9.]+ GiB, but only", within_s=15)
     tokenize = os.path.join(BUILD, "train", "spmd-tokenize")
@@ -613,9 +584,134 @@ def group_hang():
     shutil.rmtree(run, ignore_errors=True)
 
 
+# ---- spmd-train: values refused before any work, steps that go non-finite ----
+
+def group_train():
+    train = os.path.join(BUILD, "train", "spmd-train")
+    default = os.path.join(SOURCE, "configs", "default.toml")
+    cap = ["--as=4294967296"]  # 4 GiB of address space
+    late = [r"step\s+0\s+loss", "filesystem error"]  # refused before the first step, in its words
+    with tempfile.TemporaryDirectory() as d:
+        # The built-in defaults (the tiny GPT-2 on the embedded text), one step.
+        one = [train, "--metrics.run_folder=" + os.path.join(d, "runs"), "--training.steps=1",
+               "--schedule.warmup_steps=0"]
+
+        def refused(name, args, says, **kw):
+            Case(f"spmd-train {name}", one + args, **kw).run().expect(
+                code=1, says=says, not_says=late + ["cannot allocate"], within_s=15)
+
+        # Sizes the config implies: refused from the memory plan, before any allocation.
+        refused("model.seq_len 10^7", ["--model.seq_len=10000000"],
+                r"the job needs [0-9.]+ TiB per rank .*model.seq_len = 10000000 makes most of it",
+                prlimit=cap)
+        refused("model.vocab_size 10^9", ["--model.vocab_size=1000000000"],
+                r"the job needs [0-9.]+ TiB per rank .*model.vocab_size = 1000000000 makes most",
+                prlimit=cap)
+        refused("training.global_batch 100000",
+                ["--config", default, "--parallel.dp_shard=1", "--training.global_batch=100000"],
+                r"the job needs [0-9.]+ [GT]iB per rank on 1 rank \(rank 0: .*activations "
+                r"[0-9.]+ [GT]iB.*\); the limit is [0-9.]+ [GM]iB", prlimit=cap)
+        refused("training.threads 100000", ["--training.threads=100000"],
+                r"training.threads = 100000 is more than 1024")
+        cpus = len(os.sched_getaffinity(0))
+        refused(f"training.threads {cpus + 1}", [f"--training.threads={cpus + 1}"],
+                rf"training.threads = {cpus + 1} is more than the {cpus} CPUs this process may "
+                r"run on")
+        # Folders it cannot write: refused at start, naming the key.
+        afile = os.path.join(d, "afile")
+        open(afile, "w").close()
+        refused("checkpoint.folder a file", ["--checkpoint.folder=" + afile],
+                re.escape(f'checkpoint.folder = "{afile}" names a file, not a folder'))
+        refused("checkpoint.folder in /proc", ["--checkpoint.folder=/proc/spmd_hostile"],
+                r'checkpoint.folder = "/proc/spmd_hostile": cannot make the folder \(No such file')
+        refused("metrics.run_folder in /proc", ["--metrics.run_folder=/proc/spmd_hostile"],
+                r'metrics.run_folder = "/proc/spmd_hostile": cannot make the folder')
+        refused("metrics.run_folder under a file", ["--metrics.run_folder=" + afile + "/runs"],
+                re.escape(f'metrics.run_folder = "{afile}/runs" lies under {afile}, a file'))
+        # The command line.
+        refused("--config twice", ["--config", default, "--config", default],
+                r"--config given twice \(.*default.toml and another\)")
+        refused("--config ''", ["--config", ""], r'--config needs a file, got ""')
+        Case("spmd-train with no --config", one).run().expect(
+            code=0, says=r"no --config: training the built-in defaults \(the tiny GPT-2 on the "
+                         r"text embedded in the binary", within_s=60)
+        # A text shorter than a batch of sequences: the file, its tokens, those needed.
+        short = os.path.join(d, "short.txt")
+        with open(short, "w") as f:
+            f.write("abcdefghij")
+        refused("data.path too short", ["--data.path=" + short],
+                re.escape(f'data.path = "{short}" leaves 9 tokens to train on') +
+                r".* 0 windows of model.seq_len \+ 1 = 129 tokens: fewer than "
+                r"training.global_batch = 8 \(it needs at least 1025 tokens")
+        refused("metrics.eval_every with no held-out batch",
+                ["--data.eval_fraction=0.0001", "--metrics.eval_every=1"],
+                r"metrics.eval_every = 1 asks for held-out evals, but data.eval_fraction = "
+                r"0.0001 holds out \d+ tokens, fewer than one eval batch")
+        resume_cases(one, os.path.join(d, "ck"), late)
+        nonfinite_cases(one, train, default, d)
+
+
+def resume_cases(one, ck, late):
+    """A checkpoint's files, damaged by hand: refused naming the file."""
+    finished = one + ["--checkpoint.folder=" + ck]
+    Case("spmd-train to its last step", finished).run().expect(code=0, says=r"step\s+0")
+    Case("spmd-train resumed past training.steps", finished).run().expect(
+        code=0, says=r"resumed at step 1, and training.steps = 1: nothing left to train",
+        within_s=30)
+    more = one[:-2] + ["--training.steps=2", "--checkpoint.folder=" + ck]
+    state = os.path.join(ck, "step_00000001", "train_state.json")
+    with open(state) as f:
+        saved = f.read()
+    for text, says in [('{"step": ', r" is not a train state \(.*parse error"),
+                       ('{"step": -7, "samples_consumed": 8, "lr": 0.001}',
+                        r': "step" is -7: it must be a whole number, at least 0'),
+                       ('{"step": 2.5, "samples_consumed": 8, "lr": 0.001}',
+                        r': "step" is 2.5: it must be a whole number')]:
+        with open(state, "w") as f:
+            f.write(text)
+        Case(f"spmd-train resuming from train_state.json {text}", more).run().expect(
+            code=1, says=re.escape(state) + says, not_says=late, within_s=15)
+    with open(state, "w") as f:
+        f.write(saved)
+    with open(os.path.join(ck, "latest"), "w") as f:
+        f.write("step_00000009\n")
+    Case("spmd-train with latest naming no folder", more).run().expect(
+        code=1, says=re.escape(os.path.join(ck, "latest")) + r" names step_00000009, which is not "
+                                                            r"a folder in", within_s=15)
+
+
+def nonfinite_cases(one, train, default, d):
+    """optimizer.lr = 1e30: the second step's loss is NaN."""
+    nf = os.path.join(d, "nonfinite")
+    blow_up = ["--training.steps=6", "--optimizer.lr=1e30", "--checkpoint.folder=" + nf,
+               "--checkpoint.interval=1"]
+    c = Case("spmd-train optimizer.lr 1e30", one + blow_up).run()
+    c.expect(code=1, says=r"spmd-train: step 1: the loss is nan and the gradient norm nan; the "
+                          r"first non-finite tensor is the (gradient of|parameter) \S+ on rank 0 "
+                          r"\(element \d+ is nan\); the run stops before the optimizer step, and "
+                          r"the checkpoint \S+step_00000001 stays the last", within_s=30)
+    if sorted(os.listdir(nf)) != ["latest", "step_00000001"]:
+        c.fail(f"the checkpoint folder holds {sorted(os.listdir(nf))} after the stop at step 1")
+    shutil.rmtree(nf)
+    Case("spmd-train optimizer.lr 1e30, training.skip_nonfinite_steps 2",
+         one + blow_up + ["--training.skip_nonfinite_steps=2"]).run().expect(
+        code=1, says=[r"warning: step 1: the loss is nan .* the step is skipped, without an update "
+                      r"\(1 of training.skip_nonfinite_steps = 2\)", r"warning: step 2: ",
+                      r"spmd-train: step 3: .*\(training.skip_nonfinite_steps = 2: steps 1, 2 "
+                      r"skipped already\)"], within_s=30)
+    shutil.rmtree(nf)
+    # Two ranks under FSDP: both stop at the same step with the same words; none hangs.
+    Case("spmd-train optimizer.lr 1e30 on 2 ranks",
+         [SPMDRUN, "--standalone", "--nproc-per-node", "2", train, "--config", default,
+          "--metrics.run_folder=" + os.path.join(d, "runs2"), "--schedule.warmup_steps=0"] +
+         blow_up[:3],
+         limit_s=60).run().expect(
+        code=1, says=[rf"\[rank{r}\]: spmd-train: step 1: the loss is nan .* on rank 0" for r in (0, 1)],
+        within_s=60)
+
 {"flags": group_flags, "files": group_files, "launcher": group_launcher,
  "ranks": group_ranks, "lifetime": group_lifetime, "habits": group_habits,
- "hang": group_hang}[GROUP]()
+ "hang": group_hang, "train": group_train}[GROUP]()
 if FAILURES:
     print(f"\n{len(FAILURES)} case(s) failed:\n" + "\n".join(FAILURES))
     sys.exit(1)
