@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <thread>
 
 #include "runtime/env.h"
 #include "runtime/error.h"
@@ -197,18 +198,24 @@ void store_barrier(Store& store, const std::string& name, int rank, int world_si
     SPMD_THROW(TimeoutError, "barrier '", name, "': only ", arrived, " of ", world_size,
                " ranks arrived within ", timeout.count(), " ms; missing rank(s) ", missing);
   }
-  // world_size arrivals, but a slot taken twice leaves another empty: the
-  // claimant that found its slot taken writes why (it may still be on its way).
+  // Open means world_size arrivals, and each arrival claims its slot just
+  // after counting itself: in a moment every slot is claimed, unless one was
+  // claimed twice and so another stays empty, and the claimant that found
+  // its slot taken writes why.
   std::vector<std::string> slots;
   for (int r = 0; r < world_size; ++r) slots.push_back(str_cat(gen, "/rank", r));
-  if (store.check(slots)) return;
-  try {
-    store.wait({gen + "/twice"}, std::min<Store::Duration>(timeout, std::chrono::seconds(2)));
-    SPMD_THROW(InvalidArgument, store.get_string(gen + "/twice"));
-  } catch (const TimeoutError&) {
-    SPMD_THROW(InvalidArgument, "barrier '", name, "': ", world_size,
-               " processes arrived but not every rank of 0..", world_size - 1,
-               " did: two processes say they are the same rank");
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::min<Store::Duration>(timeout, std::chrono::seconds(5));
+  for (auto pause = std::chrono::milliseconds(1);;
+       pause = std::min(pause * 2, std::chrono::milliseconds(50))) {
+    if (store.check(slots)) return;
+    if (store.check({gen + "/twice"}))
+      SPMD_THROW(InvalidArgument, store.get_string(gen + "/twice"));
+    if (std::chrono::steady_clock::now() >= deadline)
+      SPMD_THROW(InvalidArgument, "barrier '", name, "': ", world_size,
+                 " processes arrived but not every rank of 0..", world_size - 1,
+                 " did: two processes say they are the same rank");
+    std::this_thread::sleep_for(pause);
   }
 }
 

@@ -41,14 +41,27 @@ void prepare_folder(const std::string& key, const std::string& path) {
              "\": cannot write into the folder (", std::strerror(errno), ")");
 }
 
-// What this rank alone can find wrong: its CPUs, its folders.
-void check_this_rank(const TrainConfig& config) {
+// What this rank alone can find wrong: its CPUs, its folders; rank 0 also
+// takes the folders' locks (one job writes a folder at a time).
+void check_this_rank(const TrainConfig& config, int rank, std::vector<FolderLock>& locks) {
   const int threads = config.training.threads, cpus = cpus_available();
   SPMD_CHECK(threads <= cpus, "training.threads = ", threads, " is more than the ", cpus,
              " CPUs this process may run on: threads beyond one per CPU only take turns, and "
              "every op waits for the slowest (0 lets OpenMP choose one per CPU)");
-  prepare_folder("checkpoint.folder", config.checkpoint.folder);
-  prepare_folder("metrics.run_folder", config.metrics.run_folder);
+  const std::pair<const char*, const std::string*> folders[] = {
+      {"checkpoint.folder", &config.checkpoint.folder},
+      {"metrics.run_folder", &config.metrics.run_folder}};
+  std::vector<fs::path> locked;
+  for (const auto& [key, path] : folders) {
+    prepare_folder(key, *path);
+    if (rank != 0 || path->empty()) continue;
+    std::error_code ec;
+    bool seen = false;
+    for (const fs::path& p : locked) seen = seen || fs::equivalent(p, *path, ec);
+    if (seen) continue;
+    locks.emplace_back(*path, key);
+    locked.emplace_back(*path);
+  }
 }
 
 // The text's bytes, or a BPE token file's tokens (data.tokenizer).
@@ -68,18 +81,20 @@ data::TextDataset read_dataset(const TrainConfig& c) {
 
 }  // namespace
 
-void check_run(const TrainConfig& config, dist::ProcessGroup& world) {
+std::vector<FolderLock> check_run(const TrainConfig& config, dist::ProcessGroup& world) {
   check_layout(config, world.size());
   SPMD_CHECK(config.optimizer.name == "adamw", "optimizer.name = \"", config.optimizer.name,
              "\": spmd-train steps with AdamW only");
   dist::check_same_text_on_every_rank(world, "the config", to_toml(config));
   std::string why;
+  std::vector<FolderLock> locks;
   try {
-    check_this_rank(config);
+    check_this_rank(config, world.rank(), locks);
   } catch (const Error& e) {
     why = e.what();
   }
   refuse_together(world, why);
+  return locks;
 }
 
 void refuse_together(dist::ProcessGroup& world, const std::string& why) {

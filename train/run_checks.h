@@ -6,7 +6,9 @@
 //   check_run     the layout against the world (check_layout), the same
 //                 config on every rank, AdamW; training.threads against
 //                 the CPUs this process may run on; checkpoint.folder and
-//                 metrics.run_folder made (if absent) and writable
+//                 metrics.run_folder made (if absent) and writable, and
+//                 locked by rank 0 for the run (runtime/folder_lock.h: a
+//                 second job pointed at them is refused, naming the holder)
 //   (the memory plan, train/memory_plan.h: the bytes the config implies
 //   against the machine's budget)
 //   load_dataset  the data read, and long enough for one global batch of
@@ -18,16 +20,20 @@
 // are loaded (train/train_checkpoint.h).
 #pragma once
 
+#include <vector>
+
 #include "autograd/data/text_dataset.h"
 #include "parallel/comm/process_group.h"
+#include "runtime/folder_lock.h"
 #include "train/config.h"
 
 namespace spmd::train {
 
 // Collective over `world`: every rank checks the same config. Makes
-// checkpoint.folder (when set) and metrics.run_folder. Throws
-// InvalidArgument naming the key.
-void check_run(const TrainConfig& config, dist::ProcessGroup& world);
+// checkpoint.folder (when set) and metrics.run_folder; rank 0 locks them
+// (one lock when they are the same folder), and the run keeps the returned
+// locks while it writes there. Throws InvalidArgument naming the key.
+std::vector<FolderLock> check_run(const TrainConfig& config, dist::ProcessGroup& world);
 
 // Throws on every rank the refusal of the first rank whose `why` is not
 // empty ("rank 1: ..." on the others); returns when every `why` is empty.

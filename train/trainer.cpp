@@ -152,7 +152,7 @@ TrainResult run_training(const TrainConfig& config,
   const int64_t run_started = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
-  check_run(config, *world);  // train/run_checks.h
+  const std::vector<FolderLock> locks = check_run(config, *world);  // train/run_checks.h
   if (t.threads > 0) set_num_threads(t.threads);
   const MemoryPlan plan = check_memory_plan(config, *world);  // before anything is built
 

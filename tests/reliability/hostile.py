@@ -465,6 +465,40 @@ def group_habits():
 
 def group_ranks():
     ddp = os.path.join(EX, "05_ddp")
+    # Two processes given the same rank: refused on both, naming both pids.
+    worker = os.path.join(BUILD, "tests", "launcher", "spmd_test_comm_worker")
+    Case("two processes say they are rank 0",
+         [SPMDRUN, "--standalone", "--nproc-per-node", "2", "/bin/sh", "-c",
+          f"RANK=0 exec {worker} --timeout-ms 10000"], limit_s=30).run().expect(
+        code=1, says=[r"\[rank0\]: FAILED: barrier 'spmd/init': two processes say they are rank 0 "
+                      r"of 2: pid \d+ on host \S+, and pid \d+ on host",
+                      r"\[rank1\]: FAILED: barrier 'spmd/init': two processes say they are rank 0"],
+        within_s=10)
+    # Two jobs pointed at one checkpoint folder: the second refused at start,
+    # naming the first (runtime/folder_lock.h).
+    train = os.path.join(BUILD, "train", "spmd-train")
+    d = tempfile.mkdtemp(prefix="spmd_lock_")
+    first = Case("a first job holding a checkpoint folder",
+                 [train, "--training.steps", "100000", "--checkpoint.folder",
+                  os.path.join(d, "ck"), "--metrics.run_folder", os.path.join(d, "run1")])
+    p = first.start(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock = os.path.join(d, "ck", ".spmd-lock")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (os.path.exists(lock) and os.path.getsize(lock)):
+        time.sleep(0.05)
+    Case("a second job into a held checkpoint folder",
+         [train, "--training.steps", "2", "--checkpoint.folder", os.path.join(d, "ck"),
+          "--metrics.run_folder", os.path.join(d, "run2")]).run().expect(
+        code=1, says=rf'checkpoint.folder = "{re.escape(os.path.join(d, "ck"))}" is in use by '
+                     rf"another job \(pid {p.pid} on host \S+ since .*spmd-train", within_s=10)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    first.finish(p.returncode, "")
+    # Its holder killed, the folder is free at once.
+    Case("the folder of a killed job",
+         [train, "--training.steps", "2", "--checkpoint.folder", os.path.join(d, "ck"),
+          "--metrics.run_folder", os.path.join(d, "run2")], limit_s=60).run().expect(code=0)
+    shutil.rmtree(d, ignore_errors=True)
     # Each rank adds its own --seed: the sampler's shards would overlap.
     script = f'exec {ddp} --data {TEXT} --steps 2 --batch 2 --seed $((RANK + 1))'
     Case("ranks with different --seed",

@@ -257,3 +257,16 @@ TEST_CASE("env: OMPI_COMM_WORLD_NODE_RANK is a rank on the node, not a node inde
   CHECK(e.local_rank == 1);
   CHECK(e.local_world_size == 2);
 }
+
+TEST_CASE("env: launched() is the test parse_launch_env makes", "[env]") {
+  // Alone: nothing of any launcher (OMP_NUM_THREADS and the like do not count).
+  CHECK_FALSE(launched(env_of({{"OMP_NUM_THREADS", "1"}, {"MASTER_PORT", "29500"}})));
+  CHECK(launched(env_of({{"RANK", "0"}})));
+  CHECK(launched(env_of({{"WORLD_SIZE", "2"}})));
+  CHECK(launched(env_of({{"OMPI_COMM_WORLD_RANK", "1"}})));  // mpirun, no RANK
+  CHECK(launched(env_of({{"SLURM_PROCID", "1"}})));          // srun, no RANK
+  // Each launched environment parses (or names what is missing); none is
+  // taken for a world of one.
+  CHECK_THROWS_WITH(parse_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}})),
+                    Catch::Contains("OMPI_COMM_WORLD_SIZE"));
+}
