@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -51,6 +52,23 @@ inline std::string text_file() {
   return path;
 }
 
+// The metrics folder of a test's runs: one per test binary's process, since
+// a run locks its folder (runtime/folder_lock.h) and ctest runs test
+// binaries side by side. Fixed before main, so the ranks a test forks share
+// it (their config must agree); removed when that process exits. The
+// one-process reference runs that the ranks make at once each get a folder
+// of their own under it (run_single_result).
+inline const std::string kRunFolder = [] {
+  static const pid_t maker = ::getpid();
+  std::atexit([] {
+    if (::getpid() == maker) {
+      std::error_code ec;
+      std::filesystem::remove_all("/tmp/spmd_test_trainer_runs_" + std::to_string(maker), ec);
+    }
+  });
+  return "/tmp/spmd_test_trainer_runs_" + std::to_string(maker);
+}();
+
 inline train::TrainConfig base(int64_t steps, const std::vector<std::string>& layout) {
   std::vector<std::string> o = {"model.preset=\"custom\"",
                                 "model.seq_len=16",
@@ -62,7 +80,7 @@ inline train::TrainConfig base(int64_t steps, const std::vector<std::string>& la
                                 "optimizer.lr=3e-3",
                                 "optimizer.eps=1e-4",
                                 "training.threads=1",
-                                "metrics.run_folder=\"/tmp/spmd_test_trainer_runs\"",
+                                "metrics.run_folder=\"" + kRunFolder + "\"",
                                 "data.path=\"" + text_file() + "\"",
                                 "training.steps=" + std::to_string(steps)};
   o.insert(o.end(), layout.begin(), layout.end());
@@ -70,7 +88,9 @@ inline train::TrainConfig base(int64_t steps, const std::vector<std::string>& la
 }
 
 // One process's run of c: its result (losses and gradient norms per step).
-inline train::TrainResult run_single_result(const train::TrainConfig& c) {
+inline train::TrainResult run_single_result(train::TrainConfig c) {
+  if (c.metrics.run_folder == kRunFolder)  // beside the ranks' own references
+    c.metrics.run_folder = kRunFolder + "/single_" + std::to_string(::getpid());
   dist::InitOptions init;
   init.store = std::make_shared<HashStore>();
   init.world_size = 1, init.rank = 0;

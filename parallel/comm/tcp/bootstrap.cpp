@@ -32,22 +32,24 @@ struct Hello {
   int32_t channel = 0;  // 0: collectives, 1: point-to-point
 };
 
-std::string interface_address(const char* ifname) {
+// The IPv4 address of interface `ifname`; an error naming the interfaces
+// that have one when it has none (or does not exist). `variable` is where
+// the name came from.
+std::string interface_address(const char* ifname, const char* variable) {
   ifaddrs* list = nullptr;
-  SPMD_CHECK(getifaddrs(&list) == 0, "SPMD_SOCKET_IFNAME: cannot list interfaces");
-  std::string found;
+  SPMD_CHECK(getifaddrs(&list) == 0, variable, ": cannot list interfaces");
+  std::string found, names;
   for (ifaddrs* a = list; a; a = a->ifa_next) {
-    if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && std::strcmp(a->ifa_name, ifname) == 0) {
-      char buf[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
-      found = buf;
-      break;
-    }
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+    names += str_cat(names.empty() ? "" : ", ", a->ifa_name, " (", buf, ")");
+    if (found.empty() && std::strcmp(a->ifa_name, ifname) == 0) found = buf;
   }
   freeifaddrs(list);
-  SPMD_CHECK(!found.empty(), "SPMD_SOCKET_IFNAME=", ifname,
-             ": no interface of that name has an "
-             "IPv4 address (see `ip addr`)");
+  SPMD_CHECK(!found.empty(), variable, "=", ifname,
+             ": no interface of that name has an IPv4 address; those that have one: ",
+             names.empty() ? std::string("none") : names);
   return found;
 }
 
@@ -148,8 +150,10 @@ void accept_up(int listen_fd, const std::string& group, int rank, int size,
 }  // namespace
 
 std::string advertised_address(const std::string& route_hint) {
-  if (const char* ifname = std::getenv("SPMD_SOCKET_IFNAME"); ifname && *ifname) {
-    return interface_address(ifname);
+  // spmd's name first, then Gloo's (torch.distributed's TCP backend reads it).
+  for (const char* variable : {"SPMD_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
+    if (const char* ifname = std::getenv(variable); ifname && *ifname)
+      return interface_address(ifname, variable);
   }
   if (!route_hint.empty()) {
     std::string ip = route_address(route_hint);

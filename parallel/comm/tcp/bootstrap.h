@@ -12,7 +12,9 @@
 // handshake into the listen backlog), so no order of ranks can deadlock.
 //
 // The address a rank publishes is, in order of preference: the IPv4 address
-// of the interface SPMD_SOCKET_IFNAME names (as GLOO_SOCKET_IFNAME); the
+// of the interface SPMD_SOCKET_IFNAME names, else GLOO_SOCKET_IFNAME (PyTorch's
+// spelling for its TCP backend; a name with no IPv4 address is an error
+// listing the interfaces that have one); the
 // address of the interface that routes to `route_hint` (the store's host,
 // usually MASTER_ADDR); else 127.0.0.1.
 #pragma once
