@@ -51,6 +51,15 @@ int member_of(const GroupProgress& group, int g) {
   return it == group.globals.end() ? -1 : int(it - group.globals.begin());
 }
 
+// Whether global rank g has published a progress record in any group.
+bool has_record(const JobProgress& job, int g) {
+  for (const GroupProgress& group : job.groups) {
+    const int k = member_of(group, g);
+    if (k >= 0 && group.ranks[k]) return true;
+  }
+  return false;
+}
+
 std::vector<RankView> view_ranks(const JobProgress& job, int world) {
   std::vector<RankView> views(world);
   for (int g = 0; g < world; ++g) {
@@ -149,12 +158,7 @@ std::string stuck_text(const JobProgress& job, const std::vector<RankView>& view
                       " (no heartbeat: its process is stopped or frozen)");
     if (oldest)
       text += str_cat(": ", wait_verb(waiters), " for it in ", collective_text(job, *oldest));
-    bool any_record = false;
-    for (const GroupProgress& group : job.groups) {
-      const int k = member_of(group, c);
-      any_record = any_record || (k >= 0 && group.ranks[k]);
-    }
-    if (!any_record) return text + "; it had published no progress record";
+    if (!has_record(job, c)) return text + "; it had published no progress record";
     return text + str_cat("; its last record shows it ",
                           v.in.p ? "inside " + collective_text(job, v.in) : "in its own code");
   }
@@ -279,11 +283,6 @@ std::string wavefront_report(const JobProgress& job, int64_t now_us, int dead_ra
                   waiting});
     } else {
       std::string state = "in its own code";
-      bool any_record = false;
-      for (const GroupProgress& group : job.groups) {
-        const int k = member_of(group, g);
-        any_record = any_record || (k >= 0 && group.ranks[k]);
-      }
       if (focus) {
         const GroupProgress& group = job.groups[focus->group];
         const int k = member_of(group, g);
@@ -292,7 +291,7 @@ std::string wavefront_report(const JobProgress& job, int64_t now_us, int dead_ra
                       ? "in its own code (no collective yet)"
                       : str_cat("in its own code (#0-#", group.ranks[k]->issued - 1, " done)");
       }
-      if (!any_record) state = "no progress record";
+      if (!has_record(job, g)) state = "no progress record";
       row.insert(row.end(), {"-", "-", "-", state, "-"});
     }
     if (g == dead_rank) row[5] = how + "; last record: " + row[5];

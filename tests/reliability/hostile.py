@@ -542,10 +542,10 @@ def worker_pid(marker, program, rank, limit_s=30):
     return None
 
 
-def stop_rank_when(case, program, rank, ready, limit_s, cwd=None):
+def stop_rank_when(case, program, rank, ready, limit_s, ends_within_s, cwd=None):
     """Runs the case (in `cwd`), SIGSTOPs `program`'s rank `rank` once the
-    output matches `ready`, and returns the seconds from the stop to the
-    job's end."""
+    output matches `ready`, and fails it unless the job ends within
+    `ends_within_s` of the stop."""
     with tempfile.TemporaryFile() as out:
         p = case.start(stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
         deadline = time.monotonic() + limit_s
@@ -567,8 +567,8 @@ def stop_rank_when(case, program, rank, ready, limit_s, cwd=None):
         case.finish(p.returncode, out.read().decode(errors="replace"))
     if stopped_at is None:
         case.fail(f"never saw /{ready}/ to stop rank {rank} at")
-        return 0.0
-    return ended - stopped_at
+    elif ended - stopped_at > ends_within_s:
+        case.fail(f"ended {ended - stopped_at:.1f} s after the stop, more than {ends_within_s} s")
 
 
 def group_hang():
@@ -583,38 +583,35 @@ def group_hang():
     c = Case("spmd-train fsdp, rank 1 stopped, --hang-timeout 3",
              [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--hang-timeout", "3", train,
               "--config", fsdp] + many)
-    took = stop_rank_when(c, "spmd-train", 1, r"step +3 ", 60, cwd=run)
+    stop_rank_when(c, "spmd-train", 1, r"step +3 ", 60, ends_within_s=3 + 5, cwd=run)
     c.expect(code=1, says=[r"spmdrun: hang: rank 1's process is stopped \(state T: SIGSTOP",
                            r"rank 0 waits for it in collective #\d+ of group world/split",
                            r"rank 1 \(pid \d+\) is stopped and cannot act on SIGTERM: SIGKILL"],
              not_says=[r"for \d{6,}\.\d s", r"every rank is inside"])
-    if took > 3 + 5:
-        c.fail(f"ended {took:.1f} s after the stop, more than --hang-timeout + 5 s")
     # No --hang-timeout: the collective's own timeout, whose message must not
     # say that the stopped rank never called what it may have called.
     c = Case("spmd-train ddp, rank 1 stopped, SPMD_PG_TIMEOUT_S=4",
              [SPMDRUN, "--standalone", "--nproc-per-node", "2", train, "--config", ddp] + many,
              env={"SPMD_PG_TIMEOUT_S": "4"})
-    took = stop_rank_when(c, "spmd-train", 1, r"step +3 ", 60, cwd=run)
+    stop_rank_when(c, "spmd-train", 1, r"step +3 ", 60, ends_within_s=4 + 5, cwd=run)
     c.expect(code=1, says=[r"timed out after 4000 ms",
                            r"stuck: rank 1 has been silent for \d+\.\d s \(no heartbeat: its "
                            r"process is stopped or frozen\)", r"whether it called #\d+ is unknown",
-                           r"is stopped and cannot act on SIGTERM: SIGKILL"],
+                           # ended at once, not after --stop-grace (the bound above): SIGKILL
+                           # for a worker seen stopped, or the kernel ending a stopped process
+                           # at a fatal SIGTERM when it has no handler
+                           r"the others +: rank 1 was killed by signal (9 \(SIGKILL\)|15 \(SIGTERM\))"],
              not_says=[r"has not called", r"desync:"])
-    if took > 4 + 5:
-        c.fail(f"ended {took:.1f} s after the stop, more than the timeout + 5 s")
     # spmd-bench in the world group, a queue of collectives deeper than the
     # ledger keeps: true durations, the stopped rank in the headline.
     c = Case("spmd-bench all_reduce, rank 1 stopped, --hang-timeout 3",
              [SPMDRUN, "--standalone", "--nproc-per-node", "2", "--hang-timeout", "3", BENCH,
               "all_reduce", "-b", "1M", "-e", "1M", "-n", "1000000", "-w", "1"])
-    took = stop_rank_when(c, "spmd-bench", 1, r"nThread|#", 30)
+    stop_rank_when(c, "spmd-bench", 1, r"nThread|#", 30, ends_within_s=3 + 5)
     c.expect(code=1, says=[r"spmdrun: hang: rank 1's process is stopped \(state T",
                            r"rank 0 waits for it in collective #\d+ of group world",
                            r"in the collective for \d\.\d s"],
              not_says=[r"for \d{4,}\.\d s", r"every rank is inside"])
-    if took > 3 + 5:
-        c.fail(f"ended {took:.1f} s after the stop, more than --hang-timeout + 5 s")
     shutil.rmtree(run, ignore_errors=True)
 
 
