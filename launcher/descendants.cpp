@@ -70,6 +70,15 @@ std::vector<ProcessInfo> end_group(pid_t pgid) {
   std::vector<ProcessInfo> left =
       processes_where([&](const ProcessInfo& p) { return p.pgrp == pgid && p.state != 'Z'; });
   ::kill(-pgid, SIGKILL);  // whatever the scan saw: one forked since is in the group too
+  // SIGKILL lands a moment later. Wait (a second at most) until each is a
+  // zombie or gone, so that a look at this process's adopted children just
+  // after does not find them running and count them twice.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  for (const ProcessInfo& p : left) {
+    ProcessInfo now;
+    while (read_stat(p.pid, &now) && now.state != 'Z' && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return left;
 }
 

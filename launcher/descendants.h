@@ -35,8 +35,8 @@ struct ProcessInfo {
 // kernel refuses.
 bool become_subreaper();
 
-// Kills (SIGKILL) what is left of the process group `pgid` and returns the
-// processes that were still running in it.
+// Kills (SIGKILL) what is left of the process group `pgid`, waits (a second
+// at most) until those it saw are dead, and returns them.
 std::vector<ProcessInfo> end_group(pid_t pgid);
 
 // Reaps the adopted children that have exited, leaving alone those for which
