@@ -38,7 +38,7 @@ CausalSelfAttention::CausalSelfAttention(const AttentionOptions& opts, Generator
   }
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+CausalSelfAttention::Projected CausalSelfAttention::project(const Tensor& x) {
   SPMD_CHECK(x.ndim() == 3 && x.size(2) == options.d_model, "CausalSelfAttention: expected x ",
              "(B, T, ", options.d_model, "), got ", x.shape());
   const int64_t B = x.size(0), T = x.size(1);
@@ -58,9 +58,21 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     q = (*wq)(x), k = (*wk)(x), v = (*wv)(x);
     H = q.size(-1) / head_dim, Hkv = k.size(-1) / head_dim;
   }
-  q = view(q, {B, T, H, head_dim});
-  k = view(k, {B, T, Hkv, head_dim});
-  v = view(v, {B, T, Hkv, head_dim});
+  return {view(q, {B, T, H, head_dim}), view(k, {B, T, Hkv, head_dim}),
+          view(v, {B, T, Hkv, head_dim})};
+}
+
+Tensor CausalSelfAttention::rotate(const Tensor& x, int64_t start) const {
+  if (!options.rope) return x;
+  const int64_t T = x.size(1);
+  SPMD_CHECK(start >= 0 && start + T <= options.max_seq_len, "CausalSelfAttention: positions ",
+             start, " .. ", start + T - 1, " exceed max_seq_len ", options.max_seq_len);
+  return rope(x, narrow(rope_cos_, 0, start, T), narrow(rope_sin_, 0, start, T));
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  auto [q, k, v] = project(x);
+  const int64_t B = x.size(0), T = x.size(1), H = q.size(2);
   if (options.rope) {
     SPMD_CHECK(T <= options.max_seq_len, "CausalSelfAttention: sequence of ", T,
                " exceeds max_seq_len ", options.max_seq_len);
@@ -71,8 +83,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   }
   // (B, T, H, D) -> (B, H, T, D): views, no copies.
   Tensor y = attention_fn ? attention_fn(transpose(q, 1, 2), transpose(k, 1, 2), transpose(v, 1, 2))
-                         : scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
-                                                        transpose(v, 1, 2), /*causal=*/true);
+                          : scaled_dot_product_attention(transpose(q, 1, 2), transpose(k, 1, 2),
+                                                         transpose(v, 1, 2), /*causal=*/true);
   y = reshape(transpose(y, 1, 2), {B, T, H * head_dim});  // heads side by side again
   return (*wo)(y);
 }

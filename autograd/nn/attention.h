@@ -33,6 +33,17 @@ class CausalSelfAttention : public Module {
   explicit CausalSelfAttention(const AttentionOptions& options, Generator* gen = nullptr);
   // x (B, T, C) -> (B, T, C)
   Tensor forward(const Tensor& x) override;
+
+  // The first half of forward: x (B, T, C) projected to q (B, T, H, D) and
+  // k, v (B, T, Hkv, D), not yet rotated. Generation (nn/generate.h) calls
+  // it, then rotate, and attends over its cache of earlier keys and values.
+  struct Projected {
+    Tensor q, k, v;
+  };
+  Projected project(const Tensor& x);
+  // x (B, T, heads, D) rotated for positions start .. start + T - 1 (the
+  // identity without RoPE). REQUIRES: start + T <= max_seq_len (checked).
+  Tensor rotate(const Tensor& x, int64_t start) const;
   std::string type_name() const override { return "CausalSelfAttention"; }
 
   const AttentionOptions options;
