@@ -1,0 +1,36 @@
+// Loading the trained model whole: from a checkpoint of any layout, or from
+// an exported file.
+#include "train/trained_model.h"
+
+#include "autograd/optim/adamw.h"
+#include "train/train_checkpoint.h"
+
+namespace spmd::train {
+
+TrainedModel load_trained_model(const TrainConfig& config, const std::string& model_file) {
+  TrainedModel out;
+  out.model =
+      std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
+  if (!model_file.empty()) {
+    try {
+      out.model->load(model_file);  // strict: every tensor, each with its shape
+    } catch (const std::exception& e) {
+      SPMD_THROW(InvalidArgument, model_file, " does not hold the model of the config: ", e.what());
+    }
+    out.step = -1, out.source = model_file;
+    return out;
+  }
+  SPMD_CHECK(!config.checkpoint.folder.empty(), "set checkpoint.folder to the run's folder ",
+             "(or name an exported model file)");
+  // The optimizer's state is read too (a checkpoint holds both), then dropped.
+  optim::AdamW opt(out.model->parameters(), {});
+  LoadCheck check{{}, false};
+  for (const auto& [name, p] : out.model->named_parameters()) check.whole_model.push_back(name);
+  const auto state = load_latest_checkpoint(config.checkpoint.folder, out.model->named_parameters(),
+                                            opt, nullptr, check);
+  SPMD_CHECK(state.has_value(), config.checkpoint.folder, " holds no checkpoint (no latest)");
+  out.step = state->step, out.source = config.checkpoint.folder;
+  return out;
+}
+
+}  // namespace spmd::train
