@@ -125,6 +125,31 @@ void finish_async(AsyncCheckpointer* async, double stall_ms, MetricsLog& log) {
     log.write_checkpoint(done->step - 1, stall_ms, done->bytes, done->write_ms);
 }
 
+// x with `digits` decimals.
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+// The run's last lines: what it did and where its files are.
+std::string run_summary(const TrainConfig& config, const TrainResult& r,
+                        std::optional<double> val_loss, double seconds) {
+  const int64_t steps = int64_t(r.losses.size());
+  if (steps == 0) return "";
+  const double tokens = double(steps) * double(config.training.global_batch) *
+                        double(config.model.seq_len);
+  std::string out = str_cat("done: ", steps, " steps (", r.first_step, " .. ",
+                            r.first_step + steps - 1, ") in ", fixed(seconds, 1), " s, ",
+                            fixed(seconds > 0 ? tokens / seconds : 0, 0),
+                            " tokens/s; last train loss ", fixed(r.losses.back(), 4));
+  if (val_loss) out += str_cat(", val loss ", fixed(*val_loss, 4));
+  out += str_cat("\n  metrics:    ", config.metrics.run_folder, "/metrics_rank*.jsonl\n");
+  if (!config.checkpoint.folder.empty())
+    out += str_cat("  checkpoint: ", config.checkpoint.folder, "\n");
+  return out;
+}
+
 }  // namespace
 
 dist::CommBackend comm_backend(const TrainConfig& config) {
@@ -184,6 +209,8 @@ TrainResult run_training(const TrainConfig& config,
   const std::unique_ptr<AsyncCheckpointer> async =
       ck.async ? std::make_unique<AsyncCheckpointer>() : nullptr;
   double stall_ms = 0;
+  std::optional<double> last_val;  // the summary's
+  const auto loop_started = std::chrono::steady_clock::now();
   for (int64_t step = result.first_step; step < last; ++step) {
     log.begin_step(par.comm_groups());
     manual_seed(t.seed * 1000003 + uint64_t(step));  // dropout: the same masks after a resume
@@ -203,7 +230,7 @@ TrainResult run_training(const TrainConfig& config,
     result.losses.push_back(loss);
     result.grad_norms.push_back(grad_norm);
     StepMetrics m = log.end_step(step, loss, grad_norm, lr, par.comm_groups());
-    if (ends_period(step, config.metrics.eval_every)) m.val_loss = par.val_loss(dataset, T, device);
+    if (ends_period(step, config.metrics.eval_every)) last_val = m.val_loss = par.val_loss(dataset, T, device);
     log.write(m);  // before a save: once the step is saved, it is logged
     if (!ck.folder.empty() && (ends_period(step, ck.interval) || step + 1 == t.steps)) {
       save(ck, step, lr, run_started, par, loader, *world, log, async.get(), &stall_ms);
@@ -213,8 +240,12 @@ TrainResult run_training(const TrainConfig& config,
   finish_async(async.get(), stall_ms, log);  // the run ends once its last save is whole
   const uint64_t peak = device.is_cuda() ? cuda::max_memory_allocated(device.index)
                                          : cpu::host_memory_stats().peak_allocated;
-  if (world->rank() == 0)
+  if (world->rank() == 0) {
     std::printf("%s", measured_beside_plan(plan, peak, peak_resident_bytes()).c_str());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - loop_started).count();
+    std::printf("%s", run_summary(config, result, last_val, seconds).c_str());
+  }
   return result;
 }
 
