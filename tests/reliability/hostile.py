@@ -639,7 +639,8 @@ def group_train():
                 r"the job needs [0-9.]+ TiB per rank .*model.vocab_size = 1000000000 makes most",
                 prlimit=cap)
         refused("training.global_batch 100000",
-                ["--config", default, "--parallel.dp_shard=1", "--training.global_batch=100000"],
+                ["--config", default, "--parallel.dp_shard=1", "--training.global_batch=100000",
+                 "--checkpoint.folder=" + os.path.join(d, "ck")],
                 r"the job needs [0-9.]+ [GT]iB per rank on 1 rank \(rank 0: .*activations "
                 r"[0-9.]+ [GT]iB.*\); the limit is [0-9.]+ [GM]iB", prlimit=cap)
         refused("training.threads 100000", ["--training.threads=100000"],
