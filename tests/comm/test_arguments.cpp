@@ -3,10 +3,14 @@
 // contract (a bounded wait that gives up while the op goes on). These run in
 // this process: a group of one, or two ranks as threads over a HashStore.
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "harness.h"
 #include "parallel/comm/host/host_process_group.h"
+#include "parallel/comm/tcp/bootstrap.h"
 #include "runtime/hash_store.h"
 #include "tensor/factory.h"
 #include "tensor/views.h"
@@ -71,4 +75,40 @@ TEST_CASE("Work::wait(timeout) gives up while the collective goes on", "[comm]")
   CHECK(w0.description() == "all_reduce #0 in group world");
   g0->shutdown();
   g1->shutdown();
+}
+
+// The address a rank publishes for its peers (parallel/comm/tcp/bootstrap.h):
+// the interface SPMD_SOCKET_IFNAME names, else GLOO_SOCKET_IFNAME's; a name
+// with no IPv4 address is an error that lists the interfaces that have one.
+TEST_CASE("SPMD_SOCKET_IFNAME and GLOO_SOCKET_IFNAME choose the address a rank publishes",
+          "[bootstrap]") {
+  struct Env {  // sets a variable for the case, and puts the old value back
+    std::string name;
+    std::optional<std::string> old;
+    Env(std::string n, const char* value) : name(std::move(n)) {
+      if (const char* v = std::getenv(name.c_str())) old = v;
+      value ? ::setenv(name.c_str(), value, 1) : ::unsetenv(name.c_str());
+    }
+    ~Env() { old ? ::setenv(name.c_str(), old->c_str(), 1) : ::unsetenv(name.c_str()); }
+  };
+  {
+    Env spmd("SPMD_SOCKET_IFNAME", "lo"), gloo("GLOO_SOCKET_IFNAME", "nosuch0");
+    CHECK(dist::tcp::advertised_address("localhost") == "127.0.0.1");  // spmd's name first
+  }
+  {
+    Env spmd("SPMD_SOCKET_IFNAME", nullptr), gloo("GLOO_SOCKET_IFNAME", "lo");
+    CHECK(dist::tcp::advertised_address("") == "127.0.0.1");
+  }
+  {
+    Env spmd("SPMD_SOCKET_IFNAME", "nosuch0"), gloo("GLOO_SOCKET_IFNAME", nullptr);
+    CHECK_THROWS_WITH(dist::tcp::advertised_address("localhost"),
+                      Catch::Contains("SPMD_SOCKET_IFNAME=nosuch0: no interface of that name has "
+                                      "an IPv4 address; those that have one: ") &&
+                          Catch::Contains("lo (127.0.0.1)"));
+  }
+  {
+    Env spmd("SPMD_SOCKET_IFNAME", nullptr), gloo("GLOO_SOCKET_IFNAME", "nosuch1");
+    CHECK_THROWS_WITH(dist::tcp::advertised_address(""),
+                      Catch::Contains("GLOO_SOCKET_IFNAME=nosuch1: no interface"));
+  }
 }
