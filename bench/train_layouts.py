@@ -15,6 +15,7 @@ and then with checkpoint.async = true; the medians (over the saves after
 the first) of the synchronous save's time and of the asynchronous one's
 stall (the staging copy; its line also gives the writer's time), and the
 bytes per rank, beside `dd` writing the same bytes to the same filesystem,
+one dd per rank at once as the ranks write,
 with and without conv=fdatasync (the checkpoint syncs every file it
 writes, runtime/durable_file.h: the synced dd is its peer).
 
@@ -131,19 +132,26 @@ def main():
           f"{mib / sync_ms * 1e3:.0f} MiB/s (all ranks at once)")
     print(f"checkpoint.async = true: the step stalls {stall_ms:.1f} ms ({stall_ms / sync_ms:.1%} of "
           f"the synchronous save; median of {n_async}), the writer takes {write_ms:.0f} ms")
+    # dd as the ranks write: `world` files of the same bytes at once, one dd
+    # each, into one folder of the same filesystem; the rate is one file's
+    # bytes over the slowest dd's time, as the save's is rank 0's bytes over
+    # its time.
     folder = os.path.join(tmp, "dd")
     os.makedirs(folder)
+    count = max(1, nbytes // 2**20)
     for sync in ("", "conv=fdatasync"):
-        target = os.path.join(folder, "dd.bin")
-        out = subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=1M",
-                              f"count={max(1, nbytes // 2**20)}"] + ([sync] if sync else []),
-                             capture_output=True, text=True)
-        m = re.search(r"copied, ([0-9.]+) s, ", out.stderr)
-        dd_s = float(m.group(1)) if m else float("nan")
-        rate = max(1, nbytes // 2**20) / dd_s
-        print(f"dd {sync or '(page cache)'}: {rate:.0f} MiB/s; the synchronous save is "
-              f"{mib / sync_ms * 1e3 / rate:.0%} of it")
-        os.remove(target)
+        procs = [subprocess.Popen(["dd", "if=/dev/zero", f"of={os.path.join(folder, f'dd{r}.bin')}",
+                                   "bs=1M", f"count={count}"] + ([sync] if sync else []),
+                                  stderr=subprocess.PIPE, text=True) for r in range(args.world)]
+        times = []
+        for p in procs:
+            m = re.search(r"copied, ([0-9.]+) s, ", p.communicate(timeout=600)[1])
+            times.append(float(m.group(1)) if m else float("nan"))
+        rate = count / max(times)
+        print(f"dd {sync or '(page cache)'}, {args.world} at once: {rate:.0f} MiB/s each; the "
+              f"synchronous save is {mib / sync_ms * 1e3 / rate:.0%} of it")
+        for r in range(args.world):
+            os.remove(os.path.join(folder, f"dd{r}.bin"))
     shutil.rmtree(tmp)
 
 

@@ -59,6 +59,10 @@ void save_checkpoint(const std::string& folder, const TrainState& state, const N
                      const optim::Optimizer& optimizer, dist::ProcessGroup& world, int64_t keep,
                      const dist::DeviceMesh* replicas = nullptr);
 
+// Waits until the step folders the last prune removed are deleted (a
+// thread of their own deletes them, after renaming them "<name>.pruned").
+void finish_pruning();
+
 // The two halves of a save, apart for an asynchronous one
 // (async_checkpoint.h). checkpoint_state: the tensors a checkpoint holds, as
 // views with their layouts (the parameters, and the optimizer's moments

@@ -137,12 +137,12 @@ std::string run_summary(const TrainConfig& config, const TrainResult& r,
                         std::optional<double> val_loss, double seconds) {
   const int64_t steps = int64_t(r.losses.size());
   if (steps == 0) return "";
-  const double tokens = double(steps) * double(config.training.global_batch) *
-                        double(config.model.seq_len);
-  std::string out = str_cat("done: ", steps, " steps (", r.first_step, " .. ",
-                            r.first_step + steps - 1, ") in ", fixed(seconds, 1), " s, ",
-                            fixed(seconds > 0 ? tokens / seconds : 0, 0),
-                            " tokens/s; last train loss ", fixed(r.losses.back(), 4));
+  const double tokens =
+      double(steps) * double(config.training.global_batch) * double(config.model.seq_len);
+  std::string out =
+      str_cat("done: ", steps, " steps (", r.first_step, " .. ", r.first_step + steps - 1, ") in ",
+              fixed(seconds, 1), " s, ", fixed(seconds > 0 ? tokens / seconds : 0, 0),
+              " tokens/s; last train loss ", fixed(r.losses.back(), 4));
   if (val_loss) out += str_cat(", val loss ", fixed(*val_loss, 4));
   out += str_cat("\n  metrics:    ", config.metrics.run_folder, "/metrics_rank*.jsonl\n");
   if (!config.checkpoint.folder.empty())
@@ -230,7 +230,8 @@ TrainResult run_training(const TrainConfig& config,
     result.losses.push_back(loss);
     result.grad_norms.push_back(grad_norm);
     StepMetrics m = log.end_step(step, loss, grad_norm, lr, par.comm_groups());
-    if (ends_period(step, config.metrics.eval_every)) last_val = m.val_loss = par.val_loss(dataset, T, device);
+    if (ends_period(step, config.metrics.eval_every))
+      last_val = m.val_loss = par.val_loss(dataset, T, device);
     log.write(m);  // before a save: once the step is saved, it is logged
     if (!ck.folder.empty() && (ends_period(step, ck.interval) || step + 1 == t.steps)) {
       save(ck, step, lr, run_started, par, loader, *world, log, async.get(), &stall_ms);
@@ -238,6 +239,7 @@ TrainResult run_training(const TrainConfig& config,
     }
   }
   finish_async(async.get(), stall_ms, log);  // the run ends once its last save is whole
+  finish_pruning();                          // and the saves it pruned are deleted
   const uint64_t peak = device.is_cuda() ? cuda::max_memory_allocated(device.index)
                                          : cpu::host_memory_stats().peak_allocated;
   if (world->rank() == 0) {
