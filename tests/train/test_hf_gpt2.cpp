@@ -1,8 +1,10 @@
 // Hugging Face's GPT-2 layout, out and in (train/hf_gpt2.h): a checkpoint
 // exported to the folder and read back is the same model to the bit (tied
-// and untied heads); a run that starts from the folder under FSDP, TP, PP,
-// DDP and FSDP x TP matches one process started from it, whose first loss is the loss of
-// the folder's model on the first batch, computed here by hand; and each
+// and untied heads), also under the original release's names, with the
+// mask buffers older files hold and a tensor in f64; a run that starts from the folder under FSDP,
+// TP, PP, DDP and FSDP x TP matches one process started from it, whose first loss is the loss of
+// the folder's model on the first batch, computed here by hand; a run
+// that resumes ignores init_from; and each
 // bad input (a tensor missing, of another shape or unknown, a config.json
 // that disagrees, a model that is not GPT-2's) is refused naming it.
 // tests/train/hf_layout.py checks the file's names, shapes and orientation
@@ -105,6 +107,43 @@ TEST_CASE("a checkpoint exported to the HF folder reads back bit for bit", "[hf]
       CHECK(ops::to_vector<float>(got[i].second) == ops::to_vector<float>(want[i].second));
     }
   }
+  fs::remove_all(kRoot);
+}
+
+TEST_CASE("the original release's names, mask buffers and other float dtypes read too", "[hf]") {
+  const TrainConfig c = exported("release");
+  const std::string dir = kRoot + "/release_hf";
+  // GPT2Model's names (no "transformer."), the causal-mask buffers older
+  // transformers saved, and wpe in f64 (whose f32 values convert exactly).
+  edit_weights(dir, [](TensorMap& t) {
+    TensorMap bare;
+    for (const auto& [name, v] : t) bare[name.substr(std::string("transformer.").size())] = v;
+    bare["wpe.weight"] = ops::to(bare.at("wpe.weight"), DType::kF64);
+    bare["h.0.attn.bias"] = ops::ones(Shape{1, 1, 16, 16});
+    bare["h.1.attn.masked_bias"] = ops::ones(Shape{});
+    t = bare;
+  });
+  const NamedTensors want = whole_parameters(c, c.checkpoint.folder);
+  const NamedTensors got = read_back(c, dir)->named_parameters();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO(want[i].first);
+    CHECK(ops::to_vector<float>(got[i].second) == ops::to_vector<float>(want[i].second));
+  }
+  fs::remove_all(kRoot);
+}
+
+TEST_CASE("a run that resumes ignores init_from", "[hf]") {
+  exported("resume");
+  const std::string ck = kRoot + "/resume_run", plain = kRoot + "/resume_plain";
+  const std::string from = "model.init_from=\"hf:" + kRoot + "/resume_hf\"";
+  run_single_result(base(2, {from, "checkpoint.folder=\"" + ck + "\""}));
+  fs::copy(ck, plain, fs::copy_options::recursive);
+  const TrainResult a = run_single_result(base(3, {from, "checkpoint.folder=\"" + ck + "\""}));
+  const TrainResult b = run_single_result(base(3, {"checkpoint.folder=\"" + plain + "\""}));
+  CHECK(a.first_step == 2);
+  REQUIRE(a.losses.size() == 1);
+  CHECK(a.losses == b.losses);
   fs::remove_all(kRoot);
 }
 
