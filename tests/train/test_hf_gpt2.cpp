@@ -1,12 +1,16 @@
-// Hugging Face's GPT-2 layout, out and in (train/hf_gpt2.h): a checkpoint
-// exported to the folder and read back is the same model to the bit (tied
-// and untied heads), also under the original release's names, with the
-// mask buffers older files hold and a tensor in f64; a run that starts from the folder under FSDP,
-// TP, PP, DDP and FSDP x TP matches one process started from it, whose first loss is the loss of
-// the folder's model on the first batch, computed here by hand; a run
-// that resumes ignores init_from; and each
-// bad input (a tensor missing, of another shape or unknown, a config.json
-// that disagrees, a model that is not GPT-2's) is refused naming it.
+// Hugging Face's GPT-2 layout, out and in (train/hf_gpt2.h):
+//
+// - a checkpoint exported to the folder and read back is the same model to
+//   the bit (tied and untied heads), also under the original release's
+//   names, beside the mask buffers older files hold, with a tensor in f64;
+// - a run started from the folder under FSDP, TP, PP, DDP and FSDP x TP
+//   matches one process started from it, whose first loss is the folder's
+//   model's loss on the first batch, computed here by hand; a run that
+//   resumes ignores init_from;
+// - each bad input (a tensor missing, of another shape or unknown, a
+//   config.json that disagrees, a model that is not GPT-2's) is refused
+//   naming it.
+//
 // tests/train/hf_layout.py checks the file's names, shapes and orientation
 // independently, with Python's standard library alone.
 #include <unistd.h>
