@@ -4,7 +4,10 @@
 # ways, and tests/train/hf_layout.py, with Python's standard library alone,
 # finds GPT2LMHeadModel's names and shapes, config.json's keys, and every
 # value of the spmd export, the Conv1D weights transposed. Then the
-# binary's refusals: a Llama-shaped config and an unknown --format.
+# binary's refusals: a Llama-shaped config and an unknown --format. Last,
+# tests/train/hf_forward.py, GPT2LMHeadModel's forward in numpy, gives
+# spmd's logits (--with-logits) to 1e-4; without numpy the test exits 77
+# (ctest: skipped) after the checks before it.
 #
 # usage: test_hf_export.sh SPMDRUN SPMD_TRAIN
 set -uo pipefail
@@ -23,7 +26,7 @@ check() {  # name, extra flags...
   shift
   "$train" export "${model[@]}" "$@" --out "$tmp/$name.safetensors" >"$tmp/export.log" 2>&1 \
     || fail "export failed: $(cat "$tmp/export.log")"
-  "$train" export "${model[@]}" "$@" --format hf --out "$tmp/${name}_hf" >"$tmp/export.log" 2>&1 \
+  "$train" export "${model[@]}" "$@" --format hf --out "$tmp/${name}_hf" --with-logits >"$tmp/export.log" 2>&1 \
     || fail "export --format hf failed: $(cat "$tmp/export.log")"
   grep -q "exported step 2 of .* in Hugging Face's GPT-2 layout" "$tmp/export.log" \
     || fail "export --format hf: $(cat "$tmp/export.log")"
@@ -46,4 +49,11 @@ grep -q 'export --format hf: model.shape = "llama" has no Hugging Face GPT-2 lay
 out=$("$train" export "${model[@]}" --checkpoint.folder="$tmp/ck" --format onnx --out x 2>&1) \
   && fail "--format onnx accepted"
 grep -q "\-\-format must be spmd .* or hf .*, got 'onnx'" <<<"$out" || fail "onnx refused with: $out"
+
+for name in fsdp untied; do
+  "$python" "$here/hf_forward.py" "$tmp/${name}_hf"
+  rc=$?
+  [ $rc = 77 ] && { echo "SKIPPED: the numpy forward (no numpy for $python)"; exit 77; }
+  [ $rc = 0 ] || fail "$name: the numpy forward differs from spmd's logits"
+done
 echo OK
