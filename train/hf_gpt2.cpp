@@ -60,9 +60,9 @@ const ModuleName* find_module(const ModuleName (&table)[N], const std::string& n
   return nullptr;
 }
 
-// The transformers names of `path`'s GPT-2 config, read and checked against
-// the model config: the five sizes must be equal, and what GPT-2 lets a
-// config change (activation, epsilon, tying, the MLP's width) must be ours.
+// The config.json at `path`, read and checked against the model config: the
+// five sizes must be equal, and what GPT-2 lets a config change
+// (activation, epsilon, tying, the MLP's width) must be what this model does.
 void check_config_json(const std::string& path, const ModelConfig& m) {
   std::ifstream in(path);
   SPMD_CHECK(in.good(), "model.init_from: ", path, " is missing (a Hugging Face GPT-2 folder ",

@@ -67,14 +67,18 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // Fills `params` (this rank's tensors, under the model's names: the whole
 // model's, one stage's, or pieces with placements) in place from the folder
-// `dir`, each piece reading only its own box of the file. Checked first,
-// against the model config and `whole_model` (every parameter of the whole
-// model, its whole shape: the model built on the meta device): config.json's
-// n_embd, n_layer, n_head, vocab_size, n_positions (the key, the file's and
-// the config's values), its activation and tying; then the file's tensors:
-// a missing one, one of another shape (the name, the shape expected and the
-// one found) and one the model has no place for are named. No
-// communication.
+// `dir`, each piece reading only its own box of the file, converted to the
+// piece's dtype (an f16 or bf16 file loads into f32 parameters). Checked
+// first, against the model config and `whole_model` (every parameter of the
+// whole model, its whole shape: the model built on the meta device):
+// config.json's n_embd, n_layer, n_head, vocab_size, n_positions (the key,
+// the file's and the config's values), its activation, epsilon and tying;
+// then the file's tensors: a missing one, one of another shape (the name,
+// the shape expected and the one found) and one the model has no place for
+// are named, all in one InvalidArgument. The causal-mask buffers older
+// transformers versions saved (h.{i}.attn.bias, h.{i}.attn.masked_bias) are
+// skipped, and the original release's names without "transformer." are read
+// as well. No communication.
 void load_hf_gpt2(const std::string& dir, const ModelConfig& m, const NamedTensors& whole_model,
                   const NamedTensors& params);
 
