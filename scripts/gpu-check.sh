@@ -18,7 +18,12 @@
 #                                     device copy, GEMM against raw cuBLAS, fused
 #                                     against composed attention); 3. the GPT-2 124M
 #                                     training step (B 8, T 1024, bf16 autocast) of
-#                                     spmd and of PyTorch eager on the same GPU
+#                                     spmd and of PyTorch eager on the same GPU;
+#                                     and the hf_transformers row: spmd-train's
+#                                     export --format hf loaded by transformers'
+#                                     GPT2LMHeadModel, its logits against spmd's
+#                                     to 1e-4 (tests/train/test_hf_transformers.sh;
+#                                     "skipped" where Python has no transformers)
 #   scripts/gpu-check.sh              both, one after the other
 # `--no-bench` (with run, or alone) skips 2 and 3. Each row of the table is
 # printed as it finishes. A test's outcome is its exit code: 0 passed, 77
@@ -73,7 +78,7 @@ fi
 tests=(test_gpu_ops test_gpu_runtime test_attention test_autograd_nn test_comm_nccl test_ddp_equivalence
        test_tp_equivalence test_pp_equivalence test_fsdp_equivalence test_expert_parallel
        test_trainer)
-targets=("${tests[@]}")
+targets=("${tests[@]}" spmd-train spmdrun)  # the last two for the hf_transformers row
 [ $bench = 1 ] && targets+=(spmd-bench-gpu-kernels spmd-bench-train)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
@@ -116,6 +121,30 @@ for t in "${tests[@]}"; do
   printf '%-22s %-50s %s\n' "$t" "${result[$t]}" "$summary"
 done
 
+# --- The Hugging Face export loaded by transformers (CPU ranks; its own row) -------------
+hf_transformers_row() {
+  local run train
+  run=$(find_bin spmdrun) train=$(find_bin spmd-train)
+  if [ -z "$run" ] || [ -z "$train" ]; then
+    result[hf_transformers]="FAILED (spmdrun or spmd-train not built: run scripts/gpu-check.sh build)"
+  else
+    PYTHON=$(command -v python3) timeout 300 bash tests/train/test_hf_transformers.sh "$run" \
+      "$train" >"$out/hf_transformers.log" 2>&1
+    hf_outcome $?
+  fi
+  printf '%-22s %s\n' hf_transformers "${result[hf_transformers]}"
+}
+hf_outcome() {  # the script's exit code
+  case $1 in
+    0) result[hf_transformers]="passed: $(grep -o 'max |difference| [0-9.e+-]*' \
+         "$out/hf_transformers.log" | tail -1)" ;;
+    77) result[hf_transformers]="skipped: $(grep -m1 SKIPPED "$out/hf_transformers.log")" ;;
+    *) result[hf_transformers]="FAILED (exit $1, see hf_transformers.log)"
+       tail -20 "$out/hf_transformers.log" ;;
+  esac
+}
+hf_transformers_row
+
 # --- Table rows -------------------------------------------------------------------------
 field() { grep -E "^$1 " "$2" 2>/dev/null | tail -1 | tr ' ' '\n' | awk -F= -v k="$3" '$1 == k {print $2}'; }
 gpt2_row() {  # name, prefix, file
@@ -157,7 +186,7 @@ fi
 echo
 echo "== gpu-check summary ($((SECONDS - start))s; logs in $out)"
 [ -f "$out/gpu.txt" ] && cat "$out/gpu.txt"
-for t in "${tests[@]}"; do printf '%-22s %s\n' "$t" "${result[$t]}"; done
+for t in "${tests[@]}" hf_transformers; do printf '%-22s %s\n' "$t" "${result[$t]}"; done
 if [ -f "$out/bench_kernels.txt" ]; then
   echo
   cat "$out/bench_kernels.txt"

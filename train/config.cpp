@@ -105,6 +105,10 @@ void check_model(const ModelConfig& m, const Checker& c) {
             m.n_experts, "], got ", m.moe_top_k);
   c.finite_at_least("model.moe_capacity_factor", m.moe_capacity_factor, 0);
   c.finite_at_least("model.moe_aux_coef", m.moe_aux_coef, 0);
+  c.require(m.init_from.empty() || (m.init_from.starts_with("hf:") && m.init_from.size() > 3),
+            {"model.init_from"},
+            "model.init_from must be \"hf:PATH\" (a Hugging Face GPT-2 folder) or \"\", got ",
+            toml_string(m.init_from));
 }
 
 void check_data(const TrainConfig& t, const Checker& c) {

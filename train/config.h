@@ -54,6 +54,10 @@ struct ModelConfig {
   int64_t moe_every = 1;
   double moe_capacity_factor = 0;
   double moe_aux_coef = 0.01;
+  // "hf:PATH": a fresh run starts from the weights of the Hugging Face
+  // GPT-2 folder PATH (train/hf_gpt2.h) in place of the seed's; a run that
+  // resumes a checkpoint ignores it. "": the seed's.
+  std::string init_from = "";
   bool operator==(const ModelConfig&) const = default;
 };
 

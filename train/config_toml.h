@@ -40,6 +40,7 @@ void for_each_field(F&& f, C&... c) {
   f("model", "moe_every", c.model.moe_every...);
   f("model", "moe_capacity_factor", c.model.moe_capacity_factor...);
   f("model", "moe_aux_coef", c.model.moe_aux_coef...);
+  f("model", "init_from", c.model.init_from...);
   f("data", "path", c.data.path...);
   f("data", "tokenizer", c.data.tokenizer...);
   f("data", "eval_fraction", c.data.eval_fraction...);

@@ -3,12 +3,16 @@
 //   spmdrun --standalone --nproc-per-node 2 spmd-train --config configs/fsdp.toml
 //   spmd-train --config configs/fsdp.toml --training.steps=100 --print-config
 //   spmd-train export --config configs/fsdp.toml --out model.safetensors [--with-logits]
+//   spmd-train export --config configs/fsdp.toml --format hf --out gpt2-folder
 //
 // Every `--section.key=value` (or `--section.key value`) overrides the file.
 // export loads the latest checkpoint of checkpoint.folder (saved under any
-// layout) into one whole model and writes it as one safetensors file under
-// PyTorch's names; --with-logits also writes <out>.logits.safetensors, the
-// model's logits for a fixed batch of ids, for checking a port of the model.
+// layout) into one whole model and writes it: by default as one safetensors
+// file under PyTorch's names; with --format hf as a folder in Hugging Face's
+// GPT-2 layout (model.safetensors and config.json, train/hf_gpt2.h), which
+// model.init_from = "hf:FOLDER" reads back. --with-logits also writes the
+// model's logits for a fixed batch of ids (<out>.logits.safetensors, or
+// <out>/logits.safetensors with --format hf), for checking a port of the model.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +32,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: spmd-train --config FILE [--section.key=value ...] [--print-config]\n"
     "       spmd-train export --config FILE --out FILE.safetensors [--with-logits] [...]\n"
+    "       spmd-train export --config FILE --format hf --out FOLDER [--with-logits] [...]\n"
     "  Runs under spmdrun (or with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set); alone,\n"
     "  it is a world of one. --print-config prints the resolved config and exits.\n";
 
@@ -37,6 +42,7 @@ struct Args {
   bool print = false;
   bool do_export = false, with_logits = false;
   std::string out;
+  train::ExportFormat format = train::ExportFormat::kSpmd;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -48,6 +54,12 @@ Args parse_args(int argc, char** argv) {
     if (a.do_export && arg == "--out") {
       SPMD_CHECK(i + 1 < argc, "--out needs a file");
       a.out = argv[++i];
+    } else if (a.do_export && arg == "--format") {
+      SPMD_CHECK(i + 1 < argc, "--format needs spmd or hf");
+      const std::string f = argv[++i];
+      SPMD_CHECK(f == "spmd" || f == "hf", "--format must be spmd (one file, the model's names) ",
+                 "or hf (a Hugging Face GPT-2 folder), got '", f, "'");
+      a.format = f == "hf" ? train::ExportFormat::kHf : train::ExportFormat::kSpmd;
     } else if (a.do_export && arg == "--with-logits") {
       a.with_logits = true;
     } else if (arg == "--help" || arg == "-h") {
@@ -91,8 +103,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (args.do_export) {
-      SPMD_CHECK(!args.out.empty(), "export: name the file to write with --out");
-      train::export_model(config, args.out, args.with_logits);
+      SPMD_CHECK(!args.out.empty(), "export: name the file (or, with --format hf, the folder) ",
+                 "to write with --out");
+      train::export_model(config, args.out, args.with_logits, args.format);
       return 0;
     }
     dist::InitOptions init;

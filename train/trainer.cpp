@@ -21,6 +21,7 @@
 #include "tensor/ops.h"
 #include "tensor/threads.h"
 #include "train/async_checkpoint.h"
+#include "train/hf_gpt2.h"
 #include "train/memory_plan.h"
 #include "train/metrics.h"
 #include "train/nonfinite.h"
@@ -86,6 +87,35 @@ int64_t resume(const TrainConfig& config, Parallelized& par, dist::DataLoader& l
                 (long long)state->step,
                 std::chrono::duration<double>(Clock::now() - start).count() * 1e3);
   return state->step;
+}
+
+// model.init_from = "hf:PATH": the parameters this rank holds, filled
+// from the Hugging Face GPT-2 folder PATH in place of the seed's values,
+// each piece reading its own box of the file (train/hf_gpt2.h). Only a
+// run that did not resume: a checkpoint holds the weights already trained
+// from it. A folder one rank refuses stops every rank.
+void init_from(const TrainConfig& config, Parallelized& par, dist::ProcessGroup& world,
+               bool resumed) {
+  const std::string& from = config.model.init_from;
+  if (from.empty()) return;
+  const bool lead = world.rank() == 0;
+  if (resumed) {
+    if (lead) std::printf("model.init_from = \"%s\" ignored: resumed\n", from.c_str());
+    return;
+  }
+  const auto start = Clock::now();
+  std::string refused;
+  try {
+    check_gpt2_shape(config.model, "model.init_from");
+    load_hf_gpt2(hf_init_folder(from), config.model, build_model(config)->named_parameters(),
+                 par.named_parameters());
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  refuse_together(world, refused);
+  if (lead)
+    std::printf("initialized from %s (loaded in %.0f ms)\n", from.c_str(),
+                std::chrono::duration<double>(Clock::now() - start).count() * 1e3);
 }
 
 // Whether step (from 0) ends a period of `every` steps (0: never).
@@ -195,6 +225,7 @@ TrainResult run_training(const TrainConfig& config,
                 cpu::describe_blas().c_str(), cpu::describe_bf16_gemm().c_str());
   TrainResult result;
   result.first_step = resume(config, par, loader, *world);
+  init_from(config, par, *world, result.first_step > 0);
   MetricsLog log(config, par.model().config, device, world->rank(), world->size(),
                  result.first_step > 0);
   if (result.first_step >= t.steps && world->rank() == 0)
@@ -251,7 +282,10 @@ TrainResult run_training(const TrainConfig& config,
   return result;
 }
 
-void export_model(const TrainConfig& config, const std::string& out, bool with_logits) {
+void export_model(const TrainConfig& config, const std::string& out, bool with_logits,
+                  ExportFormat format) {
+  const bool hf = format == ExportFormat::kHf;
+  if (hf) check_gpt2_shape(config.model, "export --format hf");
   SPMD_CHECK(!config.checkpoint.folder.empty(),
              "export: set checkpoint.folder to the run's folder");
   auto model =
@@ -263,16 +297,22 @@ void export_model(const TrainConfig& config, const std::string& out, bool with_l
                                             opt, nullptr, check);
   SPMD_CHECK(state.has_value(), "export: ", config.checkpoint.folder,
              " holds no checkpoint (no latest)");
-  model->save(out);
-  std::printf("exported step %lld of %s to %s (%lld parameters)\n", (long long)state->step,
-              config.checkpoint.folder.c_str(), out.c_str(), (long long)model->num_parameters());
+  if (hf) {
+    save_hf_gpt2(*model, config.model, out);
+  } else {
+    model->save(out);
+  }
+  std::printf("exported step %lld of %s to %s%s (%lld parameters)\n", (long long)state->step,
+              config.checkpoint.folder.c_str(), out.c_str(),
+              hf ? " in Hugging Face's GPT-2 layout" : "", (long long)model->num_parameters());
   if (!with_logits) return;
   NoGradGuard no_grad;
   const int64_t T = model->config.max_seq_len, V = model->config.vocab_size;
   std::vector<int64_t> values(size_t(2 * T));
   for (size_t i = 0; i < values.size(); ++i) values[i] = int64_t(i * 7 % size_t(V));
   const Tensor ids = ops::from_vector(values, Shape{2, T});
-  save_safetensors(out + ".logits.safetensors", {{"ids", ids}, {"logits", (*model)(ids)}});
+  save_safetensors(hf ? out + "/logits.safetensors" : out + ".logits.safetensors",
+                   {{"ids", ids}, {"logits", (*model)(ids)}});
 }
 
 }  // namespace spmd::train

@@ -55,11 +55,21 @@ Device training_device(const TrainConfig& config, int world_size);
 TrainResult run_training(const TrainConfig& config,
                          const std::shared_ptr<dist::ProcessGroup>& world, int64_t stop_after = -1);
 
+// What `spmd-train export` writes.
+enum class ExportFormat {
+  kSpmd,  // one safetensors file under the model's own names (PyTorch's)
+  kHf,    // a folder in Hugging Face's GPT-2 layout (train/hf_gpt2.h)
+};
+
 // Loads the latest checkpoint of config.checkpoint.folder into one whole
 // model (one process, whatever layout saved it) and saves the model to
-// `out` (safetensors, PyTorch's names). with_logits: also writes
-// <out>.logits.safetensors with "ids" (2, T) and the model's "logits".
-// Throws when the folder has no checkpoint.
-void export_model(const TrainConfig& config, const std::string& out, bool with_logits);
+// `out`: kSpmd, a safetensors file under the model's names; kHf, the folder
+// `out` with model.safetensors and config.json. with_logits: also writes
+// the model's "logits" for fixed "ids" (2, T), to <out>.logits.safetensors
+// (kSpmd) or <out>/logits.safetensors (kHf). Throws when the folder has no
+// checkpoint, and for kHf first when the model is not GPT-2's shape
+// (check_gpt2_shape).
+void export_model(const TrainConfig& config, const std::string& out, bool with_logits,
+                  ExportFormat format = ExportFormat::kSpmd);
 
 }  // namespace spmd::train
