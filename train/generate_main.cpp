@@ -5,8 +5,9 @@
 //       --temperature 0.8 --top-k 40 --seed 7
 //
 // The model is the config's (model.*), with the weights of the latest
-// checkpoint of checkpoint.folder (saved under any layout) or of --model, a
-// file spmd-train export wrote. The tokenizer is the config's
+// checkpoint of checkpoint.folder (saved under any layout) or of --model: a
+// file spmd-train export wrote, or a folder in Hugging Face's GPT-2 layout
+// (export --format hf's, or GPT-2's published weights). The tokenizer is the config's
 // data.tokenizer: "byte", or "bpe" with the vocabulary spmd-tokenize wrote
 // beside data.path (PREFIX.bpe for PREFIX.bin; --vocab names another). All
 // prompts decode together as one batch, with a key/value cache
@@ -34,10 +35,10 @@ using namespace spmd;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: spmd-generate --config FILE [--model FILE.safetensors] (--prompt TEXT ... |\n"
+    "usage: spmd-generate --config FILE [--model PATH] (--prompt TEXT ... |\n"
     "                     --prompts-file FILE) [options] [--section.key=value ...]\n"
-    "  --model FILE         weights from an exported file (default: the latest checkpoint\n"
-    "                       of checkpoint.folder)\n"
+    "  --model PATH         weights from an exported file, or a Hugging Face GPT-2 folder\n"
+    "                       (default: the latest checkpoint of checkpoint.folder)\n"
     "  --prompt TEXT        a prompt; give it several times for a batch\n"
     "  --prompts-file FILE  one prompt per line\n"
     "  --max-new-tokens N   tokens to add to each prompt (default 100, or fewer: what\n"

@@ -2,7 +2,10 @@
 // an exported file.
 #include "train/trained_model.h"
 
+#include <filesystem>
+
 #include "autograd/optim/adamw.h"
+#include "train/hf_gpt2.h"
 #include "train/train_checkpoint.h"
 
 namespace spmd::train {
@@ -11,6 +14,14 @@ TrainedModel load_trained_model(const TrainConfig& config, const std::string& mo
   TrainedModel out;
   out.model =
       std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
+  if (!model_file.empty() && std::filesystem::is_directory(model_file)) {
+    // A Hugging Face GPT-2 folder (train/hf_gpt2.h): checked against the
+    // config, every tensor named when missing or misshapen.
+    load_hf_gpt2(model_file, config.model, out.model->named_parameters(),
+                 out.model->named_parameters());
+    out.step = -1, out.source = model_file;
+    return out;
+  }
   if (!model_file.empty()) {
     try {
       out.model->load(model_file);  // strict: every tensor, each with its shape
@@ -24,7 +35,7 @@ TrainedModel load_trained_model(const TrainConfig& config, const std::string& mo
              "(or name an exported model file)");
   // The optimizer's state is read too (a checkpoint holds both), then dropped.
   optim::AdamW opt(out.model->parameters(), {});
-  LoadCheck check{{}, false};
+  LoadCheck check{{}, config.checkpoint.allow_partial_load};
   for (const auto& [name, p] : out.model->named_parameters()) check.whole_model.push_back(name);
   const auto state = load_latest_checkpoint(config.checkpoint.folder, out.model->named_parameters(),
                                             opt, nullptr, check);

@@ -16,8 +16,10 @@ struct TrainedModel {
 };
 
 // The model the config names, with the weights of:
-//   model_file non-empty: that safetensors file (spmd-train export's), every
-//     tensor of the model required, with its shape;
+//   model_file a file: a safetensors file of spmd's names (spmd-train
+//     export's), every tensor of the model required, with its shape;
+//   model_file a folder: Hugging Face's GPT-2 layout (export --format hf,
+//     or GPT-2's own weights: train/hf_gpt2.h), checked against the config;
 //   else the latest checkpoint of checkpoint.folder, saved under any layout.
 // Throws naming the file or folder, and the parameter, when a tensor is
 // missing or has another shape (a checkpoint of another model), and when the

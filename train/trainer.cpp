@@ -28,6 +28,7 @@
 #include "train/parallelize.h"
 #include "train/run_checks.h"
 #include "train/train_checkpoint.h"
+#include "train/trained_model.h"
 
 namespace spmd::train {
 namespace {
@@ -288,21 +289,14 @@ void export_model(const TrainConfig& config, const std::string& out, bool with_l
   if (hf) check_gpt2_shape(config.model, "export --format hf");
   SPMD_CHECK(!config.checkpoint.folder.empty(),
              "export: set checkpoint.folder to the run's folder");
-  auto model =
-      std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);
-  optim::AdamW opt(model->parameters(), {});
-  LoadCheck check{{}, config.checkpoint.allow_partial_load};
-  for (const auto& [name, p] : model->named_parameters()) check.whole_model.push_back(name);
-  const auto state = load_latest_checkpoint(config.checkpoint.folder, model->named_parameters(),
-                                            opt, nullptr, check);
-  SPMD_CHECK(state.has_value(), "export: ", config.checkpoint.folder,
-             " holds no checkpoint (no latest)");
+  const TrainedModel trained = load_trained_model(config);
+  const std::shared_ptr<nn::Transformer>& model = trained.model;
   if (hf) {
     save_hf_gpt2(*model, config.model, out);
   } else {
     model->save(out);
   }
-  std::printf("exported step %lld of %s to %s%s (%lld parameters)\n", (long long)state->step,
+  std::printf("exported step %lld of %s to %s%s (%lld parameters)\n", (long long)trained.step,
               config.checkpoint.folder.c_str(), out.c_str(),
               hf ? " in Hugging Face's GPT-2 layout" : "", (long long)model->num_parameters());
   if (!with_logits) return;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # spmd-generate end to end: a run saved sharded (FSDP over 2 ranks) continues
-# two prompts greedily; the same from the exported file; and the same tokens
+# two prompts greedily; the same from the exported file and from the
+# Hugging Face folder (export --format hf); and the same tokens
 # from PyTorch, greedy over repeated full forwards of the exported weights in
 # tests/autograd/torch_gpt2.py (the model test_torch_reference checks spmd
 # against). Then sampling's seed, and the refusals. Needs Debian's
@@ -34,7 +35,13 @@ timeout 60 "$generate" "${model[@]}" --model "$tmp/model.safetensors" "${prompts
   --temperature 0 --max-new-tokens 16 >"$tmp/b.txt" 2>&1 || fail "generate: $(cat "$tmp/b.txt")"
 cmp -s <(grep -av "^spmd-generate:" "$tmp/a.txt") <(grep -av "^spmd-generate:" "$tmp/b.txt") ||
   fail "the checkpoint and the exported file continue differently"
-echo "ok   greedy from the FSDP checkpoint = greedy from the exported file"
+timeout 60 "$train" export "${model[@]}" --format hf --out "$tmp/hf" >/dev/null 2>&1 ||
+  fail "export --format hf failed"
+timeout 60 "$generate" "${model[@]}" --model "$tmp/hf" "${prompts[@]}" \
+  --temperature 0 --max-new-tokens 16 >"$tmp/c.txt" 2>&1 || fail "generate: $(cat "$tmp/c.txt")"
+cmp -s <(grep -av "^spmd-generate:" "$tmp/a.txt") <(grep -av "^spmd-generate:" "$tmp/c.txt") ||
+  fail "the checkpoint and the Hugging Face folder continue differently"
+echo "ok   greedy from the FSDP checkpoint = from the exported file = from the HF folder"
 
 # Sampling: the same seed the same text, another seed another.
 sample() {  # sample SEED RUN: the text, less the figures line, to $tmp/seed_SEED_RUN.txt
