@@ -7,8 +7,10 @@
 #                                     build machine with scripts/make-deps.sh and
 #                                     carry .deps; build-gpu/ stays for the next call)
 #   scripts/gpu-check.sh run          1. every [gpu]/[nccl] test: the op table,
-#                                     allocator and streams, attention, the CUDA
-#                                     training step, the 1-rank NCCL group, the TCP
+#                                     allocator and streams, attention, KV-cache
+#                                     generation (against the CPU and a full
+#                                     forward), the CUDA training step, the
+#                                     1-rank NCCL group, the TCP
 #                                     backend with CUDA tensors, and each parallel
 #                                     strategy's equivalence on CUDA (two ranks
 #                                     sharing the GPU over TCP: DDP, tensor and
@@ -75,8 +77,8 @@ if [ ! -f /usr/local/cuda/include/nccl.h ] && [ ! -f /usr/include/nccl.h ]; then
 fi
 
 # --- Build: only the targets below ---------------------------------------------------
-tests=(test_gpu_ops test_gpu_runtime test_attention test_autograd_nn test_comm_nccl test_ddp_equivalence
-       test_tp_equivalence test_pp_equivalence test_fsdp_equivalence test_expert_parallel
+tests=(test_gpu_ops test_gpu_runtime test_attention test_autograd_nn test_generate test_comm_nccl
+       test_ddp_equivalence test_tp_equivalence test_pp_equivalence test_fsdp_equivalence test_expert_parallel
        test_trainer)
 targets=("${tests[@]}" spmd-train spmdrun)  # the last two for the hf_transformers row
 [ $bench = 1 ] && targets+=(spmd-bench-gpu-kernels spmd-bench-train)
@@ -98,27 +100,34 @@ find_bin() { find build-gpu -name "$1" -type f -perm -u+x | head -1; }
 # --- 1. Tests: only their [gpu] and [nccl] cases (CI runs the rest) ------------------
 declare -A result
 skipped=0
+# Each test's log is written under build-gpu/logs and appended to one file,
+# $out/tests.log, so that a run leaves few files under $OUT (at most 8 come back).
+logs=build-gpu/logs
+rm -rf "$logs" && mkdir -p "$logs"
+: >"$out/tests.log"
+keep_log() { { echo "===== $1"; cat "$logs/$1.log"; } >>"$out/tests.log"; }
 for t in "${tests[@]}"; do
   bin=$(find_bin "$t")
   [ -n "$bin" ] || { result[$t]="FAILED (not built: run scripts/gpu-check.sh build)"; continue; }
-  timeout 240 "$bin" "[gpu],[nccl]" --durations yes >"$out/$t.log" 2>&1
+  timeout 240 "$bin" "[gpu],[nccl]" --durations yes >"$logs/$t.log" 2>&1
   rc=$?
   case $rc in
     0) result[$t]="passed" ;;
     77)
-      n=$(sed -n 's/^no GPU: \([0-9]*\) test case.*/\1/p' "$out/$t.log" | tail -1)
+      n=$(sed -n 's/^no GPU: \([0-9]*\) test case.*/\1/p' "$logs/$t.log" | tail -1)
       skipped=$((skipped + ${n:-0}))
       result[$t]="skipped: no GPU (${n:-?} cases)"
       [ $gpu = 1 ] && result[$t]="SKIPPED its GPU cases although nvidia-smi sees a GPU"
       ;;
     *)
-      result[$t]="FAILED (exit $rc, see $t.log)"
-      grep -E "FAILED|failed|REQUIRE|CHECK|with expansion|differ|threw" "$out/$t.log" | head -40
+      result[$t]="FAILED (exit $rc, see tests.log)"
+      grep -E "FAILED|failed|REQUIRE|CHECK|with expansion|differ|threw" "$logs/$t.log" | head -40
       ;;
   esac
   summary=""  # Catch's count line, which counts a skipped case as passed
-  [ $rc = 0 ] && summary=$(grep -E "^(test cases|All tests passed)" "$out/$t.log" | tail -1)
+  [ $rc = 0 ] && summary=$(grep -E "^(test cases|All tests passed)" "$logs/$t.log" | tail -1)
   printf '%-22s %-50s %s\n' "$t" "${result[$t]}" "$summary"
+  keep_log "$t"
 done
 
 # --- The Hugging Face export loaded by transformers (CPU ranks; its own row) -------------
@@ -129,18 +138,19 @@ hf_transformers_row() {
     result[hf_transformers]="FAILED (spmdrun or spmd-train not built: run scripts/gpu-check.sh build)"
   else
     PYTHON=$(command -v python3) timeout 300 bash tests/train/test_hf_transformers.sh "$run" \
-      "$train" >"$out/hf_transformers.log" 2>&1
+      "$train" >"$logs/hf_transformers.log" 2>&1
     hf_outcome $?
+    keep_log hf_transformers
   fi
   printf '%-22s %s\n' hf_transformers "${result[hf_transformers]}"
 }
 hf_outcome() {  # the script's exit code
   case $1 in
     0) result[hf_transformers]="passed: $(grep -o 'max |difference| [0-9.e+-]*' \
-         "$out/hf_transformers.log" | tail -1)" ;;
-    77) result[hf_transformers]="skipped: $(grep -m1 SKIPPED "$out/hf_transformers.log")" ;;
-    *) result[hf_transformers]="FAILED (exit $1, see hf_transformers.log)"
-       tail -20 "$out/hf_transformers.log" ;;
+         "$logs/hf_transformers.log" | tail -1)" ;;
+    77) result[hf_transformers]="skipped: $(grep -m1 SKIPPED "$logs/hf_transformers.log")" ;;
+    *) result[hf_transformers]="FAILED (exit $1, see tests.log)"
+       tail -20 "$logs/hf_transformers.log" ;;
   esac
 }
 hf_transformers_row
