@@ -173,6 +173,73 @@ bool token_to_bytes(const std::string& token, std::string& bytes) {
   return !token.empty();
 }
 
+// encoder.json read: every id 0..N-1 once.
+struct Encoder {
+  std::vector<std::string> bytes;                  // id -> the token's bytes
+  std::unordered_map<std::string, int32_t> id_of;  // the token as written -> id
+};
+
+Encoder read_encoder(const std::string& path) {
+  Encoder e;
+  constexpr size_t kNone = std::string::npos;
+  std::vector<size_t> at_of;  // id -> its entry's offset in the file, kNone when none yet
+  EncoderJsonReader json(path, read_whole(path));
+  json.read([&](std::string token, int64_t id, size_t at) {
+    std::string bytes;
+    SPMD_CHECK(token_to_bytes(token, bytes), json.position(at), ": token \"", token,
+               "\" is not written in GPT-2's byte characters");
+    if (size_t(id) >= at_of.size())
+      at_of.resize(size_t(id) + 1, kNone), e.bytes.resize(size_t(id) + 1);
+    SPMD_CHECK(at_of[size_t(id)] == kNone, json.position(at), ": id ", id, " again (first at ",
+               json.position(at_of[size_t(id)]), ")");
+    SPMD_CHECK(e.id_of.emplace(std::move(token), int32_t(id)).second, json.position(at),
+               ": token \"", bytes, "\" again");
+    e.bytes[size_t(id)] = std::move(bytes);
+    at_of[size_t(id)] = at;
+  });
+  for (size_t id = 0; id < at_of.size(); ++id)
+    SPMD_CHECK(at_of[id] != kNone, path, ": no token has id ", id, " (ids must be 0..",
+               at_of.size() - 1, ", each once)");
+  return e;
+}
+
+// Reads vocab.bpe: "#version..." then "left right" a line, both halves and
+// their concatenation tokens of encoder.json; calls on_merge(left, right,
+// merged, "FILE:LINE") for each, in rank order.
+template <class F>
+void read_merges(const std::string& path, const std::string& encoder_json,
+                 const std::unordered_map<std::string, int32_t>& id_of, F on_merge) {
+  std::istringstream in(read_whole(path));
+  std::string line;
+  SPMD_CHECK(std::getline(in, line) && line.rfind("#version", 0) == 0, path,
+             ":1: expected the \"#version: ...\" line first");
+  int64_t number = 1;
+  int64_t blank = 0;  // the first blank line: allowed at the end of the file only
+  while (std::getline(in, line)) {
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) {
+      blank = blank == 0 ? number : blank;
+      continue;
+    }
+    SPMD_CHECK(blank == 0, path, ":", blank, ": a blank line between merges");
+    const size_t space = line.find(' ');
+    SPMD_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&
+                   line.find(' ', space + 1) == std::string::npos,
+               path, ":", number, ": expected a merge \"left right\", got \"", line, "\"");
+    const std::string left = line.substr(0, space), right = line.substr(space + 1);
+    int32_t ids[3];
+    const std::string parts[3] = {left, right, left + right};
+    for (int k = 0; k < 3; ++k) {
+      const auto it = id_of.find(parts[k]);
+      SPMD_CHECK(it != id_of.end(), path, ":", number, ": \"", parts[k], "\" is not a token of ",
+                 encoder_json);
+      ids[k] = it->second;
+    }
+    on_merge(ids[0], ids[1], ids[2], str_cat(path, ":", number));
+  }
+}
+
 }  // namespace
 
 char32_t gpt2_byte_char(uint8_t byte) {
@@ -191,64 +258,22 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {
 
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json, const std::string& vocab_bpe) {
   Gpt2Tokenizer t;
-  // encoder.json: every id 0..N-1 once, every byte a token of its own.
-  std::unordered_map<std::string, int32_t> id_of;  // token as written -> id
-  constexpr size_t kNone = std::string::npos;
-  std::vector<size_t> at_of;  // id -> its entry's offset in encoder.json, kNone when none yet
-  EncoderJsonReader json(encoder_json, read_whole(encoder_json));
-  json.read([&](std::string token, int64_t id, size_t at) {
-    std::string bytes;
-    SPMD_CHECK(token_to_bytes(token, bytes), json.position(at), ": token \"", token,
-               "\" is not written in GPT-2's byte characters");
-    if (size_t(id) >= at_of.size()) at_of.resize(size_t(id) + 1, kNone);
-    SPMD_CHECK(at_of[size_t(id)] == kNone, json.position(at), ": id ", id, " again (first at ",
-               json.position(at_of[size_t(id)]), ")");
-    SPMD_CHECK(id_of.emplace(std::move(token), int32_t(id)).second, json.position(at), ": token \"",
-               bytes, "\" again");
-    if (size_t(id) >= t.bytes_.size()) t.bytes_.resize(size_t(id) + 1);
-    t.bytes_[size_t(id)] = std::move(bytes);
-    at_of[size_t(id)] = at;
-  });
-  for (size_t id = 0; id < at_of.size(); ++id)
-    SPMD_CHECK(at_of[id] != kNone, encoder_json, ": no token has id ", id, " (ids must be 0..",
-               at_of.size() - 1, ", each once)");
+  Encoder encoder = read_encoder(encoder_json);
+  t.bytes_ = std::move(encoder.bytes);
   for (int b = 0; b < 256; ++b) {
     std::string one;
     append_utf8(one, gpt2_byte_char(uint8_t(b)));
-    const auto it = id_of.find(one);
-    SPMD_CHECK(it != id_of.end(), encoder_json, ": byte ", b, " has no token of its own (\"", one,
-               "\")");
+    const auto it = encoder.id_of.find(one);
+    SPMD_CHECK(it != encoder.id_of.end(), encoder_json, ": byte ", b,
+               " has no token of its own (\"", one, "\")");
     t.byte_token_[size_t(b)] = it->second;
   }
-  // vocab.bpe: "#version..." then "left right" a line, both halves and
-  // their concatenation tokens of encoder.json.
-  std::istringstream in(read_whole(vocab_bpe));
-  std::string line;
-  SPMD_CHECK(std::getline(in, line) && line.rfind("#version", 0) == 0, vocab_bpe,
-             ":1: expected the \"#version: ...\" line first");
-  int64_t number = 1;
-  int64_t blank = 0;  // the first blank line: allowed at the end of the file only
-  while (std::getline(in, line)) {
-    ++number;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) {
-      blank = blank == 0 ? number : blank;
-      continue;
-    }
-    SPMD_CHECK(blank == 0, vocab_bpe, ":", blank, ": a blank line between merges");
-    const size_t space = line.find(' ');
-    SPMD_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&
-                   line.find(' ', space + 1) == std::string::npos,
-               vocab_bpe, ":", number, ": expected a merge \"left right\", got \"", line, "\"");
-    const std::string left = line.substr(0, space), right = line.substr(space + 1);
-    const auto l = id_of.find(left), r = id_of.find(right), m = id_of.find(left + right);
-    for (const auto& [it, name] : {std::pair{l, &left}, {r, &right}, {m, nullptr}})
-      SPMD_CHECK(it != id_of.end(), vocab_bpe, ":", number, ": \"", name ? *name : left + right,
-                 "\" is not a token of ", encoder_json);
-    const Merge merge{int32_t(t.merges_.size()), m->second};
-    SPMD_CHECK(t.merges_.emplace(pair_key(l->second, r->second), merge).second, vocab_bpe, ":",
-               number, ": the merge \"", line, "\" again");
-  }
+  read_merges(vocab_bpe, encoder_json, encoder.id_of,
+              [&](int32_t left, int32_t right, int32_t merged, const std::string& where) {
+                const Merge merge{int32_t(t.merges_.size()), merged};
+                SPMD_CHECK(t.merges_.emplace(pair_key(left, right), merge).second, where,
+                           ": this merge again");
+              });
   return t;
 }
 

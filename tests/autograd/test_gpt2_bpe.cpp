@@ -202,6 +202,10 @@ TEST_CASE("a malformed vocabulary is refused naming the file and the line", "[da
              Contains("gap.json: no token has id 1"));
   CHECK_THAT(load_error(write_file("space.json", "{\"a b\": 0}"), good.vocab),
              Contains("space.json:1:2: token \"a b\" is not written in GPT-2's byte characters"));
+  CHECK_THAT(load_error(write_file("dupid.json", "{\"a\": 0, \"b\": 0}"), good.vocab),
+             Contains("dupid.json:1:10: id 0 again (first at "));
+  CHECK_THAT(load_error(good.encoder, write_file("twice.bpe", "#version: 0.2\na b\na b\n")),
+             Contains("twice.bpe:3: this merge again"));
   CHECK_THAT(load_error(good.encoder, write_file("noversion.bpe", "a b\n")),
              Contains("noversion.bpe:1: expected the \"#version: ...\" line"));
   CHECK_THAT(load_error(good.encoder, write_file("one.bpe", "#version: 0.2\na b\nab\n")),
@@ -211,7 +215,8 @@ TEST_CASE("a malformed vocabulary is refused naming the file and the line", "[da
   CHECK_THAT(load_error(good.encoder, write_file("blank.bpe", "#version: 0.2\n\na b\n")),
              Contains("blank.bpe:2: a blank line between merges"));
   CHECK_THAT(load_error(good.encoder, temp_path("missing.bpe")), Contains("cannot open"));
-  for (const char* name : {"colon.json", "escape.json", "bytes.json", "gap.json", "space.json",
-                           "noversion.bpe", "one.bpe", "unknown.bpe", "blank.bpe"})
+  for (const char* name :
+       {"colon.json", "escape.json", "bytes.json", "gap.json", "space.json", "dupid.json",
+        "twice.bpe", "noversion.bpe", "one.bpe", "unknown.bpe", "blank.bpe"})
     std::remove(temp_path(name).c_str());
 }
