@@ -20,8 +20,9 @@
 // (each with the space before it), or whitespace; a run of whitespace
 // before a word leaves its last space to the word. Then each chunk, as
 // bytes, is merged pair by pair, always the neighbouring pair of lowest
-// rank, until no pair of the chunk has a merge. A chunk seen before in the
-// same encode() takes its ids from a cache.
+// rank, until no pair of the chunk has a merge (found by a scan in a short
+// chunk, through a heap in a long one). A chunk seen before in the same
+// encode() takes its ids from a cache.
 //
 // Choices where GPT-2 does not say:
 //   - Bytes that are not well-formed UTF-8: each such byte is a character of
@@ -80,6 +81,7 @@ class Gpt2Tokenizer {
   // The ids of one chunk, merged by rank; `ids` is the caller's buffer.
   void merge_chunk(std::string_view chunk, std::vector<int32_t>& ids,
                    std::vector<int32_t>& ranks) const;
+  void merge_long_chunk(std::string_view chunk, std::vector<int32_t>& ids) const;
   const Merge* find_merge(int32_t left, int32_t right) const;
 
   std::vector<std::string> bytes_;              // id -> the token's bytes

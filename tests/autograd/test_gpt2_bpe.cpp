@@ -164,6 +164,16 @@ TEST_CASE("a small vocabulary: merges replayed by rank, the leftmost of equals",
   CHECK(t.encode("ab!aaab") == std::vector<int64_t>{256, '!', 258});
   CHECK(t.encode(" ab") == std::vector<int64_t>{' ', 256});
   CHECK(t.decode({258, ' ', 256}) == "aaab ab");
+  // Chunks of more than 256 bytes merge through a heap, in the same order:
+  // 1,001 a's are 500 "aa" and an "a"; "aaab" 100 times are 100 "aaab".
+  CHECK(t.encode(std::string(1001, 'a')) == [] {
+    std::vector<int64_t> v(500, 257);
+    v.push_back('a');
+    return v;
+  }());
+  std::string aaab;
+  for (int i = 0; i < 100; ++i) aaab += "aaab";
+  CHECK(t.encode(aaab) == std::vector<int64_t>(100, 258));
   CHECK(t.token_bytes(257) == "aa");
   CHECK_THAT(error_of([&] { t.decode({259}); }),
              Contains("id 259 is not in the vocabulary of 259"));
