@@ -49,14 +49,17 @@
 
 namespace spmd::data {
 
+// Immutable once loaded: encode() and decode() may run on several threads at
+// once (each encode() keeps its own cache).
 class Gpt2Tokenizer {
  public:
   // Reads `dir`/encoder.json and `dir`/vocab.bpe.
   static Gpt2Tokenizer load(const std::string& dir);
   // Throws InvalidArgument naming the file and the line (and the column, in
   // encoder.json) of the first thing that does not parse or does not agree
-  // with the rest: a merge of tokens that encoder.json lacks, a byte with no
-  // token of its own, ids that are not 0..N-1 each once.
+  // with the rest: a merge of tokens that encoder.json lacks, a merge or an
+  // id given twice, a byte with no token of its own, ids that are not
+  // 0..N-1 each once.
   static Gpt2Tokenizer load(const std::string& encoder_json, const std::string& vocab_bpe);
 
   // The number of tokens in encoder.json (50,257 for GPT-2).
@@ -78,7 +81,8 @@ class Gpt2Tokenizer {
   static uint64_t pair_key(int32_t left, int32_t right) {
     return uint64_t(uint32_t(left)) << 32 | uint32_t(right);
   }
-  // The ids of one chunk, merged by rank; `ids` is the caller's buffer.
+  // The ids of one chunk, merged by rank, into `ids`; `ranks` is a buffer the
+  // caller keeps between calls. merge_long_chunk: the same for long chunks.
   void merge_chunk(std::string_view chunk, std::vector<int32_t>& ids,
                    std::vector<int32_t>& ranks) const;
   void merge_long_chunk(std::string_view chunk, std::vector<int32_t>& ids) const;
