@@ -28,31 +28,29 @@ test_packages=(
   libgloo-dev              # the Gloo peer of spmd-bench (bench/peers/gloo_bench.cpp): every Gloo algorithm
   libblis4-openmp          # a GEMM peer of spmd-bench-ops (bench/gemm_libraries.h; oneDNN the other), opened at run time
 )
-# node and npm run the npm peers (GPT-2's vocabulary, js-tiktoken): Debian's,
+# node and npm run the npm peers (GPT-2's vocabulary, tiktoken's two forms): Debian's,
 # unless this machine already has a node with its own npm.
 command -v npm >/dev/null || test_packages+=(nodejs npm)
 
 install_debian_packages() {
+  local missing=() sudo=""
+  for p in "${build_packages[@]}" "${test_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "setup: all packages present"
+    return
+  fi
 
-missing=()
-for p in "${build_packages[@]}" "${test_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all packages present"
-  return
-fi
-
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup: done"
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: done"
 }
 
 # npm ci from the committed lock, so every machine gets the same versions;
