@@ -4,23 +4,27 @@
 // node (tiktoken_gpt2.mjs): the same ids, id for id, on all of
 // tinyshakespeare and on gpt2_edge_cases.txt (scripts of many languages,
 // emoji, combining marks, whitespace runs, contractions, digits,
-// punctuation, tabs, CRLF). Also a few encodings worked out from the
-// vocabulary by hand, and round trips of random bytes.
+// punctuation, tabs, CRLF, chunks longer than 256 bytes). Also a few
+// encodings worked out from the vocabulary by hand, spmd-tokenize --gpt2's
+// token file, and round trips of random bytes.
 //
-// Invalid UTF-8 cannot reach js-tiktoken (a JavaScript string holds code
-// points; node would read bad bytes as U+FFFD), so for it only the round
-// trip is checked, here and in test_gpt2_bpe.cpp.
+// Invalid UTF-8 cannot reach either reference (a JavaScript string holds
+// code points; node would read bad bytes as U+FFFD), so for it only the
+// round trip is checked, here and in test_gpt2_bpe.cpp.
 //
 // The peers come from scripts/setup.sh (.peers/npm/); without node or them
 // every case here skips (ctest reports SKIPPED), never passes. The
 // comparisons are hidden cases, each its own ctest entry
 // (tests/autograd/CMakeLists.txt), so one that skips hides no other.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <random>
 #include <sstream>
 
 #include "autograd/data/gpt2_bpe.h"
+#include "autograd/data/token_file.h"
 #include "runtime/resource_limits.h"
 #include "tests/run_command.h"
 #include "tests/skip.h"
@@ -123,6 +127,23 @@ TEST_CASE("GPT-2's files: decode(encode(x)) == x for random bytes", "[vocab]") {
     INFO("case " << n);
     CHECK(gpt2().decode(gpt2().encode(x)) == x);
   }
+}
+
+TEST_CASE("spmd-tokenize --gpt2 writes the ids encode() gives, vocabulary 50257", "[vocab]") {
+  SKIP_WITHOUT_PEERS();
+  const char* build = std::getenv("SPMD_BINARY_DIR");
+  REQUIRE(build != nullptr);
+  const std::string text = source_dir() + "/tests/autograd/gpt2_edge_cases.txt";
+  const std::string out = "/tmp/spmd_test_gpt2_tokenize_" + std::to_string(::getpid());
+  const auto [status, log] =
+      spmd::test::run_command(std::string(build) + "/train/spmd-tokenize --input " + text +
+                              " --gpt2 " + vocab_dir() + " --out " + out);
+  INFO(log);
+  REQUIRE(status == 0);
+  const TokenFile file = read_token_file(out + ".bin");
+  fs::remove(out + ".bin");
+  CHECK(file.vocab_size == 50257);
+  CHECK(file.tokens == gpt2().encode(read_file_bounded(text, "the test text")));
 }
 
 TEST_CASE("the same ids as tiktoken on all of tinyshakespeare", "[.shakespeare]") {
