@@ -20,6 +20,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 
@@ -158,4 +159,74 @@ TEST_CASE("the same ids as tiktoken on the edge cases", "[.edge_cases]") {
   SKIP_WITHOUT_PEERS();
   compare_with("js-tiktoken", source_dir() + "/tests/autograd/gpt2_edge_cases.txt");
   compare_with("tiktoken", source_dir() + "/tests/autograd/gpt2_edge_cases.txt");
+}
+
+TEST_CASE("the same ids as tiktoken on random text of every class", "[.edge_cases]") {
+  SKIP_WITHOUT_PEERS();
+  // Pieces of each class the pre-tokenization tells apart, and the
+  // contractions, drawn at random into 200,000 pieces of well-formed UTF-8
+  // (no U+0085 or U+FEFF, where JavaScript's \\s differs: gpt2_bpe.h).
+  const std::vector<std::string> pieces = {"a",
+                                           "Z",
+                                           "q",
+                                           "\u00e9",
+                                           "\u0436",
+                                           "\u65e5",
+                                           "\u0639",
+                                           "\u05e9",
+                                           "\u0e2a",
+                                           "\u1f00",
+                                           "0",
+                                           "7",
+                                           "\u0663",
+                                           "\u00bd",
+                                           "\u2167",
+                                           "\u00b2",
+                                           " ",
+                                           " ",
+                                           " ",
+                                           "  ",
+                                           "\t",
+                                           "\n",
+                                           "\r\n",
+                                           "\u00a0",
+                                           "\u3000",
+                                           "\u2009",
+                                           "\u000b",
+                                           ".",
+                                           ",",
+                                           "!",
+                                           "?",
+                                           "-",
+                                           "'",
+                                           "\"",
+                                           "(",
+                                           ")",
+                                           "#",
+                                           "\u2014",
+                                           "\u00bf",
+                                           "\u0301",
+                                           "\U0001F600",
+                                           "\u2764\ufe0f",
+                                           "\U0001F44D\U0001F3FD",
+                                           "'s",
+                                           "'t",
+                                           "'re",
+                                           "'ve",
+                                           "'m",
+                                           "'ll",
+                                           "'d",
+                                           "'S",
+                                           "'LL",
+                                           "the",
+                                           " the",
+                                           "ing"};
+  std::mt19937 rng(36);
+  std::string text;
+  for (int i = 0; i < 200000; ++i) text += pieces[rng() % pieces.size()];
+  const std::string file = "/tmp/spmd_test_gpt2_random_" + std::to_string(::getpid()) + ".txt";
+  std::ofstream(file) << text;
+  compare_with("js-tiktoken", file);
+  compare_with("tiktoken", file);
+  fs::remove(file);
 }
