@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages spmd needs to build, test and benchmark, and only
 # the ones that are missing, so running it twice costs nothing the second time.
-# Works as root, or through sudo for an ordinary user.
+# Works as root, or through sudo for an ordinary user. Then the test peers from
+# npm (tests/peers/package.json, pinned by its package-lock.json) into
+# .peers/npm/, again only when that lock changed since the last install;
+# SPMD_SKIP_NPM_PEERS=1 leaves them out (their tests then report skipped).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 build_packages=(
   cmake g++ make pkg-config
@@ -24,23 +28,50 @@ test_packages=(
   libgloo-dev              # the Gloo peer of spmd-bench (bench/peers/gloo_bench.cpp): every Gloo algorithm
   libblis4-openmp          # a GEMM peer of spmd-bench-ops (bench/gemm_libraries.h; oneDNN the other), opened at run time
 )
+# node and npm run the npm peers (GPT-2's vocabulary, tiktoken's two forms): Debian's,
+# unless this machine already has a node with its own npm.
+command -v npm >/dev/null || test_packages+=(nodejs npm)
 
-missing=()
-for p in "${build_packages[@]}" "${test_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all packages present"
-  exit 0
-fi
+install_debian_packages() {
+  local missing=() sudo=""
+  for p in "${build_packages[@]}" "${test_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "setup: all packages present"
+    return
+  fi
 
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo="sudo"
-fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup: done"
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: done"
+}
+
+# npm ci from the committed lock, so every machine gets the same versions;
+# the copy of the lock beside node_modules says what is installed.
+install_npm_peers() {
+  local lock=tests/peers/package-lock.json dest=.peers/npm
+  if [ "${SPMD_SKIP_NPM_PEERS:-0}" = 1 ]; then
+    echo "setup: npm test peers left out (SPMD_SKIP_NPM_PEERS=1)"
+    return
+  fi
+  if [ -d "$dest/node_modules" ] && cmp -s "$lock" "$dest/installed-lock.json"; then
+    echo "setup: npm test peers present"
+    return
+  fi
+  echo "setup: installing the npm test peers into $dest"
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  cp tests/peers/package.json "$lock" "$dest/"
+  (cd "$dest" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+  cp "$lock" "$dest/installed-lock.json"
+}
+
+install_debian_packages
+install_npm_peers

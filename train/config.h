@@ -64,9 +64,13 @@ struct ModelConfig {
 struct DataConfig {
   // "byte": a text file, each byte a token ("": the embedded text,
   // train/CMakeLists.txt). "bpe": the .bin token file spmd-tokenize wrote
-  // (model.vocab_size at least its vocabulary's).
+  // (model.vocab_size at least its vocabulary's). "gpt2": a text file (""
+  // the embedded text) encoded at start with GPT-2's vocabulary from the
+  // folder gpt2_vocab (encoder.json, vocab.bpe; model.vocab_size at least
+  // its 50,257 tokens).
   std::string path = "";
-  std::string tokenizer = "byte";  // "byte" or "bpe"
+  std::string tokenizer = "byte";  // "byte", "bpe" or "gpt2"
+  std::string gpt2_vocab = "";     // data.tokenizer = "gpt2": the vocabulary's folder
   double eval_fraction = 0.1;      // the tail of the tokens held out for eval
   bool operator==(const DataConfig&) const = default;
 };

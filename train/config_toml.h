@@ -43,6 +43,7 @@ void for_each_field(F&& f, C&... c) {
   f("model", "init_from", c.model.init_from...);
   f("data", "path", c.data.path...);
   f("data", "tokenizer", c.data.tokenizer...);
+  f("data", "gpt2_vocab", c.data.gpt2_vocab...);
   f("data", "eval_fraction", c.data.eval_fraction...);
   f("optimizer", "name", c.optimizer.name...);
   f("optimizer", "lr", c.optimizer.lr...);

@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <thread>
 
+#include "autograd/data/gpt2_bpe.h"
 #include "autograd/data/token_file.h"
 #include "parallel/agreement.h"
 #include "parallel/comm/object_collectives.h"
 #include "runtime/error.h"
+#include "runtime/resource_limits.h"
 
 namespace spmd::train {
 namespace {
@@ -64,12 +66,27 @@ void check_this_rank(const TrainConfig& config, int rank, std::vector<FolderLock
   }
 }
 
-// The text's bytes, or a BPE token file's tokens (data.tokenizer).
+// The text's GPT-2 tokens, its vocabulary checked against the model's.
+data::TextDataset read_gpt2_dataset(const TrainConfig& c) {
+  const data::Gpt2Tokenizer gpt2 = data::Gpt2Tokenizer::load(c.data.gpt2_vocab);
+  SPMD_CHECK(gpt2.vocab_size() <= c.model.vocab_size, "data.gpt2_vocab: ", c.data.gpt2_vocab,
+             "/encoder.json holds ", gpt2.vocab_size(), " tokens, more than model.vocab_size ",
+             c.model.vocab_size,
+             ": set model.vocab_size to at least that (GPT-2 pads it to 50304)");
+  const std::string path = c.data.path.empty() ? SPMD_EMBEDDED_TEXT : c.data.path;
+  // At most a token per byte: the text, its int64 tokens, and their train and
+  // val copies, 17 bytes of memory per byte of file (as TextDataset::from_file).
+  const std::string text = read_file_bounded(path, "data.path", /*bytes_per_byte=*/17);
+  return data::TextDataset::from_tokens(gpt2.encode(text), c.data.eval_fraction);
+}
+
+// The text's bytes, its GPT-2 tokens, or a BPE token file's tokens (data.tokenizer).
 data::TextDataset read_dataset(const TrainConfig& c) {
   if (c.data.tokenizer == "byte") {
     const std::string path = c.data.path.empty() ? SPMD_EMBEDDED_TEXT : c.data.path;
     return data::TextDataset::from_file(path, c.data.eval_fraction);
   }
+  if (c.data.tokenizer == "gpt2") return read_gpt2_dataset(c);
   data::TokenFile file = data::read_token_file(c.data.path);
   int64_t needed = file.vocab_size;  // 0 in llm.c's files: the largest token's id + 1
   for (int64_t t : file.tokens) needed = std::max(needed, file.vocab_size > 0 ? 0 : t + 1);

@@ -12,6 +12,7 @@ message, not a kill.
   hostile.py BUILD_DIR SOURCE_DIR GROUP
       GROUP: flags, files, launcher, ranks, lifetime, habits, hang, train
 """
+import json
 import os
 import re
 import select
@@ -679,8 +680,36 @@ def group_train():
                 ["--data.eval_fraction=0.0001", "--metrics.eval_every=1"],
                 r"metrics.eval_every = 1 asks for held-out evals, but data.eval_fraction = "
                 r"0.0001 holds out \d+ tokens, fewer than one eval batch")
+        gpt2_vocab_cases(refused, d)
         resume_cases(one, os.path.join(d, "ck"), late)
         nonfinite_cases(one, train, default, d)
+
+
+def gpt2_vocab_cases(refused, d):
+    """data.tokenizer = "gpt2": a folder without GPT-2's files, a malformed
+    encoder.json, and a vocabulary (the 256 bytes and one merge, written here
+    in GPT-2's format) larger than the built-in model's 256 tokens."""
+    gpt2 = ["--data.tokenizer=gpt2"]
+    refused("data.gpt2_vocab without encoder.json", gpt2 + ["--data.gpt2_vocab=" + d],
+            re.escape(f"Gpt2Tokenizer: cannot open {d}/encoder.json"))
+    # GPT-2's map: printable bytes stand for themselves, the others for
+    # U+0100, U+0101, ... in byte order.
+    printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or 174 <= b <= 255]
+    others = [b for b in range(256) if b not in printable]
+    char = {b: chr(b) for b in printable} | {b: chr(256 + k) for k, b in enumerate(others)}
+    vocab = os.path.join(d, "gpt2")
+    os.makedirs(vocab)
+    with open(os.path.join(vocab, "encoder.json"), "w") as f:
+        json.dump({**{char[b]: b for b in range(256)}, "ab": 256}, f)
+    with open(os.path.join(vocab, "vocab.bpe"), "w") as f:
+        f.write("#version: 0.2\na b\n")
+    refused("a GPT-2 vocabulary larger than model.vocab_size", gpt2 + ["--data.gpt2_vocab=" + vocab],
+            re.escape(f"data.gpt2_vocab: {vocab}/encoder.json holds 257 tokens, more than "
+                      "model.vocab_size 256"))
+    with open(os.path.join(vocab, "encoder.json"), "w") as f:
+        f.write('{"a" 0}')
+    refused("a malformed encoder.json", gpt2 + ["--data.gpt2_vocab=" + vocab],
+            re.escape(f"{vocab}/encoder.json:1:6: expected ':' after a token"))
 
 
 def resume_cases(one, ck, late):

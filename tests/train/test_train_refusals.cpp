@@ -3,17 +3,19 @@
 // before its update and before any save of it, on every rank together; a
 // checkpoint holding such a value is refused at load; and what the run would
 // otherwise find out late (a folder it cannot write, more threads than CPUs,
-// a text too short, a train state it cannot read) is refused at start,
-// naming the key or the file. tests/reliability/hostile.py runs the same
-// refusals through the spmd-train binary, checking its exit status.
+// a text too short, a train state it cannot read, a GPT-2 vocabulary larger
+// than the model's) is refused at start, naming the key or the file. tests/reliability/hostile.py
+// runs the same refusals through the spmd-train binary, checking its exit status.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <regex>
 #include <set>
 
+#include "autograd/data/gpt2_bpe.h"
 #include "parallel/agreement.h"
 #include "tensor/copy.h"
 #include "tests/train/trainer_test_util.h"
@@ -280,4 +282,43 @@ TEST_CASE("spmd-train names the file: a text too short, a train state or latest 
   CHECK(run_single(base(2, o)).empty());
   CHECK(run_single(base(3, o)).size() == 1);
   fs::remove_all(folder);
+}
+
+TEST_CASE("data.tokenizer = gpt2: a vocabulary larger than the model's is refused, naming it",
+          "[train][errors][gpt2]") {
+  // A vocabulary in GPT-2's format: the 256 bytes (id = the byte; each byte
+  // written as its character of GPT-2's map) and one merge, a b -> "ab" (256).
+  const std::string dir = tmp("gpt2_vocab");
+  fs::create_directories(dir);
+  std::ofstream json(dir + "/encoder.json");
+  json << "{";
+  for (int b = 0; b < 256; ++b) {
+    const char32_t c = data::gpt2_byte_char(uint8_t(b));
+    json << "\"\\u" << std::hex << std::setw(4) << std::setfill('0') << uint32_t(c)
+         << "\": " << std::dec << b << ", ";
+  }
+  json << "\"ab\": 256}";
+  json.close();
+  std::ofstream(dir + "/vocab.bpe") << "#version: 0.2\na b\n";
+  const std::string text = tmp("gpt2_text");
+  std::string abab;
+  for (int i = 0; i < 1000; ++i) abab += "ab";
+  std::ofstream(text) << abab;
+  const std::vector<std::string> o = {"data.tokenizer=\"gpt2\"", "data.gpt2_vocab=\"" + dir + "\"",
+                                      "data.path=\"" + text + "\""};
+  std::vector<std::string> small = o;
+  small.push_back("model.vocab_size=256");
+  CHECK_THROWS_WITH(
+      train::load_dataset(base(1, small)),
+      "data.gpt2_vocab: " + dir +
+          "/encoder.json holds 257 tokens, more than "
+          "model.vocab_size 256: set model.vocab_size to at least that (GPT-2 pads it "
+          "to 50304)");
+  // With room for it: "abab..." is one chunk, merged into 1,000 tokens "ab".
+  std::vector<std::string> fits = o;
+  fits.push_back("model.vocab_size=257");
+  const data::TextDataset d = train::load_dataset(base(1, fits));
+  CHECK(d.size(data::Split::kTrain) + d.size(data::Split::kVal) == 1000);
+  fs::remove_all(dir);
+  fs::remove(text);
 }
