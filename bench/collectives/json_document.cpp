@@ -102,7 +102,8 @@ JsonDocument::JsonDocument(const std::string& path, const BenchOptions& o, const
                        {"group", 0},
                        {"pid", r.pid},
                        {"hostname", r.hostname},
-                       {"device", r.device}});
+                       {"device", r.device},
+                       {"links", r.links}});
   }
   config["devices"] = devices;
   doc_ = {{"version", 2},     {"start_time", now_text()},

@@ -41,6 +41,7 @@ struct RankInfo {
   int pid = 0;
   std::string hostname;
   std::string device;  // "cpu", "cuda:0"
+  std::string links;   // links_summary() of its peer_links(): "shm:1 tcp:2-3"; "" if none
 };
 
 class JsonDocument {

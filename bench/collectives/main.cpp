@@ -1,8 +1,10 @@
 // spmd-bench: the nccl-tests of spmd. Run under spmdrun (or mpirun, srun),
 // every rank joins the group, sweeps the sizes of one collective (or all of
 // them), and rank 0 prints nccl-tests' output: the run's parameters and
-// devices, then per size the out-of-place and in-place column sets (time,
-// algbw, busbw, #wrong), then the failed checks and the average busbw.
+// devices (with each rank's links: which peers it reaches over shared
+// memory, which over TCP), then per size the out-of-place and in-place
+// column sets (time, algbw, busbw, #wrong), then the failed checks and the
+// average busbw.
 //
 //   spmdrun --standalone --nproc-per-node 4 spmd-bench all_reduce -b 8 -e 256M -f 2
 //   spmdrun --standalone --nproc-per-node 3 spmd-bench all -b 8 -e 64K -f 8 -d all -o all
@@ -50,21 +52,24 @@ Device bench_device(const BenchOptions& o, int local_rank) {
   return Device::cuda(local_rank % n);
 }
 
-// Every rank's pid, host and device, on rank 0 (through the group's store).
+// Every rank's pid, host, device and links to its peers, on rank 0 (through
+// the group's store).
 std::vector<RankInfo> rank_infos(dist::ProcessGroup& group, Device device) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string device_name = device.is_cuda() ? str_cat("cuda:", device.index) : "cpu";
   Store& store = *group.store_ptr();
   const std::string key = "spmd-bench/" + group.name() + "/rank/";
-  store.set(key + std::to_string(group.rank()), str_cat(::getpid(), " ", host, " ", device_name));
+  store.set(key + std::to_string(group.rank()), str_cat(::getpid(), " ", host, " ", device_name,
+                                                        " ", links_summary(group.peer_links())));
   std::vector<RankInfo> infos;
   if (group.rank() != 0) return infos;
   for (int r = 0; r < group.size(); ++r) {
     std::istringstream in(store.get_string(key + std::to_string(r)));
     RankInfo info;
     info.rank = r;
-    in >> info.pid >> info.hostname >> info.device;
+    in >> info.pid >> info.hostname >> info.device >> std::ws;
+    std::getline(in, info.links);  // the rest of the line: "shm:1 tcp:2-3"
     infos.push_back(info);
   }
   return infos;
@@ -98,7 +103,8 @@ std::vector<std::string> preamble(const BenchOptions& o, const std::string& impl
     char line[512];
     std::snprintf(line, sizeof line, " Rank %2d Group %2d Pid %6d on %10s device %s", r.rank, 0,
                   r.pid, r.hostname.c_str(), r.device.c_str());
-    lines.push_back(line);
+    // After nccl-tests' fields: how this rank reaches the others (shm, tcp).
+    lines.push_back(r.links.empty() ? std::string(line) : str_cat(line, " links ", r.links));
   }
   return lines;
 }
@@ -113,8 +119,8 @@ int run(const BenchOptions& o) {
   // Known from the environment, so refused before any rank connects.
   SPMD_CHECK(o.root < env.world_size, "-r/--root ", o.root, " is not a rank of the ",
              env.world_size, " ranks");
-  SPMD_CHECK(count_rows(o, env.world_size) > 0, "no size from -b ", o.min_bytes,
-             " to -e ", o.max_bytes, " bytes gives the ", env.world_size,
+  SPMD_CHECK(count_rows(o, env.world_size) > 0, "no size from -b ", o.min_bytes, " to -e ",
+             o.max_bytes, " bytes gives the ", env.world_size,
              " ranks an element each: nothing to measure (raise -b and -e)");
   auto group = dist::init_process_group(init);
   const std::string impl = str_cat("spmd-", dist::backend_name(o.backend));

@@ -4,6 +4,7 @@
 // i_cv% 7), every field after the first two spaces from the one before.
 #include "bench/collectives/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <nlohmann/json.hpp>
@@ -163,6 +164,28 @@ void Report::footer(const std::string& name) {
   std::fprintf(out_, "# %-20s : %g \n", "Avg bus bandwidth", average_busbw());
   std::fprintf(out_, "#\n# Collective test concluded: %s\n#\n", name.c_str());
   std::fflush(out_);
+}
+
+std::string links_summary(const std::vector<std::string>& links) {
+  std::vector<std::string> kinds;
+  for (const std::string& k : links) {
+    if (!k.empty() && std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
+  }
+  std::string out;
+  for (const std::string& kind : kinds) {
+    std::string ranges;
+    const int n = int(links.size());
+    for (int first = 0; first < n; ++first) {
+      if (links[first] != kind) continue;
+      int last = first;  // the run first..last of peers over `kind`
+      while (last + 1 < n && links[last + 1] == kind) ++last;
+      ranges += str_cat(ranges.empty() ? "" : ",", first);
+      if (last > first) ranges += str_cat(last == first + 1 ? "," : "-", last);
+      first = last;
+    }
+    out += str_cat(out.empty() ? "" : " ", kind, ":", ranges);
+  }
+  return out;
 }
 
 }  // namespace spmd::bench

@@ -73,4 +73,10 @@ std::string redop_column(const Row& r);
 // leaves room for them, then one, then none, then an exponent.
 std::string nccl_number(double v, int width);
 
+// The "links" field of a rank's "# Using devices" line: the peers it reaches
+// over each transport, kinds in order of first appearance and runs of peers
+// as ranges: "shm:1,5 tcp:2-4" for ProcessGroup::peer_links()
+// {"", "shm", "tcp", "tcp", "tcp", "shm"}. Empty when `links` names no peer.
+std::string links_summary(const std::vector<std::string>& links);
+
 }  // namespace spmd::bench

@@ -187,6 +187,11 @@ class ProcessGroup {
   virtual void shutdown() = 0;
   // True once a failure has aborted the group (every later collective fails).
   bool is_aborted() const { return aborted_.load(); }
+  // How this rank reaches each peer of the group: [peer] is "shm" or "tcp"
+  // with the host backend (host/transport.h decides per pair: shared memory
+  // within a host, TCP across hosts), "" for this rank. Empty when the
+  // backend does not say (NCCL chooses its transports itself).
+  virtual std::vector<std::string> peer_links() const { return {}; }
   // The store the group was built on (shared with its subgroups).
   const std::shared_ptr<Store>& store_ptr() const { return store_; }
 

@@ -91,6 +91,15 @@ TEST_CASE("numbers are fitted into their columns as nccl-tests fits them", "[ben
   CHECK(nccl_number(1234567.0, 6) == " 1e+06");
 }
 
+TEST_CASE("a rank's links name the peers over each transport, runs as ranges", "[bench]") {
+  CHECK(links_summary({}) == "");
+  CHECK(links_summary({""}) == "");  // a group of one: no peer
+  CHECK(links_summary({"", "shm", "tcp", "tcp"}) == "shm:1 tcp:2,3");
+  CHECK(links_summary({"tcp", "tcp", "", "shm"}) == "tcp:0,1 shm:3");  // kinds as they come
+  CHECK(links_summary({"", "shm", "tcp", "tcp", "tcp", "shm"}) == "shm:1,5 tcp:2-4");
+  CHECK(links_summary({"shm", "shm", "", "shm", "shm"}) == "shm:0,1,3,4");  // self breaks a run
+}
+
 TEST_CASE("per-iteration statistics are nccl-tests' (nearest-rank percentiles)", "[bench]") {
   // 1..10: mean 5.5, population variance 8.25, p50 the upper middle (6),
   // p95 and p99 the 10th smallest (ceil(9.5), ceil(9.9)).

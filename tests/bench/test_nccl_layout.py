@@ -12,7 +12,8 @@ formats:
     N/A, nothing checked, out-of-place set blank), or one of those cut after
     the out-of-place set (spmd's out-of-place-only ops); all_reduce,
     broadcast and reduce print both sets;
-  - the preamble's "# Using devices" block and the footer's wording
+  - the preamble's "# Using devices" block (with spmd's "links" field after
+    nccl-tests' device) and the footer's wording
     ("Out of bounds values : N OK", "Avg bus bandwidth").
 
 It also reads the --json lines (the keys bench/ scripts and the launcher
@@ -106,6 +107,10 @@ def check_layout(out, fixture, set_fields):
     if not (out[i + 1].startswith("#  Rank  0 Group  0 Pid") and
             out[i + 2].startswith("#  Rank  1 Group  0 Pid") and out[i + 3] == "#"):
         fail("the '# Using devices' block is not nccl-tests' shape")
+    # spmd's one field after nccl-tests' device: how each rank reaches the other.
+    for r in (0, 1):
+        if not re.search(rf" device cpu links (shm|tcp):{1 - r}$", out[i + 1 + r]):
+            fail(f"rank {r}'s line does not end with its links: {out[i + 1 + r]}")
     footer = out[out.index(rows[-1]) + 1:]
     for prefix, fixture_line in (("# Out of bounds values : ", "# Out of bounds values : 0 OK"),
                                  ("# Avg bus bandwidth    : ", None)):

@@ -3,6 +3,7 @@
 // contract (a bounded wait that gives up while the op goes on). These run in
 // this process: a group of one, or two ranks as threads over a HashStore.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -111,4 +112,37 @@ TEST_CASE("SPMD_SOCKET_IFNAME and GLOO_SOCKET_IFNAME choose the address a rank p
     CHECK_THROWS_WITH(dist::tcp::advertised_address(""),
                       Catch::Contains("GLOO_SOCKET_IFNAME=nosuch1: no interface"));
   }
+}
+
+// A rank that cannot reach a peer's published address (bootstrap.h) says
+// which peer, at which address, and from which address of its own: here
+// rank 1 of a group whose rank 0 "published" a port nothing listens on. The
+// rank that waits for peers that never connect names the address it
+// listens at.
+TEST_CASE("a peer it cannot connect to is named with its address", "[bootstrap]") {
+  std::shared_ptr<Store> store = std::make_shared<HashStore>();
+  store->set("g/addr/0", "127.0.0.1:1");  // port 1: refused (nothing listens there)
+  std::string error;
+  try {
+    dist::tcp::connect_mesh(*store, "g", 1, 2, std::chrono::milliseconds(300), "127.0.0.1");
+  } catch (const TimeoutError& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("group g: rank 1 (at 127.0.0.1) cannot connect to rank 0 at "
+                                    "127.0.0.1:1, the address that rank published") &&
+                        Catch::Contains("SPMD_SOCKET_IFNAME") && Catch::Contains("refused"));
+  // Rank 0 of the same group: rank 1 never connects to it.
+  std::string waited;
+  try {
+    dist::tcp::connect_mesh(*std::make_shared<HashStore>(), "g", 0, 2,
+                            std::chrono::milliseconds(200), "127.0.0.1");
+  } catch (const TimeoutError& e) {
+    waited = e.what();
+  }
+  CHECK_THAT(waited, Catch::Contains("group g: rank 0 listening at 127.0.0.1:") &&
+                         Catch::Contains(" waited 200 ms for ranks [1] to connect"));
+  CHECK(dist::tcp::mesh_connect_error("w", 2, "10.0.0.2", 0, "10.9.0.1:4000", "unreachable") ==
+        "group w: rank 2 (at 10.0.0.2) cannot connect to rank 0 at 10.9.0.1:4000, the address "
+        "that rank published (SPMD_SOCKET_IFNAME, GLOO_SOCKET_IFNAME or the route to the store "
+        "chose it): unreachable");
 }

@@ -1,12 +1,11 @@
 // The shared-memory transport (parallel/comm/shm/shm_channel.h) in real
 // processes (the ring alone: test_shm_ring.cpp): which pairs get shared
 // memory under SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT (seen in each
-// rank's own mappings), bad settings, a rank killed by SIGKILL (the others
-// fail fast, naming it, and no segment is left in /dev/shm; in a large
-// all_reduce and before a small one through the segment's posts), and a stress run
-// of 10,000 small collectives with overlapping point-to-point traffic both
-// ways. The collective table itself runs over shared memory as
-// test_comm_collectives (auto on one host) and test_comm_collectives_shm.
+// rank's own mappings and in ProcessGroup::peer_links()), bad settings, a rank killed by SIGKILL
+// (the others fail fast, naming it, and no segment is left in /dev/shm; in a large all_reduce and
+// before a small one through the segment's posts), and a stress run of 10,000 small collectives
+// with overlapping point-to-point traffic both ways. The collective table itself runs over shared
+// memory as test_comm_collectives (auto on one host) and test_comm_collectives_shm.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -99,6 +98,18 @@ TEST_CASE("same-host pairs map shared memory; tcp forces sockets; a host split m
       const int want = 2 * c.peers_over_shm[g.rank()] + c.group_segment;
       expect(mapped_segments() == want, "rank ", g.rank(), " maps ", mapped_segments(),
              " segments, expected ", want);
+      // The group says which link each peer got: the same pairs, by name.
+      const std::vector<std::string> links = g.peer_links();
+      int over_shm = 0;
+      for (int peer = 0; peer < 4; ++peer) {
+        const bool self = peer == g.rank();
+        expect(int(links.size()) == 4 &&
+                   (self ? links[peer] == "" : links[peer] == "shm" || links[peer] == "tcp"),
+               "rank ", g.rank(), ": peer_links() of peer ", peer);
+        over_shm += !self && links[peer] == "shm";
+      }
+      expect(over_shm == c.peers_over_shm[g.rank()], "rank ", g.rank(), " names ", over_shm,
+             " peers over shm, expected ", c.peers_over_shm[g.rank()]);
       Tensor t = floats(1000, float(g.rank() + 1));
       g.all_reduce(t).wait();
       expect(static_cast<float*>(t.raw_data())[999] == 10.f, "all_reduce over the mixed links");

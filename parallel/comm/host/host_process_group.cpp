@@ -61,9 +61,11 @@ void HostProcessGroup::connect() {
   GroupChannels channels = connect_channels(store(), name(), rank(), size(), timeout(), route_hint_,
                                             tuning_, shm_tuning_);
   std::vector<std::unique_ptr<Link>> links(size());
+  peer_links_.assign(size(), "");
   for (int peer = 0; peer < size(); ++peer) {
     if (peer != rank()) {
       links[peer] = std::make_unique<Link>(peer, std::move(channels.collective[peer]));
+      peer_links_[peer] = links[peer]->channel().kind();  // after any fallback to TCP
     }
   }
   if (size() > 1 && channels.whole_group_shm && shm_tuning_.slot_bytes > 0) {

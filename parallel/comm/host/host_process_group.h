@@ -62,6 +62,7 @@ class HostProcessGroup final : public ProcessGroup,
   ~HostProcessGroup() override;
 
   CommBackend backend() const override { return CommBackend::kTcp; }
+  std::vector<std::string> peer_links() const override { return peer_links_; }
   void shutdown() override;
 
  protected:
@@ -110,7 +111,8 @@ class HostProcessGroup final : public ProcessGroup,
   void announce_arrival();
 
   std::string route_hint_;
-  uint32_t group_hash_ = 0;  // the headers' `group` field (wire.h)
+  std::vector<std::string> peer_links_;  // [peer]: its channel's kind() (set by connect())
+  uint32_t group_hash_ = 0;              // the headers' `group` field (wire.h)
   tcp::Tuning tuning_;
   shm::ShmTuning shm_tuning_;
   std::unique_ptr<tcp::Mesh> mesh_;

@@ -95,8 +95,9 @@ void tune_socket(int fd, size_t send_buffer) {
 
 std::string addr_key(const std::string& group, int rank) { return str_cat(group, "/addr/", rank); }
 
-// Connects to every lower rank, twice, and says hello on each socket.
-void connect_down(Store& store, const std::string& group, int rank,
+// Connects to every lower rank, twice, and says hello on each socket. `ip`
+// is this rank's own published address, for the error messages.
+void connect_down(Store& store, const std::string& group, int rank, const std::string& ip,
                   std::chrono::milliseconds timeout, MeshSockets& out) {
   const auto deadline = Clock::now() + timeout;
   for (int peer = 0; peer < rank; ++peer) {
@@ -111,7 +112,14 @@ void connect_down(Store& store, const std::string& group, int rank,
     }
     const net::HostPort hp = net::parse_host_port(where, 0, "mesh address");
     for (int channel = 0; channel < 2; ++channel) {
-      net::Socket s = net::connect_tcp(hp.host, hp.port, time_left(deadline));
+      net::Socket s;
+      try {
+        s = net::connect_tcp(hp.host, hp.port, time_left(deadline));
+      } catch (const TimeoutError& e) {
+        SPMD_THROW(TimeoutError, mesh_connect_error(group, rank, ip, peer, where, e.what()));
+      } catch (const Error& e) {
+        SPMD_THROW(CommError, mesh_connect_error(group, rank, ip, peer, where, e.what()));
+      }
       Hello hello{kMagic, group_hash(group), rank, channel};
       net::send_all(s.fd(), &hello, sizeof hello, deadline);
       (channel == 0 ? out.collective : out.p2p)[peer] = s.release();
@@ -120,7 +128,7 @@ void connect_down(Store& store, const std::string& group, int rank,
 }
 
 // Accepts the 2 (size - 1 - rank) connections of the higher ranks.
-void accept_up(int listen_fd, const std::string& group, int rank, int size,
+void accept_up(int listen_fd, const std::string& group, int rank, const std::string& ip, int size,
                std::chrono::milliseconds timeout, MeshSockets& out) {
   const auto deadline = Clock::now() + timeout;
   for (int expected = 2 * (size - 1 - rank); expected > 0; --expected) {
@@ -131,8 +139,10 @@ void accept_up(int listen_fd, const std::string& group, int rank, int size,
         if (out.collective[r] < 0 || out.p2p[r] < 0)
           missing += str_cat(missing.empty() ? "" : ", ", r);
       }
-      SPMD_THROW(TimeoutError, "group ", group, ": rank ", rank, " waited ", timeout.count(),
-                 " ms for ranks [", missing, "] to connect; did they all create the group?");
+      SPMD_THROW(TimeoutError, "group ", group, ": rank ", rank, " listening at ", ip, ":",
+                 net::local_port(listen_fd), " waited ", timeout.count(), " ms for ranks [",
+                 missing, "] to connect; did they all create the group, and can they reach ", ip,
+                 "?");
     }
     net::Socket s(::accept(listen_fd, nullptr, nullptr));
     if (!s.valid()) continue;
@@ -148,6 +158,15 @@ void accept_up(int listen_fd, const std::string& group, int rank, int size,
 }
 
 }  // namespace
+
+std::string mesh_connect_error(const std::string& group, int rank, const std::string& ip, int peer,
+                               const std::string& peer_address, const std::string& reason) {
+  return str_cat("group ", group, ": rank ", rank, " (at ", ip, ") cannot connect to rank ", peer,
+                 " at ", peer_address,
+                 ", the address that rank published (SPMD_SOCKET_IFNAME, GLOO_SOCKET_IFNAME "
+                 "or the route to the store chose it): ",
+                 reason);
+}
 
 std::string advertised_address(const std::string& route_hint) {
   // spmd's name first, then Gloo's (torch.distributed's TCP backend reads it).
@@ -171,8 +190,8 @@ MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int s
   net::Socket listener = net::listen_tcp(ip, 0, 2 * size + 16);
   store.set(addr_key(group, rank), str_cat(ip, ":", net::local_port(listener.fd())));
   try {
-    connect_down(store, group, rank, timeout, mesh);
-    accept_up(listener.fd(), group, rank, size, timeout, mesh);
+    connect_down(store, group, rank, ip, timeout, mesh);
+    accept_up(listener.fd(), group, rank, ip, size, timeout, mesh);
   } catch (...) {
     for (int fd : mesh.collective)
       if (fd >= 0) ::close(fd);

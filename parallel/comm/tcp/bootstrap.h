@@ -36,10 +36,18 @@ struct MeshSockets {
 // Sockets come back non-blocking with TCP_NODELAY, and with a send buffer of
 // send_buffer bytes unless it is 0 (the kernel's autotuning); the caller owns
 // them. Throws TimeoutError naming the ranks that did not
-// connect in time.
+// connect in time; a rank that cannot reach a lower one fails with
+// mesh_connect_error's message (TimeoutError when it tried until the
+// timeout, CommError otherwise).
 MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int size,
                          std::chrono::milliseconds timeout, const std::string& route_hint,
                          size_t send_buffer = 0);
+
+// Why rank `rank` (published at `ip`) could not connect to rank `peer` at
+// `peer_address` ("ip:port"): both ranks and both addresses, the settings
+// that choose them, and `reason` (the socket layer's error).
+std::string mesh_connect_error(const std::string& group, int rank, const std::string& ip, int peer,
+                               const std::string& peer_address, const std::string& reason);
 
 // The IP this rank publishes (see the file comment).
 std::string advertised_address(const std::string& route_hint);
