@@ -7,9 +7,12 @@
 // The model is the config's (model.*), with the weights of the latest
 // checkpoint of checkpoint.folder (saved under any layout) or of --model: a
 // file spmd-train export wrote, or a folder in Hugging Face's GPT-2 layout
-// (export --format hf's, or GPT-2's published weights). The tokenizer is the config's
-// data.tokenizer: "byte", or "bpe" with the vocabulary spmd-tokenize wrote
-// beside data.path (PREFIX.bpe for PREFIX.bin; --vocab names another). All
+// (export --format hf's, or GPT-2's published weights). The tokenizer is
+// the config's data.tokenizer: "byte"; "bpe" with the vocabulary
+// spmd-tokenize wrote beside data.path (PREFIX.bpe for PREFIX.bin; --vocab
+// names another); or "gpt2", GPT-2's own, from data.gpt2_vocab. New tokens
+// are drawn from the tokenizer's ids only (a model's vocabulary may be
+// padded past them, as GPT-2's 50,257 are to 50,304). All
 // prompts decode together as one batch, with a key/value cache
 // (autograd/nn/generate.h), on the CPU or one GPU; it prints each prompt
 // with its continuation, then the tokens/s of the prefill and the decoding.
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "autograd/data/bpe.h"
+#include "autograd/data/gpt2_bpe.h"
 #include "autograd/data/tokenizer.h"
 #include "autograd/nn/generate.h"
 #include "runtime/error.h"
@@ -138,13 +142,24 @@ std::vector<std::string> read_prompts(const std::string& path) {
 struct TextCodec {
   std::function<std::vector<int64_t>(const std::string&)> encode;
   std::function<std::string(const std::vector<int64_t>&)> decode;
+  int64_t vocab_size = 0;  // the tokenizer's: new tokens are drawn below it
 };
 
 TextCodec codec_for(const train::TrainConfig& config, const std::string& vocab_flag) {
   if (config.data.tokenizer == "byte") {
     auto t = std::make_shared<data::ByteTokenizer>();
     return {[t](const std::string& s) { return t->encode(s); },
-            [t](const std::vector<int64_t>& ids) { return t->decode(ids); }};
+            [t](const std::vector<int64_t>& ids) { return t->decode(ids); },
+            data::ByteTokenizer::kVocabSize};
+  }
+  if (config.data.tokenizer == "gpt2") {
+    auto t =
+        std::make_shared<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(config.data.gpt2_vocab));
+    SPMD_CHECK(t->vocab_size() <= config.model.vocab_size,
+               "data.gpt2_vocab: ", config.data.gpt2_vocab, " has ", t->vocab_size(),
+               " tokens, more than model.vocab_size ", config.model.vocab_size);
+    return {[t](const std::string& s) { return t->encode(s); },
+            [t](const std::vector<int64_t>& ids) { return t->decode(ids); }, t->vocab_size()};
   }
   std::string vocab = vocab_flag;
   if (vocab.empty()) {
@@ -156,7 +171,7 @@ TextCodec codec_for(const train::TrainConfig& config, const std::string& vocab_f
   SPMD_CHECK(t->vocab_size() <= config.model.vocab_size, "the vocabulary ", vocab, " has ",
              t->vocab_size(), " tokens, more than model.vocab_size ", config.model.vocab_size);
   return {[t](const std::string& s) { return t->encode(s); },
-          [t](const std::vector<int64_t>& ids) { return t->decode(ids); }};
+          [t](const std::vector<int64_t>& ids) { return t->decode(ids); }, t->vocab_size()};
 }
 
 }  // namespace
@@ -200,7 +215,8 @@ int main(int argc, char** argv) {
     train::TrainedModel trained = train::load_trained_model(config, args.model);
     if (args.device == "cuda") trained.model->to(Device::cuda(0));
     const nn::GenerateResult r =
-        nn::generate(*trained.model, prompts, args.max_new_tokens, args.sampling);
+        nn::generate(*trained.model, prompts, args.max_new_tokens, args.sampling, -1,
+                     std::min(codec.vocab_size, config.model.vocab_size));
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::printf("--- sample %zu: %zu prompt tokens + %zu new ---\n%s%s\n", i + 1,
                   prompts[i].size(), r.tokens[i].size(), args.prompts[i].c_str(),

@@ -171,10 +171,13 @@ int64_t Sampler::next(const float* logits, int64_t V) {
 // --- The loop ----------------------------------------------------------------------------
 
 GenerateResult generate(Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
-                        int64_t max_new_tokens, const SamplingOptions& options,
-                        int64_t stop_token) {
+                        int64_t max_new_tokens, const SamplingOptions& options, int64_t stop_token,
+                        int64_t vocab_limit) {
   const int64_t V = model.config.vocab_size, S = model.config.max_seq_len;
   check_sampling_options(options);
+  SPMD_CHECK(vocab_limit >= 0 && vocab_limit <= V, "generate: vocab_limit ", vocab_limit,
+             " must lie in [0, ", V, "] (0: the model's whole vocabulary)");
+  const int64_t drawn = vocab_limit > 0 ? vocab_limit : V;
   SPMD_CHECK(!prompts.empty(), "generate: no prompt given");
   SPMD_CHECK(max_new_tokens >= 1, "generate: max_new_tokens must be >= 1, got ", max_new_tokens);
   int64_t longest = 0;
@@ -201,7 +204,7 @@ GenerateResult generate(Transformer& model, const std::vector<std::vector<int64_
   result.tokens.resize(size_t(B));
   std::vector<int64_t> rows;  // the sequences still going
   const auto take = [&](int64_t b, const float* logits) {
-    const int64_t t = samplers[size_t(b)].next(logits, V);
+    const int64_t t = samplers[size_t(b)].next(logits, drawn);
     result.tokens[size_t(b)].push_back(t);
     if (t != stop_token && int64_t(result.tokens[size_t(b)].size()) < max_new_tokens)
       rows.push_back(b);

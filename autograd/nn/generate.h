@@ -94,13 +94,15 @@ struct GenerateResult {
 };
 
 // Continues each prompt by up to max_new_tokens tokens, stopping a sequence
-// early at `stop_token` (>= 0; kept in its output) when one is given. All
+// early at `stop_token` (>= 0; kept in its output) when one is given. New
+// tokens are drawn from the first `vocab_limit` ids (> 0; 0: all V), for a
+// tokenizer with fewer tokens than the model's padded vocabulary. All
 // prompts decode together, one step for the whole batch. REQUIRES: every
 // prompt non-empty, its tokens in [0, V), and its length plus max_new_tokens
 // within max_seq_len (checked before anything is allocated, naming the
 // prompt and the limit).
 GenerateResult generate(Transformer& model, const std::vector<std::vector<int64_t>>& prompts,
                         int64_t max_new_tokens, const SamplingOptions& options,
-                        int64_t stop_token = -1);
+                        int64_t stop_token = -1, int64_t vocab_limit = 0);
 
 }  // namespace spmd::nn

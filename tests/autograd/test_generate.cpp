@@ -202,3 +202,25 @@ TEST_CASE("[gpu] generation on CUDA picks the CPU's greedy tokens", "[gpu][gener
   const Tensor logits = cache.prefill(0, {5, 6, 7});
   check_close(logits.data<float>(), full_forward_last(gpu_model, {5, 6, 7}));
 }
+
+TEST_CASE("new tokens come from the tokenizer's ids, below a padded vocabulary's", "[generate]") {
+  const TransformerConfig config = TransformerConfig::gpt2(64, 24, 1, 2, 16);
+  Transformer model(config, 4);
+  {  // the padding's logits made the largest: its head rows (tied: the embeddings) scaled up
+    NoGradGuard no_grad;
+    const Tensor pad = ops::narrow(model.tok_embeddings->weight, 0, 50, 14);
+    ops::copy_(pad, ops::mul(pad, 1000.0));
+  }
+  const std::vector<std::vector<int64_t>> prompts{{1, 2, 3}};
+  const auto unlimited = nn::generate(model, prompts, 12, {});
+  CHECK(std::any_of(unlimited.tokens[0].begin(), unlimited.tokens[0].end(),
+                    [](int64_t t) { return t >= 50; }));  // the test can fail
+  nn::SamplingOptions o;
+  o.temperature = 1, o.seed = 2;
+  for (const nn::SamplingOptions& opts : {nn::SamplingOptions{}, o}) {
+    const auto limited = nn::generate(model, prompts, 12, opts, -1, 50);
+    for (const int64_t t : limited.tokens[0]) CHECK(t < 50);
+  }
+  CHECK_THROWS_WITH(nn::generate(model, prompts, 4, {}, -1, 65),
+                    Catch::Contains("vocab_limit 65 must lie in [0, 64]"));
+}
