@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+scripts/setup.sh --job  # the build's packages and matplotlib, not the tests' peers
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 # Only what the job runs: the launcher, the trainer and the generator (the
 # tests, examples and benchmarks are scripts/test.sh's).

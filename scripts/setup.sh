@@ -5,8 +5,17 @@
 # npm (tests/peers/package.json, pinned by its package-lock.json) into
 # .peers/npm/, again only when that lock changed since the last install;
 # SPMD_SKIP_NPM_PEERS=1 leaves them out (their tests then report skipped).
+#   scripts/setup.sh          everything: build, tests, benchmarks (scripts/test.sh)
+#   scripts/setup.sh --job    only what the default job needs (scripts/run.sh):
+#                             the build's packages and matplotlib for its plot
 set -euo pipefail
 cd "$(dirname "$0")/.."
+job_only=0
+case "${1:-}" in
+  --job) job_only=1 ;;
+  "") ;;
+  *) echo "setup: unknown argument '$1' (none, or --job)" >&2; exit 2 ;;
+esac
 
 build_packages=(
   cmake g++ make pkg-config
@@ -73,5 +82,10 @@ install_npm_peers() {
   cp "$lock" "$dest/installed-lock.json"
 }
 
-install_debian_packages
-install_npm_peers
+if [ $job_only = 1 ]; then
+  test_packages=(python3-matplotlib)  # runs/default/loss.png
+  install_debian_packages
+else
+  install_debian_packages
+  install_npm_peers
+fi
