@@ -1,7 +1,8 @@
 // The shared-memory transport (parallel/comm/shm/shm_channel.h) in real
 // processes (the ring alone: test_shm_ring.cpp): which pairs get shared
 // memory under SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT (seen in each
-// rank's own mappings and in ProcessGroup::peer_links()), bad settings, a rank killed by SIGKILL
+// rank's own mappings and in ProcessGroup::peer_links()), how a failure names the host of the
+// ranks it lost (host::where_ranks_run), bad settings, a rank killed by SIGKILL
 // (the others fail fast, naming it, and no segment is left in /dev/shm; in a large all_reduce and
 // before a small one through the segment's posts), and a stress run of 10,000 small collectives
 // with overlapping point-to-point traffic both ways. The collective table itself runs over shared
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "parallel/comm/host/transport.h"
 #include "parallel/comm/init.h"
 #include "survivors.h"
 
@@ -121,6 +123,22 @@ TEST_CASE("same-host pairs map shared memory; tcp forces sockets; a host split m
       expect(static_cast<float*>(in.raw_data())[299999] == float(prev), "ring of sends");
     }));
   }
+}
+
+TEST_CASE("a failure names the host of the ranks it lost when they run on another one",
+          "[comm][shm]") {
+  using host::where_ranks_run;
+  // Ranks 0, 1 here; 2, 3 on hostB; 4 on hostC ("" = this host, as connect_channels fills it).
+  const std::vector<std::string> remote = {"", "", "hostB at 10.0.0.2", "hostB at 10.0.0.2",
+                                           "hostC at 10.0.0.3"};
+  CHECK(where_ranks_run({1}, remote) == "");  // a rank of this host: nothing to add
+  CHECK(where_ranks_run({}, remote) == "");
+  CHECK(where_ranks_run({2, 3}, remote) == " (on hostB at 10.0.0.2)");
+  CHECK(where_ranks_run({3}, remote) == " (on hostB at 10.0.0.2)");
+  CHECK(where_ranks_run({2, 3, 4}, remote) ==
+        " (ranks 2, 3 on hostB at 10.0.0.2; rank 4 on hostC at 10.0.0.3)");
+  CHECK(where_ranks_run({1, 3}, remote) == " (rank 3 on hostB at 10.0.0.2)");
+  CHECK(where_ranks_run({7}, remote) == "");  // out of range: unknown, not a crash
 }
 
 TEST_CASE("bad transport settings fail at set-up, naming what is wrong", "[comm][shm]") {

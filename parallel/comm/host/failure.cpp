@@ -1,11 +1,13 @@
 // The host backend when a collective fails: the error its Work reports, the
 // abort that makes the peers fail at once too, and the words that say why
-// (the ranks never seen at the collective, the group's abort record); and the
-// arrival record a slow collective leaves in the store for them.
+// (the ranks never seen at the collective and the hosts they run on, the
+// group's abort record); and the arrival record a slow collective leaves in
+// the store for them.
 #include <algorithm>
 #include <thread>
 
 #include "parallel/comm/host/host_process_group.h"
+#include "parallel/comm/host/transport.h"
 #include "parallel/comm/tcp/link.h"
 #include "runtime/error.h"
 
@@ -13,6 +15,17 @@ namespace spmd::dist {
 
 using namespace tcp;   // NOLINT: this file is the backend's own
 using namespace host;  // NOLINT
+
+namespace {
+
+// "[1, 2]".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += str_cat(text.empty() ? "[" : ", ", r);
+  return ranks.empty() ? "[]" : text + "]";
+}
+
+}  // namespace
 
 // How long a collective waits before recording its arrival in the store; also
 // the grace a timed-out rank gives late arrivals to be recorded.
@@ -26,24 +39,26 @@ std::exception_ptr HostProcessGroup::fail(const CommOp& op, std::exception_ptr e
   std::string cause;
   bool caller_error = false;
   bool timed_out = false;
+  bool store_lost = false;  // then nothing more is asked of it: each try would wait its timeout
   try {
     std::rethrow_exception(error);
   } catch (const LinkError& e) {
     caller_error = e.is_mismatch();
     cause = e.what();
     if (!caller_error) {
+      cause += where_ranks_run({e.peer()}, remote_hosts_);
       note_failure();  // so that a rank that diagnoses need not wait for this one
       cause += peer_report(e.peer());
     }
   } catch (const TimeoutError& e) {
     timed_out = true;
-    cause = str_cat(e.what(), "; ", never_arrived(op));
+    cause = str_cat(e.what(), "; ", never_arrived(op, &store_lost));
   } catch (const std::exception& e) {
     cause = e.what();
   }
   if (caller_error || timed_out) {
-    mesh_->abort();                  // the peers fail now, and publish their ledgers
-    cause += desync_report(op.seq);  // the ledger's view: who issued what (desync_check.h)
+    mesh_->abort();  // the peers fail now, and publish their ledgers
+    if (!store_lost) cause += desync_report(op.seq);  // who issued what (desync_check.h)
   }
   const std::string message =
       str_cat(op.description, " (rank ", rank(), " of ", size(), ") failed: ", cause);
@@ -52,7 +67,7 @@ std::exception_ptr HostProcessGroup::fail(const CommOp& op, std::exception_ptr e
   dump_flight_record(int64_t(op.seq), message);  // into SPMD_FLIGHT_RECORDER_DIR, when set
   try {  // the first reason recorded wins: it is the root cause the others report
     const std::string mine = str_cat(rank_name(rank()), " reported: ", message);
-    store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
+    if (!store_lost) store().compare_set(key("abort"), {}, Bytes(mine.begin(), mine.end()));
   } catch (...) {
     // The store may have died with its host: the record only adds words to
     // the peers' reports, and this rank's own error below says what failed.
@@ -65,8 +80,11 @@ std::exception_ptr HostProcessGroup::fail(const CommOp& op, std::exception_ptr e
 }
 
 // Which ranks were never seen at `op`: no header from them reached this rank,
-// and they left no arrival record in the store (waiting a little for late ones).
-std::string HostProcessGroup::never_arrived(const CommOp& op) {
+// and they left no arrival record in the store (waiting a little for late
+// ones); with the host of each that runs on another one. When the store
+// cannot be reached (the link to its host is down, say), the ranks not heard
+// from, and *store_lost is set.
+std::string HostProcessGroup::never_arrived(const CommOp& op, bool* store_lost) {
   std::vector<int> heard = mesh_->heard_from();
   std::vector<std::string> keys;
   std::vector<int> unknown;
@@ -76,7 +94,7 @@ std::string HostProcessGroup::never_arrived(const CommOp& op) {
     keys.push_back(key(str_cat("arrived/", op.seq, "/", r)));
   }
   if (unknown.empty()) return "every rank reached it (a peer is stuck or too slow)";
-  std::string missing;
+  std::vector<int> missing;
   try {
     try {
       store().wait(keys, slow_after(timeout()));
@@ -84,14 +102,18 @@ std::string HostProcessGroup::never_arrived(const CommOp& op) {
       // Expected when some never arrive: the check below names them.
     }
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (!store().check({keys[i]})) missing += str_cat(missing.empty() ? "" : ", ", unknown[i]);
+      if (!store().check({keys[i]})) missing.push_back(unknown[i]);
     }
   } catch (const std::exception& e) {
-    return str_cat("the store could not be reached to tell which ranks arrived (", e.what(), ")");
+    *store_lost = true;
+    return str_cat("ranks not heard from at ", op_name(op.type), " #", op.seq, ": ",
+                   rank_list(unknown), where_ranks_run(unknown, remote_hosts_),
+                   "; the store could not be reached to tell whether they arrived (", e.what(),
+                   ")");
   }
   if (missing.empty()) return "every rank reached it (a peer is stuck or too slow)";
-  return str_cat("ranks that never arrived at ", op_name(op.type), " #", op.seq, ": [", missing,
-                 "]");
+  return str_cat("ranks that never arrived at ", op_name(op.type), " #", op.seq, ": ",
+                 rank_list(missing), where_ranks_run(missing, remote_hosts_));
 }
 
 // What the group's abort record says, when a peer vanished: often the lost

@@ -62,6 +62,7 @@ void HostProcessGroup::connect() {
                                             tuning_, shm_tuning_);
   std::vector<std::unique_ptr<Link>> links(size());
   peer_links_.assign(size(), "");
+  remote_hosts_ = std::move(channels.remote_hosts);
   for (int peer = 0; peer < size(); ++peer) {
     if (peer != rank()) {
       links[peer] = std::make_unique<Link>(peer, std::move(channels.collective[peer]));

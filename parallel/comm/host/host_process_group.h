@@ -23,7 +23,8 @@
 // timeout passes) the thread running it writes the reason under <group>/abort
 // in the store, shuts every socket down so the peers fail at once too, and
 // fails this and every later collective of the group. A timeout names the
-// ranks never seen at the collective: those that sent this rank nothing for it
+// ranks never seen at the collective (with their host when it is another
+// one: transport.h): those that sent this rank nothing for it
 // and left no arrival record (a rank that waits long in a collective records
 // its arrival in the store, cheaply, once).
 #pragma once
@@ -106,13 +107,15 @@ class HostProcessGroup final : public ProcessGroup,
   // Failure (failure.cpp).
   static std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout);
   std::exception_ptr fail(const CommOp& op, std::exception_ptr error);
-  std::string never_arrived(const CommOp& op);
+  std::string never_arrived(const CommOp& op, bool* store_lost);
   std::string peer_report(int peer);
   void announce_arrival();
 
   std::string route_hint_;
   std::vector<std::string> peer_links_;  // [peer]: its channel's kind() (set by connect())
-  uint32_t group_hash_ = 0;              // the headers' `group` field (wire.h)
+  // [peer]: "hostB at 10.0.0.2" for a peer on another host (transport.h), else "".
+  std::vector<std::string> remote_hosts_;
+  uint32_t group_hash_ = 0;  // the headers' `group` field (wire.h)
   tcp::Tuning tuning_;
   shm::ShmTuning shm_tuning_;
   std::unique_ptr<tcp::Mesh> mesh_;

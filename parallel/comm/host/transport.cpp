@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <utility>
 
 #include "parallel/comm/shm/shm_channel.h"
 #include "parallel/comm/tcp/bootstrap.h"
 #include "runtime/error.h"
+#include "runtime/socket.h"
 
 namespace spmd::dist::host {
 
@@ -28,6 +30,21 @@ std::string settings(const TransportChoice& c) {
       "SPMD_TRANSPORT=", transport_name(c.transport), " SPMD_TRANSPORT_HOST_SPLIT=", c.host_split,
       " SPMD_SHM_SLOT_BYTES=", c.slot_bytes, " SPMD_SHM_SEGMENT_MIN_BYTES=", c.segment_min_bytes,
       " SPMD_SHM_POST_BYTES=", c.post_bytes, " SPMD_SHM_ZERO_COPY_BYTES=", c.zero_copy_bytes);
+}
+
+// [peer]: "<host name> at <ip>" for the peers on other hosts, the address
+// being the remote end of this rank's socket to that peer.
+std::vector<std::string> remote_hosts(const std::vector<std::string>& other_hosts,
+                                      const std::vector<int>& sockets) {
+  std::vector<std::string> out(other_hosts.size());
+  for (size_t peer = 0; peer < other_hosts.size(); ++peer) {
+    if (other_hosts[peer].empty()) continue;
+    std::string ip = net::peer_name(sockets[peer]);  // "ip:port", "[ip6]:port" or "?"
+    ip = ip.substr(0, ip.rfind(':'));
+    if (ip.size() > 1 && ip.front() == '[') ip = ip.substr(1, ip.size() - 2);
+    out[peer] = str_cat(other_hosts[peer], " at ", ip);
+  }
+  return out;
 }
 
 }  // namespace
@@ -72,6 +89,7 @@ ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
   ShmPlan plan;
   std::vector<bool>& shm = plan.peers;
   shm.assign(size, false);
+  plan.other_hosts.assign(size, "");
   if (size == 1) return plan;
   bool all_same = true;
   const std::string my_settings = settings(choice), my_host = host_identity();
@@ -104,6 +122,7 @@ ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
                  "); use SPMD_TRANSPORT=auto or tcp");
     }
     shm[peer] = same_host && choice.transport != Transport::kTcp;
+    if (their_host != my_host) plan.other_hosts[peer] = their_host.substr(0, their_host.find('/'));
     all_same &= same_host;
   }
   // Identities all equal to this rank's are all equal: every rank concludes alike.
@@ -133,6 +152,7 @@ GroupChannels connect_channels(Store& store, const std::string& group, int rank,
   }
   const auto deadline = net::Clock::now() + timeout;
   GroupChannels out;
+  out.remote_hosts = remote_hosts(plan.other_hosts, sockets.collective);
   std::vector<int> p2p = std::move(sockets.p2p);
   const bool fallback = choice.transport == Transport::kAuto;
   try {
@@ -147,6 +167,33 @@ GroupChannels connect_channels(Store& store, const std::string& group, int rank,
       make_channels(std::move(p2p), plan.peers, rank, shm_tuning.ring_bytes, fallback, deadline);
   out.whole_group_shm = plan.whole_group;
   return out;
+}
+
+std::string where_ranks_run(const std::vector<int>& ranks,
+                            const std::vector<std::string>& remote_hosts) {
+  std::vector<std::pair<std::string, std::vector<int>>> hosts;  // in order of first rank
+  bool all_remote = true;
+  for (int r : ranks) {
+    const std::string host = r >= 0 && size_t(r) < remote_hosts.size() ? remote_hosts[r] : "";
+    if (host.empty()) {
+      all_remote = false;
+      continue;
+    }
+    auto it =
+        std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == host; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), {host, {}});
+    it->second.push_back(r);
+  }
+  if (hosts.empty()) return "";
+  if (all_remote && hosts.size() == 1) return str_cat(" (on ", hosts[0].first, ")");
+  std::string text;
+  for (const auto& [host, on_it] : hosts) {
+    text += text.empty() ? " (" : "; ";
+    text += on_it.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < on_it.size(); ++i) text += str_cat(i ? ", " : "", on_it[i]);
+    text += str_cat(" on ", host);
+  }
+  return text + ")";
 }
 
 }  // namespace spmd::dist::host

@@ -53,6 +53,9 @@ std::string host_identity();
 struct ShmPlan {
   std::vector<bool> peers;   // [peer]: its pair uses shared memory (false for this rank)
   bool whole_group = false;  // every pair of the group does (the same on every rank)
+  // [peer]: the host name in its identity when that identity differs from
+  // this rank's (another host); "" for a peer on this host and for this rank.
+  std::vector<std::string> other_hosts;
 };
 
 // Which pairs use shared memory. Every rank of the group calls it: it
@@ -67,6 +70,10 @@ struct GroupChannels {
   // Every pair of the group was to use shared memory (decided alike on every
   // rank; a pair that fell back to TCP does not change it).
   bool whole_group_shm = false;
+  // [peer]: "hostB at 10.0.0.2" (its host name, and its address as this
+  // rank's socket to it sees it) for a peer on another host; "" for one on
+  // this host and for this rank. What a failure names a lost peer by.
+  std::vector<std::string> remote_hosts;
 };
 
 // Connects the group: the sockets of every pair first (bootstrap.h), then,
@@ -76,5 +83,12 @@ struct GroupChannels {
 GroupChannels connect_channels(Store& store, const std::string& group, int rank, int size,
                                std::chrono::milliseconds timeout, const std::string& route_hint,
                                const tcp::Tuning& tuning, const shm::ShmTuning& shm_tuning);
+
+// Where `ranks` run, for a message about them: "" when none is on another
+// host, " (on hostB at 10.0.0.2)" when they all are and on one host, else
+// each remote host with its ranks: " (ranks 2, 3 on hostB at 10.0.0.2;
+// rank 5 on hostC at 10.0.0.3)". remote_hosts is GroupChannels' field.
+std::string where_ranks_run(const std::vector<int>& ranks,
+                            const std::vector<std::string>& remote_hosts);
 
 }  // namespace spmd::dist::host
