@@ -29,6 +29,13 @@
 #      (host B's ranks fail first: host A's launcher then stops its own);
 #      naming the veth works; a name no interface has is an error listing
 #      those that exist (on host A alone, whose ranks fail at once).
+#   d. The link goes down mid-collective (host B's veth end set down during
+#      a loop of large all_reduces): every rank fails within the group's
+#      timeout, naming the op, its sequence number and the other host's
+#      ranks with that host's name and address; host B's launcher, cut off
+#      from the store on host A, stops its workers within its read_timeout
+#      and says why; both exit non-zero within 15 s and nothing of the job
+#      is left on either host.
 # Needs root, iproute2 and util-linux's unshare; exits 77 (ctest: skipped)
 # with the reason otherwise, or when the namespaces cannot be made.
 #
@@ -180,6 +187,42 @@ for listed in "lo (127.0.0.1)" "$vethA (10.213.9.1)" "alt0 (10.213.10.1)"; do
     { show nosuch; fail "nosuch0: the error does not list $listed"; }
 done
 echo "   SPMD_SOCKET_IFNAME=nosuch0: refused, listing host A's interfaces"
+
+# --- d. the link goes down mid-collective -------------------------------------------------
+# A loop of 8 MiB all_reduces runs across the hosts; once it runs, host B's
+# end of the veth goes down. No RST comes (the packets just stop), so only
+# timeouts can end it: the group's (SPMD_PG_TIMEOUT_S=2) for the workers,
+# read_timeout for the launchers' store operations (host B's launcher
+# reaches the store on host A over the same link).
+loop=("$bench" all_reduce -b 8M -e 8M -n 100000 -w 0 -c 0)
+(
+  for _ in $(seq 100); do  # until rank 0 prints the table's header: the loop has begun
+    grep -q "(elements)" "$tmp/down.A" 2>/dev/null && break
+    sleep 0.1
+  done
+  sleep 0.5
+  ip -n "$nsB" link set "$vethB" down
+) &
+cutter=$!
+job down 29661 "SPMD_PG_TIMEOUT_S=2" "SPMD_PG_TIMEOUT_S=2" --rdzv-conf read_timeout=7 "${loop[@]}"
+wait $cutter
+[ $rcA -ne 0 ] && [ $rcB -ne 0 ] || { show down; fail "link down: the job did not fail ($rcA, $rcB)"; }
+[ $took -le 15 ] || { show down; fail "link down: the launchers took $took s to end"; }
+# Each side's ranks name the other host's ranks, with its name and address,
+# the op and its sequence number. (Which ranks each names varies: in a ring
+# some ranks may be one all_reduce ahead when the link goes down.)
+grep -Eq '^\[rank[01]\]: .*all_reduce #[0-9]+ .* failed: timed out after 2000 ms.*ranks that never arrived at all_reduce #[0-9]+: \[[0-9, ]+\] \((on|ranks? [0-9, ]+ on) hostB at 10\.213\.9\.2\)' \
+  "$tmp/down.A" || { show down; fail "link down: host A's error does not name host B's ranks"; }
+grep -Eq '^\[rank[23]\]: .*all_reduce #[0-9]+ .* failed: timed out after 2000 ms.*ranks not heard from at all_reduce #[0-9]+: \[[0-9, ]+\] \((on|ranks? [0-9, ]+ on) hostA at 10\.213\.9\.1\); the store could not be reached' \
+  "$tmp/down.B" || { show down; fail "link down: host B's error does not name host A's ranks"; }
+grep -q "^spmdrun: lost the store (TCPStore .* on 10.213.9.1:29661: .*); stopping the workers" \
+  "$tmp/down.B" || { show down; fail "link down: host B's launcher does not say it lost the store"; }
+grep -q "first to fail : rank [01] " "$tmp/down.A" ||
+  { show down; fail "link down: host A's launcher has no failure report"; }
+echo "d. link down mid-collective: both launchers ended in $took s (exit codes $rcA, $rcB); host A:"
+grep -ho "ranks that never arrived at all_reduce #[^;]*" "$tmp/down.A" | head -1
+echo "   host B:"
+grep -ho "ranks not heard from at all_reduce #[0-9]*: [^;]*" "$tmp/down.B" | head -1
 
 # Nothing may be left running on either host.
 for ns in "$nsA" "$nsB"; do
