@@ -105,9 +105,10 @@ void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
                    "); is node 0's launcher running, and are the address and port right?");
     }
   }
-  // --rdzv-conf read_timeout bounds each store operation; by default the rendezvous timeout.
-  tcp_->set_timeout(
-      seconds(options_.store_timeout_s > 0 ? options_.store_timeout_s : options_.rdzv_timeout_s));
+  // --rdzv-conf read_timeout bounds each store operation (60 s unless set,
+  // as torchrun's): a launcher cut off from the store gives up within it.
+  // The rendezvous's own waits are slices of kSlice under their deadline.
+  tcp_->set_timeout(seconds(options_.store_timeout_s));
 }
 
 NodeRendezvous::~NodeRendezvous() = default;

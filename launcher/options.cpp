@@ -185,7 +185,7 @@ void add_flags(CLI::App& app, LaunchOptions& o, RawFlags& raw) {
       ->check(flags::seconds());
   pet(app.add_option("--rdzv-conf,--rdzv_conf", raw.rdzv_conf,
                      "torchrun's rendezvous settings, key=value,...: join_timeout (as "
-                     "--rdzv-timeout), read_timeout (the store's), and the accepted "
+                     "--rdzv-timeout), read_timeout (the store's, default 60 s), and the accepted "
                      "last_call_timeout, close_timeout, keep_alive_*"),
       "RDZV_CONF");
   pet(app.add_flag("--no-python,--no_python", o.no_python,

@@ -39,7 +39,7 @@ struct LaunchOptions {
   std::string rdzv_endpoint;    // "host:port"; overrides master_addr/port
   std::string run_id;           // --rdzv-id / --run-id
   double rdzv_timeout_s = 600;  // --rdzv-timeout, or --rdzv-conf join_timeout=
-  double store_timeout_s = 0;   // --rdzv-conf read_timeout=: 0 = rdzv_timeout_s
+  double store_timeout_s = 60;  // --rdzv-conf read_timeout= (torchrun's default, 60 s)
   bool standalone = false;
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
