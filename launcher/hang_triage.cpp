@@ -154,8 +154,10 @@ std::string stuck_text(const JobProgress& job, const std::vector<RankView>& view
     std::string text =
         job.process[c].stopped()
             ? str_cat("rank ", c, "'s process is ", describe_process_state(job.process[c].state))
-            : str_cat("rank ", c, " has been silent for ", seconds(silent_s(job, c, now_us)),
-                      " (no heartbeat: its process is stopped or frozen)");
+            : str_cat(
+                  "rank ", c, " has been silent for ", seconds(silent_s(job, c, now_us)),
+                  " (no heartbeat: its process is stopped or frozen, or its host cannot reach the "
+                  "store)");
     if (oldest)
       text += str_cat(": ", wait_verb(waiters), " for it in ", collective_text(job, *oldest));
     if (!has_record(job, c)) return text + "; it had published no progress record";

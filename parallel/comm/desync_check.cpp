@@ -174,8 +174,8 @@ void DesyncCheck::publish_progress() {
     if (p.seq >= first) {
       p.op = r.entries[p.seq - first].describe();
       p.since_us = r.entries[p.seq - first].issued_us;
-    } else {  // issued more than Ledger::kKept collectives ago (a deep async queue)
-      p.op.assign(1, '?');  // (not `= "?"`: GCC 12 warns falsely of an overlapping copy)
+    } else {                  // issued more than Ledger::kKept collectives ago (a deep async queue)
+      p.op.assign(1, '?');    // (not `= "?"`: GCC 12 warns falsely of an overlapping copy)
       p.since_us = seen_us_;  // first seen in flight: within an interval of its issue, or later
     }
     std::lock_guard lock(mu_);
@@ -296,10 +296,12 @@ std::string DesyncCheck::silent_ranks(const std::vector<int>& late,
     const uint64_t count = records[r] ? records[r]->count : 0;
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f", silent_s);
-    text += str_cat(text.empty() ? "stuck: " : "; ", name, " has been silent for ", secs,
-                    " s (no heartbeat: its process is stopped or frozen); its last record ends ",
-                    count == 0 ? "before collective #0" : str_cat("at collective #", count - 1),
-                    " of group ", group_, ", so whether it called #", seq, " is unknown");
+    text += str_cat(
+        text.empty() ? "stuck: " : "; ", name, " has been silent for ", secs,
+        " s (no heartbeat: its process is stopped or frozen, or its host cannot reach the store); "
+        "its last record ends ",
+        count == 0 ? "before collective #0" : str_cat("at collective #", count - 1), " of group ",
+        group_, ", so whether it called #", seq, " is unknown");
   }
   return text;
 }

@@ -79,7 +79,8 @@ TEST_CASE("hang triage: a rank on another node, known by its silent heartbeat", 
   const std::string report = wavefront_report(job, kNow);
   CHECK(first_line(report) ==
         "spmdrun: hang: rank 1 has been silent for 12.0 s (no heartbeat: its process is stopped "
-        "or frozen): rank 0 waits for it in collective #2 of group world (all_gather(f32[4])); "
+        "or frozen, or its host cannot reach the store): rank 0 waits for it in collective #2 of "
+        "group world (all_gather(f32[4])); "
         "its last record shows it in its own code");
   CHECK(report.find("silent 12.0 s") != std::string::npos);
 }

@@ -597,7 +597,8 @@ def group_hang():
     stop_rank_when(c, "spmd-train", 1, r"step +3 ", 60, ends_within_s=4 + 5, cwd=run)
     c.expect(code=1, says=[r"timed out after 4000 ms",
                            r"stuck: rank 1 has been silent for \d+\.\d s \(no heartbeat: its "
-                           r"process is stopped or frozen\)", r"whether it called #\d+ is unknown",
+                           r"process is stopped or frozen, or its host cannot reach the store\)",
+                           r"whether it called #\d+ is unknown",
                            # ended at once, not after --stop-grace (the bound above): SIGKILL
                            # for a worker seen stopped, or the kernel ending a stopped process
                            # at a fatal SIGTERM when it has no handler
