@@ -33,6 +33,7 @@ test_packages=(
   python3-torch            # the independent reference for autograd and training
   python3-matplotlib       # bench plots
   procps psmisc iproute2   # process-table and network-namespace checks of the launcher
+  slurm-wlm munge          # a one-node Slurm that tests/launcher/test_slurm_real.sh starts
   openmpi-bin libopenmpi-dev  # the OpenMPI peer of spmd-bench
   libgloo-dev              # the Gloo peer of spmd-bench (bench/peers/gloo_bench.cpp): every Gloo algorithm
   libblis4-openmp          # a GEMM peer of spmd-bench-ops (bench/gemm_libraries.h; oneDNN the other), opened at run time
