@@ -69,11 +69,14 @@ pids+=("$(cat "$tmp/munge/pid")")
 munge --socket="$tmp/munge/sock" -n | unmunge --socket="$tmp/munge/sock" >/dev/null 2>&1 ||
   skip "munge does not answer on its socket"
 
-# A one-node cluster named after this host.
+# A one-node cluster named after this host. Its first job id is drawn: the
+# store's port comes from it (runtime/env.h), and other tests make up job
+# ids of their own.
 host=$(hostname -s)
 mkdir -p "$tmp/state" "$tmp/spool" "$tmp/log"
 cat >"$tmp/slurm.conf" <<EOF
 ClusterName=spmdtest
+FirstJobId=$((1000 + RANDOM))
 SlurmctldHost=$host
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
