@@ -104,6 +104,7 @@ uint64_t parse_bytes(const std::string& flag, const std::string& text) {
 
 std::string format_gb(uint64_t bytes) {
   char buf[32];
+  if (bytes == 0) return "0";
   if (bytes >= 1000000000ull) {
     std::snprintf(buf, sizeof(buf), "%.1f GB", double(bytes) / 1e9);
   } else if (bytes >= 1000000ull) {

@@ -28,7 +28,7 @@ namespace spmd::train {
 uint64_t parse_bytes(const std::string& flag, const std::string& text);
 
 // Sizes as the planner prints them, in decimal units as devices are sold:
-// "811.7 GB", "396.4 MB".
+// "811.7 GB", "396.4 MB", "1.0 kB", and "0".
 std::string format_gb(uint64_t bytes);
 
 // The machines a job runs on.
