@@ -50,7 +50,8 @@ train::TrainConfig model_config(const Args& a) {
 }
 
 train::Cluster cluster_of(const Args& a) {
-  SPMD_CHECK(a.devices >= 1, "--devices must be at least 1, got ", a.devices);
+  SPMD_CHECK(a.devices >= 1 && a.devices <= (int64_t(1) << 30),
+             "--devices must be in [1, 2^30], got ", a.devices);
   SPMD_CHECK(a.devices_per_node >= 1, "--devices-per-node must be at least 1, got ",
              a.devices_per_node);
   return {a.devices, a.devices_per_node, train::parse_bytes("--device-memory", a.device_memory)};

@@ -18,11 +18,16 @@
 namespace spmd::train {
 namespace {
 
+// The divisors of n, ascending (each pair d, n / d found by d up to sqrt(n)).
 std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> out;
-  for (int64_t d = 1; d <= n; ++d)
-    if (n % d == 0) out.push_back(d);
-  return out;
+  std::vector<int64_t> small, large;
+  for (int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    small.push_back(d);
+    if (d != n / d) large.push_back(n / d);
+  }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
 }
 
 std::string lower(std::string s) {
@@ -43,7 +48,7 @@ int64_t positive(const std::string& text) {
 
 // The memory plan's terms, named as the planner prints them.
 std::vector<std::pair<std::string, uint64_t>> terms(const MemoryPlan& p) {
-  return {{"parameters (f32 master)", p.parameters},
+  return {{"parameters (f32)", p.parameters},
           {"gradients (f32)", p.gradients},
           {"optimizer (AdamW, f32)", p.optimizer},
           {"DDP buckets", p.ddp_buckets},

@@ -20,7 +20,7 @@ sed -n 3p "$tmp/search.txt" | grep -q "^dp_shard 4 · ac none " || fail "first r
 # One layout, term by term.
 timeout 60 "$plan" "${config[@]}" --devices 4 --device-memory 1GB --layout dp_shard=2,tp=2 \
   >"$tmp/one.txt" 2>&1 || fail "layout: $(cat "$tmp/one.txt")"
-for term in "parameters (f32 master)" "gathered FSDP units" "activations" "peak per device"; do
+for term in "parameters (f32)" "gathered FSDP units" "activations" "peak per device"; do
   grep -qF "$term" "$tmp/one.txt" || fail "no '$term' in: $(cat "$tmp/one.txt")"
 done
 
@@ -51,7 +51,8 @@ refuses "pp_microbatches 2 is fewer than the pipeline's 4 stages" "${config[@]}"
   --device-memory 1GB --layout pp=4,microbatches=2
 refuses "no layout of 4 devices fits 1.0 kB per device: the smallest need is" "${config[@]}" \
   --devices 4 --device-memory 1kB
+refuses "--devices must be in [1, 2^30], got 0" "${config[@]}" --devices 0 --device-memory 1GB
 refuses "--device-memory is needed with --config" "${config[@]}" --devices 4
 refuses "give --explain PRESET or --config FILE" --devices 4 --device-memory 1GB
 refuses "model.preset must be one of" --explain llama9
-echo "spmd-plan: search, layout, explain and 9 refusals as expected"
+echo "spmd-plan: search, layout, explain and 10 refusals as expected"
