@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "runtime/error.h"
+#include "tensor/cpu/allocator.h"
 #include "train/config.h"
 #include "train/planner.h"
 
@@ -96,6 +97,19 @@ TEST_CASE("Llama 3.1's presets have their published parameter counts", "[planner
   CHECK(format_gb(s.total()) == "7305.4 GB");
   CHECK(model_states(load_config("", {"model.preset=llama3.1-8b"})).parameters == 8030261248);
   CHECK(model_states(load_config("", {"model.preset=llama3.1-70b"})).parameters == 70553706496);
+}
+
+TEST_CASE("planning the Llama presets allocates no tensor", "[planner]") {
+  // The presets are shapes: the plan of a 405B layout holds no storage, and
+  // the allocator's peak does not move while it is worked out.
+  cpu::reset_host_peak_memory();
+  const size_t before = cpu::host_memory_stats().peak_allocated;
+  for (const char* preset : {"llama3.1-8b", "llama3.1-70b", "llama3.1-405b"}) {
+    const TrainConfig c = load_config("", {std::string("model.preset=") + preset});
+    CHECK(model_states(c).parameters > 0);
+    CHECK(evaluate(c, parse_layout("dp_shard=8"), 8).plan.peak() > 0);
+  }
+  CHECK(cpu::host_memory_stats().peak_allocated == before);
 }
 
 TEST_CASE("Meta's 405B layout fits 80 GB per device on 16,384 devices", "[planner]") {
