@@ -9,6 +9,7 @@
 #include "tensor/cpu/allocator.h"
 #include "train/config.h"
 #include "train/planner.h"
+#include "train/trained_model.h"
 
 using namespace spmd;
 using namespace spmd::train;
@@ -109,6 +110,16 @@ TEST_CASE("planning the Llama presets allocates no tensor", "[planner]") {
     CHECK(model_states(c).parameters > 0);
     CHECK(evaluate(c, parse_layout("dp_shard=8"), 8).plan.peak() > 0);
   }
+  CHECK(cpu::host_memory_stats().peak_allocated == before);
+  // The one path that builds a model whole (spmd-generate, spmd-train
+  // export) refuses the 405B before it allocates: 1.6 TB in f32, 4.9 TB with
+  // AdamW's moments from a checkpoint.
+  const TrainConfig big = load_config("", {"model.preset=llama3.1-405b"});
+  CHECK_THROWS_AS(load_trained_model(big, "no-such.safetensors"), OutOfMemoryError);
+  CHECK_THROWS_WITH(load_trained_model(big),
+                    StartsWith("the whole model of model.preset \"llama3.1-405b\" (405853388800 "
+                               "parameters in f32, and AdamW's two moments from the checkpoint) "
+                               "needs about"));
   CHECK(cpu::host_memory_stats().peak_allocated == before);
 }
 
