@@ -29,13 +29,14 @@ ModelConfig model_defaults(const std::string& preset, const std::string& shape) 
     return m;
   }
   const nn::TransformerConfig t = nn::TransformerConfig::preset(preset);
-  m.shape = "gpt2";
+  m.shape = t.activation == nn::TransformerConfig::Activation::kSwiGLU ? "llama" : "gpt2";
   m.vocab_size = t.vocab_size;
   m.seq_len = t.max_seq_len;
   m.n_layers = t.n_layers;
   m.n_heads = t.n_heads;
   m.n_kv_heads = t.n_kv_heads;
   m.d_model = t.d_model;
+  m.ffn_hidden = t.ffn_hidden;
   m.dropout = t.dropout;
   m.tie_embeddings = t.tie_embeddings;
   return m;
@@ -43,6 +44,9 @@ ModelConfig model_defaults(const std::string& preset, const std::string& shape) 
 
 }  // namespace config_detail
 namespace {
+
+const std::vector<std::string> kPresets = {"tiny",         "small",         "gpt2",  "llama3.1-8b",
+                                           "llama3.1-70b", "llama3.1-405b", "custom"};
 
 using namespace config_detail;
 
@@ -79,16 +83,19 @@ class Checker {
 };
 
 void check_model(const ModelConfig& m, const Checker& c) {
-  c.one_of("model.preset", m.preset, {"tiny", "small", "gpt2", "custom"});
+  c.one_of("model.preset", m.preset, kPresets);
   c.one_of("model.shape", m.shape, {"gpt2", "llama"});
-  c.require(m.preset == "custom" || m.shape == "gpt2", {"model.shape"}, "model.shape \"", m.shape,
-            "\" needs model.preset = \"custom\" (the presets are GPT-2's)");
+  const std::string preset_shape = model_defaults(m.preset, m.shape).shape;
+  c.require(m.preset == "custom" || m.shape == preset_shape, {"model.shape"}, "model.shape \"",
+            m.shape, "\" needs model.preset = \"custom\" (the preset \"", m.preset, "\" has the \"",
+            preset_shape, "\" shape)");
   c.at_least("model.vocab_size", m.vocab_size, 1);
   c.at_least("model.seq_len", m.seq_len, 1);
   c.at_least("model.n_layers", m.n_layers, 1);
   c.at_least("model.n_heads", m.n_heads, 1);
   c.at_least("model.n_kv_heads", m.n_kv_heads, 0);
   c.at_least("model.d_model", m.d_model, 1);
+  c.at_least("model.ffn_hidden", m.ffn_hidden, 0);
   c.in_range("model.dropout", m.dropout, 0, 1);
   c.require(m.d_model % m.n_heads == 0, {"model.n_heads", "model.d_model"}, "model.d_model ",
             m.d_model, " is not divisible by model.n_heads ", m.n_heads);
@@ -238,7 +245,7 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
   std::string preset = "tiny", shape = "gpt2";
   if (const Setting* s = settings.find("model.preset")) assign("model.preset", *s, preset);
   if (const Setting* s = settings.find("model.shape")) assign("model.shape", *s, shape);
-  checker.one_of("model.preset", preset, {"tiny", "small", "gpt2", "custom"});
+  checker.one_of("model.preset", preset, kPresets);
 
   TrainConfig config;
   config.model = model_defaults(preset, shape);
@@ -258,7 +265,12 @@ nn::TransformerConfig transformer_config(const ModelConfig& m) {
           ? nn::TransformerConfig::llama(m.vocab_size, m.seq_len, m.n_layers, m.n_heads,
                                          m.n_kv_heads, m.d_model)
           : nn::TransformerConfig::gpt2(m.vocab_size, m.seq_len, m.n_layers, m.n_heads, m.d_model);
+  if (m.preset != "custom") {  // what the dims do not say: Llama 3.1's RoPE base and norm eps
+    const nn::TransformerConfig preset = nn::TransformerConfig::preset(m.preset);
+    t.norm_eps = preset.norm_eps, t.rope_theta = preset.rope_theta;
+  }
   t.n_kv_heads = m.n_kv_heads;
+  t.ffn_hidden = m.ffn_hidden;
   t.dropout = m.dropout;
   t.tie_embeddings = m.tie_embeddings;
   t.n_experts = m.n_experts;

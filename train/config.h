@@ -1,8 +1,9 @@
 // The trainer's configuration: one TOML file of eight sections, as TorchTitan's
 // job files are, plus `--section.key=value` overrides from the command line.
 //
-//   [model]      preset "tiny" | "small" | "gpt2" (nn::TransformerConfig::preset)
-//                or "custom" (shape "gpt2" | "llama" and the dims below)
+//   [model]      preset "tiny" | "small" | "gpt2" | "llama3.1-8b" | "llama3.1-70b" |
+//                "llama3.1-405b" (nn::TransformerConfig::preset) or "custom"
+//                (shape "gpt2" | "llama" and the dims below)
 //   [data]       text file and tokenizer, the held-out fraction
 //   [optimizer]  AdamW (or SGD) hyper-parameters
 //   [schedule]   warm-up and decay of the learning rate
@@ -35,14 +36,15 @@ struct CheckpointOptions;  // autograd/nn/checkpoint_wrapper.h
 namespace spmd::train {
 
 struct ModelConfig {
-  std::string preset = "tiny";  // "tiny", "small", "gpt2" or "custom"
-  std::string shape = "gpt2";   // "gpt2" or "llama" (a preset is always "gpt2")
+  std::string preset = "tiny";  // a preset of config.h's list, or "custom"
+  std::string shape = "gpt2";   // "gpt2" or "llama" (a preset's is its own)
   int64_t vocab_size = 256;
   int64_t seq_len = 128;
   int64_t n_layers = 4;
   int64_t n_heads = 4;
   int64_t n_kv_heads = 0;  // 0: n_heads; fewer is grouped-query attention
   int64_t d_model = 128;
+  int64_t ffn_hidden = 0;  // the MLP's hidden size; 0: derived (nn::TransformerConfig::hidden_dim)
   double dropout = 0;
   bool tie_embeddings = true;  // unless given: true for "gpt2", false for "llama"
   // Mixture of experts (nn::MoE) in place of the MLP of blocks 0, moe_every,
@@ -208,7 +210,7 @@ nn::CheckpointOptions checkpoint_options(const TrainingConfig& training);
 // dp_replicate x dp_shard x cp and model.n_experts (which it needs),
 // global_batch divides over dp_replicate x dp_shard x microbatches (and the
 // pipeline's microbatches), heads and vocabulary over tp, the sequence over cp
-// (and tp with sequence_parallel), pp <= n_layers.
+// (and tp with sequence_parallel) and, when cp > 1, over 2 x cp, pp <= n_layers.
 // REQUIRES: `config` passed load_config's checks (every dim at least 1).
 // Throws InvalidArgument naming the dims and their values otherwise.
 void check_layout(const TrainConfig& config, int world_size);

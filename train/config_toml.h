@@ -33,6 +33,7 @@ void for_each_field(F&& f, C&... c) {
   f("model", "n_heads", c.model.n_heads...);
   f("model", "n_kv_heads", c.model.n_kv_heads...);
   f("model", "d_model", c.model.d_model...);
+  f("model", "ffn_hidden", c.model.ffn_hidden...);
   f("model", "dropout", c.model.dropout...);
   f("model", "tie_embeddings", c.model.tie_embeddings...);
   f("model", "n_experts", c.model.n_experts...);

@@ -2,7 +2,7 @@
 // model or process group is built (config.h). Each failure names the dims
 // and their values: the product against the world, then what each split
 // must divide (the batch, the pipeline's stages and microbatches, heads,
-// vocabulary and hidden dim over tp, the sequence over cp), ep's experts,
+// vocabulary and hidden dim over tp, the sequence over 2 x cp), ep's experts,
 // and experts under tp (only beside dense blocks, without sequence parallel).
 #include "autograd/nn/transformer.h"
 #include "runtime/error.h"
@@ -85,6 +85,11 @@ void check_splits(const ParallelConfig& p, const ModelConfig& m) {
   SPMD_CHECK(m.seq_len % seq_split == 0, "parallel: model.seq_len ", m.seq_len,
              " is not divisible by cp ", p.cp,
              p.sequence_parallel ? str_cat(" x tp ", p.tp, " (sequence_parallel)") : "");
+  // Ring attention balances the causal mask by giving each cp rank two of
+  // 2 x cp chunks, one from each end (parallel/context_parallel).
+  SPMD_CHECK(p.cp == 1 || m.seq_len % (2 * p.cp) == 0, "parallel: model.seq_len ", m.seq_len,
+             " is not divisible by 2 x cp = ", 2 * p.cp,
+             " (ring attention's load-balanced chunks, two per cp rank)");
 }
 
 }  // namespace

@@ -5,12 +5,22 @@
 #include <filesystem>
 
 #include "autograd/optim/adamw.h"
+#include "runtime/resource_limits.h"
 #include "train/hf_gpt2.h"
+#include "train/planner.h"
 #include "train/train_checkpoint.h"
 
 namespace spmd::train {
 
 TrainedModel load_trained_model(const TrainConfig& config, const std::string& model_file) {
+  // The model is built whole: first, whether it fits (a Llama 3.1 preset
+  // may not), its f32 parameters and, from a checkpoint, AdamW's two moments.
+  const uint64_t parameters = uint64_t(model_states(config).parameters);
+  const bool checkpoint = model_file.empty();
+  check_memory_fits(str_cat("the whole model of model.preset \"", config.model.preset, "\" (",
+                            parameters, " parameters in f32",
+                            checkpoint ? ", and AdamW's two moments from the checkpoint)" : ")"),
+                    parameters * 4 * (checkpoint ? 3 : 1));
   TrainedModel out;
   out.model =
       std::make_shared<nn::Transformer>(transformer_config(config.model), config.training.seed);

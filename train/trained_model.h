@@ -23,7 +23,9 @@ struct TrainedModel {
 //   else the latest checkpoint of checkpoint.folder, saved under any layout.
 // Throws naming the file or folder, and the parameter, when a tensor is
 // missing or has another shape (a checkpoint of another model), and when the
-// folder holds no checkpoint.
+// folder holds no checkpoint; and OutOfMemoryError, before building anything,
+// when the whole model (with AdamW's state, from a checkpoint) does not fit
+// the memory available (runtime/resource_limits.h).
 TrainedModel load_trained_model(const TrainConfig& config, const std::string& model_file = "");
 
 }  // namespace spmd::train

@@ -43,8 +43,21 @@ TransformerConfig TransformerConfig::preset(const std::string& name) {
   if (name == "tiny") return gpt2(256, 128, 4, 4, 128);
   if (name == "small") return gpt2(256, 256, 6, 6, 384);
   if (name == "gpt2") return gpt2(50304, 1024, 12, 12, 768);
+  // Llama 3.1's published shapes (Meta's model cards and params.json): the
+  // vocabulary of 128,256, 8 kv heads, RoPE base 500,000, and FFN sizes that
+  // are set, not derived (14336 is not 2/3 of 4 x 4096 rounded to 64).
+  const auto llama31 = [](int64_t n_layers, int64_t n_heads, int64_t d_model, int64_t ffn) {
+    TransformerConfig c = llama(128256, 8192, n_layers, n_heads, 8, d_model);
+    c.ffn_hidden = ffn;
+    c.norm_eps = 1e-5;
+    c.rope_theta = 500000.0;
+    return c;
+  };
+  if (name == "llama3.1-8b") return llama31(32, 32, 4096, 14336);
+  if (name == "llama3.1-70b") return llama31(80, 64, 8192, 28672);
+  if (name == "llama3.1-405b") return llama31(126, 128, 16384, 53248);
   SPMD_THROW(InvalidArgument, "TransformerConfig: unknown preset \"", name,
-             "\" (known: tiny, small, gpt2)");
+             "\" (known: tiny, small, gpt2, llama3.1-8b, llama3.1-70b, llama3.1-405b)");
 }
 
 int64_t TransformerConfig::hidden_dim() const {

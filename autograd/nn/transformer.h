@@ -63,6 +63,12 @@ struct TransformerConfig {
   // The named GPT-2 configs of the benchmark: "tiny" (4 layers, 4 heads, C 128,
   // T 128: 842,496 parameters), "small" (6, 6, 384, T 256: 10,844,160) and
   // "gpt2", GPT-2 124M (12, 12, 768, T 1024, vocabulary 50304: 124,475,904).
+  // And Llama 3.1's shapes, T 8192, vocabulary 128256, 8 kv heads:
+  // "llama3.1-8b" (32 layers, 32 heads, C 4096, FFN 14336: 8,030,261,248),
+  // "llama3.1-70b" (80, 64, 8192, FFN 28672: 70,553,706,496) and
+  // "llama3.1-405b" (126, 128, 16384, FFN 53248: 405,853,388,800). A preset
+  // is a shape only: building its Transformer allocates every parameter, so
+  // the Llama ones are for the memory plan and spmd-plan (docs/planner.md).
   static TransformerConfig preset(const std::string& name);
   int64_t hidden_dim() const;
 };

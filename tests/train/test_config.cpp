@@ -359,7 +359,8 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
         "\"1f1b\", \"interleaved\", \"zbh1\", got \"zb\"");
   CHECK(load_error("", {"model.preset=huge"}) ==
         "override --model.preset=huge: model.preset must be one of \"tiny\", \"small\", "
-        "\"gpt2\", \"custom\", got \"huge\"");
+        "\"gpt2\", \"llama3.1-8b\", \"llama3.1-70b\", \"llama3.1-405b\", \"custom\", got "
+        "\"huge\"");
   CHECK(load_error("", {"parallel.tp=0"}) ==
         "override --parallel.tp=0: parallel.tp must be at least 1, got 0");
   CHECK(load_error("", {"training.threads=-2"}) ==
@@ -372,7 +373,7 @@ TEST_CASE("values out of range or not among the choices", "[config][errors]") {
         "data.eval_fraction is 0");
   CHECK(load_error("", {"model.shape=llama"}) ==
         "override --model.shape=llama: model.shape \"llama\" needs model.preset = \"custom\" "
-        "(the presets are GPT-2's)");
+        "(the preset \"tiny\" has the \"gpt2\" shape)");
 }
 
 TEST_CASE("dims that disagree name the key that was set", "[config][errors]") {

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# spmd-plan end to end on configs/llama.toml (a small Llama): the search's
+# table, one layout term by term, --explain of the 8B preset on 8 devices,
+# and each refusal's message and exit status (1, never a crash).
+#
+# usage: test_plan_cli.sh SPMD_PLAN SOURCE_DIR
+set -uo pipefail
+plan=$1 src=$2
+fail() { echo "FAILED: $*"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+config=(--config "$src/configs/llama.toml")
+
+# The search: a table whose first row splits no sample (dp_shard 4).
+timeout 60 "$plan" "${config[@]}" --devices 4 --device-memory 1GB >"$tmp/search.txt" 2>&1 ||
+  fail "search: $(cat "$tmp/search.txt")"
+grep -q "layouts of 4 devices fit 1.0 GB each" "$tmp/search.txt" || fail "$(cat "$tmp/search.txt")"
+sed -n 3p "$tmp/search.txt" | grep -q "^dp_shard 4 · ac none " || fail "first row: $(cat "$tmp/search.txt")"
+
+# One layout, term by term.
+timeout 60 "$plan" "${config[@]}" --devices 4 --device-memory 1GB --layout dp_shard=2,tp=2 \
+  >"$tmp/one.txt" 2>&1 || fail "layout: $(cat "$tmp/one.txt")"
+for term in "parameters (f32)" "gathered FSDP units" "activations" "peak per device"; do
+  grep -qF "$term" "$tmp/one.txt" || fail "no '$term' in: $(cat "$tmp/one.txt")"
+done
+
+# --explain: the 8B preset's parameters and its 18 bytes each.
+timeout 60 "$plan" --explain llama3.1-8b --devices 8 >"$tmp/explain.txt" 2>&1 ||
+  fail "explain: $(cat "$tmp/explain.txt")"
+grep -q "^parameters: 8,030,261,248$" "$tmp/explain.txt" || fail "$(cat "$tmp/explain.txt")"
+grep -q "total .* 18 B/parameter *144.5 GB" "$tmp/explain.txt" || fail "$(cat "$tmp/explain.txt")"
+
+# Refusals: exit 1 and the reason.
+refuses() {  # refuses MESSAGE ARGS...
+  local want=$1
+  shift
+  timeout 60 "$plan" "$@" >"$tmp/r.txt" 2>&1
+  local rc=$?
+  [ $rc -eq 1 ] || fail "exit $rc (not 1) for $*: $(cat "$tmp/r.txt")"
+  grep -qF -- "$want" "$tmp/r.txt" || fail "for $*: wanted '$want', got: $(cat "$tmp/r.txt")"
+}
+refuses 'spmd-plan: --device-memory "80XB" is not a size' "${config[@]}" --devices 4 \
+  --device-memory 80XB
+refuses "= 2 ranks, but the world has 4" "${config[@]}" --devices 4 --device-memory 1GB \
+  --layout dp_shard=2
+refuses "parallel: tp 4 must divide model.n_heads 4 and the kv heads 2" "${config[@]}" \
+  --devices 4 --device-memory 1GB --layout tp=4
+refuses "is not divisible by 2 x cp = 8" "${config[@]}" --devices 4 --device-memory 1GB \
+  --layout cp=4 --seq-len 4
+refuses "pp_microbatches 2 is fewer than the pipeline's 4 stages" "${config[@]}" --devices 4 \
+  --device-memory 1GB --layout pp=4,microbatches=2
+refuses "no layout of 4 devices fits 1.0 kB per device: the smallest need is" "${config[@]}" \
+  --devices 4 --device-memory 1kB
+refuses "--devices must be in [1, 2^30], got 0" "${config[@]}" --devices 0 --device-memory 1GB
+refuses "--device-memory is needed with --config" "${config[@]}" --devices 4
+refuses "give --explain PRESET or --config FILE" --devices 4 --device-memory 1GB
+refuses "model.preset must be one of" --explain llama9
+echo "spmd-plan: search, layout, explain and 10 refusals as expected"

@@ -1,0 +1,318 @@
+// The planner's search: read the sizes and the layout a user gives, refuse
+// a layout with its reason, then walk every way of splitting the devices
+// into dp_replicate x dp_shard x cp x tp x pp, and keep the layouts whose
+// largest rank's memory plan fits a device. The explanation for one device
+// is in plan_explain.cpp.
+#include "train/planner.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "runtime/error.h"
+
+namespace spmd::train {
+namespace {
+
+// The divisors of n, ascending (each pair d, n / d found by d up to sqrt(n)).
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> small, large;
+  for (int64_t d = 1; d * d <= n; ++d) {
+    if (n % d != 0) continue;
+    small.push_back(d);
+    if (d != n / d) large.push_back(n / d);
+  }
+  small.insert(small.end(), large.rbegin(), large.rend());
+  return small;
+}
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// A positive integer, or 0 when `text` is not one.
+int64_t positive(const std::string& text) {
+  if (text.empty() || text.size() > 12) return 0;
+  int64_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return 0;
+    v = 10 * v + (ch - '0');
+  }
+  return v;
+}
+
+// The memory plan's terms, named as the planner prints them.
+std::vector<std::pair<std::string, uint64_t>> terms(const MemoryPlan& p) {
+  return {{"parameters (f32)", p.parameters},
+          {"gradients (f32)", p.gradients},
+          {"optimizer (AdamW, f32)", p.optimizer},
+          {"DDP buckets", p.ddp_buckets},
+          {"gathered FSDP units", p.gathered},
+          {"activations", p.activations},
+          {"logits", p.logits},
+          {"buffers (RoPE)", p.buffers}};
+}
+
+// "activations 61%": the largest term and its share of the peak.
+std::string dominant(const MemoryPlan& plan) {
+  std::pair<std::string, uint64_t> top{"", 0};
+  for (const auto& t : terms(plan))
+    if (t.second > top.second) top = t;
+  const std::string name = top.first.substr(0, top.first.find(" ("));
+  const double share = plan.peak() > 0 ? 100.0 * double(top.second) / double(plan.peak()) : 0;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " %.0f%%", share);
+  return name + buf;
+}
+
+std::string pad(std::string s, size_t width) {
+  // The layout names hold "·" (two bytes, one column).
+  size_t columns = 0;
+  for (unsigned char ch : s) columns += (ch & 0xC0) != 0x80;
+  if (columns < width) s.append(width - columns, ' ');
+  return s;
+}
+
+}  // namespace
+
+uint64_t parse_bytes(const std::string& flag, const std::string& text) {
+  size_t end = 0;
+  while (end < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.'))
+    ++end;
+  const std::string number = text.substr(0, end), unit = lower(text.substr(end));
+  const std::vector<std::pair<std::string, double>> units = {
+      {"", 1},      {"b", 1},
+      {"kb", 1e3},  {"kib", 1024.0},
+      {"mb", 1e6},  {"mib", 1 << 20},
+      {"gb", 1e9},  {"gib", double(1 << 30)},
+      {"tb", 1e12}, {"tib", 1024.0 * double(1 << 30)}};
+  double scale = 0;
+  for (const auto& [name, s] : units)
+    if (unit == name) scale = s;
+  const bool one_point = std::count(number.begin(), number.end(), '.') <= 1;
+  const bool ok = scale > 0 && !number.empty() && number != "." && one_point &&
+                  (unit != "" || number.find('.') == std::string::npos);
+  SPMD_CHECK(ok, flag, " \"", text,
+             "\" is not a size: give a number and a unit, 80GB (80 x 10^9 bytes) or 80GiB "
+             "(80 x 2^30), MB, MiB, TB, TiB, or whole bytes alone");
+  const double bytes = std::stod(number) * scale;
+  SPMD_CHECK(bytes >= 1 && bytes < 1.8e19, flag, " \"", text,
+             "\" must be at least 1 byte and less than 2^64");
+  return uint64_t(std::llround(bytes));
+}
+
+std::string format_gb(uint64_t bytes) {
+  char buf[32];
+  if (bytes == 0) return "0";
+  if (bytes >= 1000000000ull) {
+    std::snprintf(buf, sizeof(buf), "%.1f GB", double(bytes) / 1e9);
+  } else if (bytes >= 1000000ull) {
+    std::snprintf(buf, sizeof(buf), "%.1f MB", double(bytes) / 1e6);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f kB", double(bytes) / 1e3);
+  }
+  return buf;
+}
+
+Layout parse_layout(const std::string& text) {
+  Layout l;
+  std::stringstream in(text);
+  std::string piece;
+  while (std::getline(in, piece, ',')) {
+    const size_t eq = piece.find('=');
+    const std::string key = piece.substr(0, eq),
+                      value = eq == piece.npos ? "" : piece.substr(eq + 1);
+    SPMD_CHECK(eq != piece.npos, "--layout \"", text, "\": \"", piece, "\" is not key=value");
+    if (key == "ac") {
+      SPMD_CHECK(value == "none" || value == "full", "--layout \"", text,
+                 "\": ac must be none or full, got \"", value, "\"");
+      l.checkpointing = value;
+      continue;
+    }
+    int64_t* field = key == "dp_replicate"   ? &l.dp_replicate
+                     : key == "dp_shard"     ? &l.dp_shard
+                     : key == "tp"           ? &l.tp
+                     : key == "pp"           ? &l.pp
+                     : key == "cp"           ? &l.cp
+                     : key == "microbatches" ? &l.microbatches
+                                             : nullptr;
+    SPMD_CHECK(field != nullptr, "--layout \"", text, "\": unknown key \"", key,
+               "\" (keys: dp_replicate, dp_shard, tp, pp, cp, microbatches, ac)");
+    *field = positive(value);
+    SPMD_CHECK(*field > 0, "--layout \"", text, "\": ", key, " must be a positive integer, got \"",
+               value, "\"");
+  }
+  return l;
+}
+
+std::string describe(const Layout& l) {
+  std::string out;
+  const auto add = [&](const std::string& s) { out += (out.empty() ? "" : " · ") + s; };
+  if (l.dp_replicate > 1) add(str_cat("dp_replicate ", l.dp_replicate));
+  if (l.dp_shard > 1) add(str_cat("dp_shard ", l.dp_shard));
+  if (l.cp > 1) add(str_cat("cp ", l.cp));
+  if (l.tp > 1) add(str_cat("tp ", l.tp));
+  if (l.pp > 1) add(str_cat("pp ", l.pp));
+  if (out.empty()) add("1 device");
+  const int64_t m = l.microbatches > 0 ? l.microbatches : l.pp;
+  if (m > 1) add(str_cat(m, " microbatches"));
+  add("ac " + l.checkpointing);
+  return out;
+}
+
+TrainConfig with_layout(const TrainConfig& config, const Layout& l) {
+  TrainConfig c = config;
+  ParallelConfig& p = c.parallel;
+  p.dp_replicate = l.dp_replicate, p.dp_shard = l.dp_shard, p.tp = l.tp, p.pp = l.pp, p.cp = l.cp;
+  p.ep = 1;
+  p.sequence_parallel = l.tp > 1 && c.model.n_experts == 0;
+  const int64_t m = l.microbatches > 0 ? l.microbatches : l.pp;
+  p.pp_microbatches = l.pp > 1 ? m : 0;
+  c.training.microbatches = l.pp > 1 ? 1 : m;
+  if (p.pp == 1 && p.pp_schedule == "interleaved") p.pp_schedule = "1f1b", p.pp_stages_per_rank = 1;
+  c.training.activation_checkpointing = l.checkpointing;
+  return c;
+}
+
+void check_planned_layout(const TrainConfig& config, int64_t devices) {
+  SPMD_CHECK(devices >= 1 && devices <= (int64_t(1) << 30), "--devices must be in [1, 2^30], got ",
+             devices);
+  check_layout(config, int(devices));
+  const ParallelConfig& p = config.parallel;
+  const int64_t m = p.pp_microbatches > 0 ? p.pp_microbatches : p.pp;
+  SPMD_CHECK(p.pp == 1 || m >= p.pp, "parallel: pp_microbatches ", m,
+             " is fewer than the pipeline's ", p.pp,
+             " stages: each stage would idle for more "
+             "of the step than it works (the bubble is (pp - 1) / (microbatches + pp - 1))");
+}
+
+Fit evaluate(const TrainConfig& config, const Layout& layout, int64_t devices) {
+  return {layout, largest_plan(with_layout(config, layout), int(devices))};
+}
+
+bool fits_before(const Fit& a, const Fit& b) {
+  const auto key = [](const Fit& f) {
+    const Layout& l = f.layout;
+    return std::make_tuple(l.tp * l.cp * l.pp, l.checkpointing != "none", l.microbatches,
+                           f.plan.peak(), l.dp_replicate);
+  };
+  return key(a) < key(b);
+}
+
+namespace {
+
+// The fewest microbatches of `candidates` (ascending) with which the layout
+// fits, by bisection: more microbatches never hold more (each is smaller,
+// and a schedule holds no more of them). Records the smallest need seen.
+std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
+                                   const std::vector<int64_t>& candidates, const Cluster& cluster,
+                                   Search& out) {
+  const auto try_m = [&](int64_t m) {
+    l.microbatches = m;
+    const Fit f = evaluate(config, l, cluster.devices);
+    if (!out.smallest || f.plan.peak() < out.smallest->plan.peak()) out.smallest = f;
+    return f;
+  };
+  Fit best = try_m(candidates.back());
+  if (best.plan.peak() > cluster.device_memory) return std::nullopt;
+  size_t lo = 0, hi = candidates.size() - 1;  // candidates[hi] fits
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    const Fit f = try_m(candidates[mid]);
+    if (f.plan.peak() <= cluster.device_memory) {
+      best = f, hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Search search_layouts(const TrainConfig& config, const Cluster& cluster) {
+  Search out;
+  const int64_t n = cluster.devices;
+  for (int64_t pp : divisors(n)) {
+    if (pp > config.model.n_layers) continue;
+    for (int64_t tp : divisors(n / pp)) {
+      if (cluster.devices_per_node % tp != 0) continue;
+      for (int64_t cp : divisors(n / pp / tp)) {
+        for (int64_t dp_replicate : divisors(n / pp / tp / cp)) {
+          Layout l{dp_replicate, n / pp / tp / cp / dp_replicate, tp, pp, cp, 1, "none"};
+          const int64_t dp = l.dp_replicate * l.dp_shard;
+          if (config.training.global_batch % dp != 0) continue;
+          for (const char* ac : {"none", "full"}) {
+            l.checkpointing = ac;
+            std::vector<int64_t> valid;  // microbatches the checks allow, fewest first
+            for (int64_t m : divisors(config.training.global_batch / dp)) {
+              l.microbatches = m;
+              try {
+                check_planned_layout(with_layout(config, l), n);
+                valid.push_back(m);
+              } catch (const InvalidArgument&) {
+              }
+            }
+            if (valid.empty()) break;
+            if (ac == std::string("none")) ++out.layouts;
+            if (const auto f = fewest_that_fit(config, l, valid, cluster, out)) {
+              out.fits.push_back(*f);
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::sort(out.fits.begin(), out.fits.end(), fits_before);
+  return out;
+}
+
+std::string fits_table(const std::vector<Fit>& fits, size_t top) {
+  std::string out = pad("layout", 56) + pad("memory per device", 20) + "dominated by\n";
+  for (size_t i = 0; i < std::min(top, fits.size()); ++i)
+    out += pad(describe(fits[i].layout), 56) + pad(format_gb(fits[i].plan.peak()), 20) +
+           dominant(fits[i].plan) + "\n";
+  return out;
+}
+
+std::string terms_table(const std::vector<std::string>& heads,
+                        const std::vector<MemoryPlan>& plans) {
+  std::string out = pad("", 28);
+  for (const std::string& h : heads) out += pad(h, 24);
+  out += "\n";
+  for (size_t i = 0; i < terms(plans[0]).size(); ++i) {
+    uint64_t any = 0;
+    std::string row = pad("  " + terms(plans[0])[i].first, 28);
+    for (const MemoryPlan& p : plans) {
+      row += pad(format_gb(terms(p)[i].second), 24);
+      any += terms(p)[i].second;
+    }
+    if (any > 0) out += row + "\n";
+  }
+  std::string peak = pad("  peak per device", 28), shape = pad("  microbatches x rows x T", 28);
+  for (const MemoryPlan& p : plans) {
+    peak += pad(format_gb(p.peak()), 24);
+    shape += pad(str_cat(p.in_flight, " x ", p.microbatch_rows, " x ", p.tokens_per_row), 24);
+  }
+  return out + peak + "\n" + shape + "\n";
+}
+
+void check_some_layout_fits(const Search& search, const Cluster& cluster) {
+  SPMD_CHECK(search.layouts > 0, "no valid layout of ", cluster.devices,
+             " devices: the batch, heads, vocabulary, layers or sequence divide over none (tp "
+             "within a node of ",
+             cluster.devices_per_node, ")");
+  SPMD_CHECK(!search.fits.empty(), "no layout of ", cluster.devices, " devices fits ",
+             format_gb(cluster.device_memory), " per device: the smallest need is ",
+             format_gb(search.smallest->plan.peak()), " per device (",
+             describe(search.smallest->layout), ", ", dominant(search.smallest->plan), ")");
+}
+
+}  // namespace spmd::train
