@@ -5,11 +5,14 @@
 //   spmd-plan --config configs/fsdp.toml --devices 8 --device-memory 80GB
 //             [--seq-len T] [--global-batch B] [--top 5]
 //   spmd-plan --config X --devices 8 --device-memory 80GB --layout dp_shard=4,tp=2
+//   spmd-plan --config X --devices 8 --device-memory 80GB --write-config best.toml
 //
 // --explain shows why one device cannot train the model, then the planner's
 // layout beside Meta's. --config searches every layout of --devices and
 // prints the best that fit; with --layout it checks that one layout and
-// prints its largest rank's memory term by term. Every input is checked
+// prints its largest rank's memory term by term. --write-config writes the
+// config with the first layout of the table (or --layout's) as a TOML file
+// spmd-train reads. Every input is checked
 // before any work, and a refusal says why (train/planner.h, docs/planner.md).
 #include <malloc.h>
 
@@ -18,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/durable_file.h"
 #include "runtime/error.h"
 #include "train/config.h"
 #include "train/planner.h"
@@ -27,7 +31,7 @@ using namespace spmd;
 namespace {
 
 struct Args {
-  std::string explain, config, device_memory, layout;
+  std::string explain, config, device_memory, layout, write_config;
   int64_t devices = 0, devices_per_node = 8, seq_len = 0, global_batch = 0;
   bool has_seq_len = false, has_global_batch = false;
   size_t top = 5;
@@ -57,9 +61,18 @@ train::Cluster cluster_of(const Args& a) {
   return {a.devices, a.devices_per_node, train::parse_bytes("--device-memory", a.device_memory)};
 }
 
+// --write-config: the config with `layout`, written whole (synced, then
+// renamed into place), for spmd-train --config.
+void write_config(const std::string& path, const train::TrainConfig& config,
+                  const train::Layout& layout) {
+  if (path.empty()) return;
+  replace_durably(path, train::to_toml(train::with_layout(config, layout)));
+  std::printf("wrote %s: %s\n", path.c_str(), train::describe(layout).c_str());
+}
+
 // --layout: that layout's checks, then its largest rank term by term.
 int check_one(const train::TrainConfig& config, const train::Cluster& cluster,
-              const std::string& text) {
+              const std::string& text, const std::string& out) {
   const train::Layout layout = train::parse_layout(text);
   train::check_planned_layout(train::with_layout(config, layout), cluster.devices);
   const train::Fit fit = train::evaluate(config, layout, cluster.devices);
@@ -69,6 +82,7 @@ int check_one(const train::TrainConfig& config, const train::Cluster& cluster,
   SPMD_CHECK(fit.plan.peak() <= cluster.device_memory, "the layout needs ",
              train::format_gb(fit.plan.peak()), " per device, more than the ",
              train::format_gb(cluster.device_memory), " of --device-memory");
+  write_config(out, config, layout);
   return 0;
 }
 
@@ -76,6 +90,8 @@ int run(const Args& a) {
   SPMD_CHECK(a.explain.empty() != a.config.empty(),
              "give --explain PRESET or --config FILE (one of them)");
   SPMD_CHECK(a.explain.empty() || a.layout.empty(), "--layout goes with --config, not --explain");
+  SPMD_CHECK(a.explain.empty() || a.write_config.empty(),
+             "--write-config goes with --config, not --explain");
   if (!a.explain.empty()) {
     // --explain's cluster, unless given: Meta's 16,384 H100s of 80 GB.
     Args e = a;
@@ -89,7 +105,7 @@ int run(const Args& a) {
   SPMD_CHECK(!a.device_memory.empty(), "--device-memory is needed with --config (80GB, 24GiB)");
   const train::Cluster cluster = cluster_of(a);
   const train::TrainConfig config = model_config(a);
-  if (!a.layout.empty()) return check_one(config, cluster, a.layout);
+  if (!a.layout.empty()) return check_one(config, cluster, a.layout, a.write_config);
   const train::Search search = train::search_layouts(config, cluster);
   train::check_some_layout_fits(search, cluster);
   std::printf(
@@ -98,6 +114,7 @@ int run(const Args& a) {
       search.fits.size(), (long long)search.layouts, (long long)cluster.devices,
       train::format_gb(cluster.device_memory).c_str(), std::min(a.top, search.fits.size()),
       train::fits_table(search.fits, a.top).c_str());
+  write_config(a.write_config, config, search.fits.front().layout);
   return 0;
 }
 
@@ -122,6 +139,8 @@ int main(int argc, char** argv) {
   app.add_option("--layout", a.layout,
                  "check one layout: dp_shard=4,tp=2,pp=2,microbatches=4,ac=full");
   app.add_option("--top", a.top, "layouts to print (default 5)");
+  app.add_option("--write-config", a.write_config,
+                 "write the config with the best layout (or --layout's) to this TOML file");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

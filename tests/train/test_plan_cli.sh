@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # spmd-plan end to end on configs/llama.toml (a small Llama): the search's
 # table, one layout term by term, --explain of the 8B preset on 8 devices,
-# and each refusal's message and exit status (1, never a crash).
+# and each refusal's message and exit status (1, never a crash); and
+# --write-config's file, which spmd-train trains with on 2 ranks.
 #
-# usage: test_plan_cli.sh SPMD_PLAN SOURCE_DIR
+# usage: test_plan_cli.sh SPMD_PLAN SOURCE_DIR SPMDRUN SPMD_TRAIN
 set -uo pipefail
-plan=$1 src=$2
+plan=$1 src=$2 spmdrun=$3 train=$4
 fail() { echo "FAILED: $*"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -23,6 +24,20 @@ timeout 60 "$plan" "${config[@]}" --devices 4 --device-memory 1GB --layout dp_sh
 for term in "parameters (f32)" "gathered FSDP units" "activations" "peak per device"; do
   grep -qF "$term" "$tmp/one.txt" || fail "no '$term' in: $(cat "$tmp/one.txt")"
 done
+
+# --write-config: the layout asked for, written as a config spmd-train runs.
+timeout 60 "$plan" "${config[@]}" --devices 2 --device-memory 1GB --layout tp=2 \
+  --write-config "$tmp/best.toml" >"$tmp/write.txt" 2>&1 || fail "write: $(cat "$tmp/write.txt")"
+grep -q "^wrote $tmp/best.toml: tp 2" "$tmp/write.txt" || fail "$(cat "$tmp/write.txt")"
+grep -qx "tp = 2" "$tmp/best.toml" || fail "no tp = 2 in: $(cat "$tmp/best.toml")"
+OMP_NUM_THREADS=1 timeout 120 "$spmdrun" --standalone --nproc-per-node 2 "$train" \
+  --config "$tmp/best.toml" --training.steps=1 --metrics.run_folder="$tmp/run" \
+  --checkpoint.folder="" >"$tmp/train.txt" 2>&1 || fail "spmd-train: $(tail -5 "$tmp/train.txt")"
+grep -q "done: 1 steps" "$tmp/train.txt" || fail "$(tail -5 "$tmp/train.txt")"
+# The search's best, written the same way.
+timeout 60 "$plan" "${config[@]}" --devices 2 --device-memory 1GB --write-config "$tmp/s.toml" \
+  >"$tmp/s.txt" 2>&1 || fail "write: $(cat "$tmp/s.txt")"
+grep -qx "dp_shard = 2" "$tmp/s.toml" || fail "the search's best: $(cat "$tmp/s.txt")"
 
 # --explain: the 8B preset's parameters and its 18 bytes each.
 timeout 60 "$plan" --explain llama3.1-8b --devices 8 >"$tmp/explain.txt" 2>&1 ||
@@ -55,4 +70,6 @@ refuses "--devices must be in [1, 2^30], got 0" "${config[@]}" --devices 0 --dev
 refuses "--device-memory is needed with --config" "${config[@]}" --devices 4
 refuses "give --explain PRESET or --config FILE" --devices 4 --device-memory 1GB
 refuses "model.preset must be one of" --explain llama9
+refuses "--write-config goes with --config, not --explain" --explain llama3.1-8b \
+  --write-config "$tmp/x.toml"
 echo "spmd-plan: search, layout, explain and 10 refusals as expected"
