@@ -87,7 +87,8 @@ Tensor KVCacheDecoder::forward(const Tensor& ids, const std::vector<int64_t>& ro
     x = add(h, block.mlp ? (*block.mlp)((*block.ffn_norm)(h)) : (*block.moe)((*block.ffn_norm)(h)));
   }
   for (const int64_t b : rows) length_[size_t(b)] += T;
-  x = (*model_.norm)(x);
+  // Only the last position's logits are wanted: the norm and the head run on it alone.
+  x = (*model_.norm)(narrow(x, 1, T - 1, 1));
   return last_logits(model_.output ? (*model_.output)(x)
                                    : linear(x, model_.tok_embeddings->weight));
 }
