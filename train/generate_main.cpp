@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "autograd/data/tokenizer.h"
 #include "autograd/nn/generate.h"
 #include "runtime/error.h"
+#include "runtime/flag_checks.h"
 #include "tensor/cuda_api.h"
 #include "tensor/threads.h"
 #include "train/config.h"
@@ -55,6 +57,9 @@ constexpr const char* kUsage =
     "  --threads N          CPU threads (default: the machine's)\n"
     "  --vocab FILE.bpe     data.tokenizer = \"bpe\"'s vocabulary (default: beside data.path)\n";
 
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
 struct Args {
   std::string config, model, prompts_file, device = "cpu", vocab;
   std::vector<std::string> prompts, overrides;
@@ -63,19 +68,20 @@ struct Args {
   nn::SamplingOptions sampling{1.0, 0, 1.0, 0};
 };
 
-int64_t parse_int(const std::string& key, const std::string& v, int64_t low) {
-  char* end = nullptr;
-  const long long n = std::strtoll(v.c_str(), &end, 10);
-  SPMD_CHECK(!v.empty() && *end == '\0' && n >= low, key, " must be an integer >= ", low, ", got '",
-             v, "'");
-  return n;
+// A flag's value, checked as every spmd binary checks its numeric flags
+// (runtime/flag_checks.h): the message names the flag, its need and the value.
+int64_t count_flag(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
+  const std::string why = flags::count_error(text, min, max);
+  SPMD_CHECK(why.empty(), flag, ": ", why);
+  return std::strtoll(text.c_str(), nullptr, 10);
 }
 
-double parse_double(const std::string& key, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  SPMD_CHECK(!v.empty() && *end == '\0', key, " must be a number, got '", v, "'");
-  return x;
+// A finite number; its range is nn::check_sampling_options's to say.
+double number_flag(const std::string& flag, const std::string& text) {
+  const std::string why = flags::number_error(text, std::numeric_limits<double>::lowest(),
+                                              std::numeric_limits<double>::max(), false);
+  SPMD_CHECK(why.empty(), flag, ": ", why);
+  return std::strtod(text.c_str(), nullptr);
 }
 
 Args parse_args(int argc, char** argv) {
@@ -98,19 +104,19 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--prompts-file") {
       a.prompts_file = value();
     } else if (arg == "--max-new-tokens") {
-      a.max_new_tokens = parse_int(arg, value(), 1);
+      a.max_new_tokens = count_flag(arg, value(), 1, kInt32Max);
     } else if (arg == "--temperature") {
-      a.sampling.temperature = parse_double(arg, value());
+      a.sampling.temperature = number_flag(arg, value());
     } else if (arg == "--top-k") {
-      a.sampling.top_k = parse_int(arg, value(), 0);
+      a.sampling.top_k = count_flag(arg, value(), 0, kInt32Max);
     } else if (arg == "--top-p") {
-      a.sampling.top_p = parse_double(arg, value());
+      a.sampling.top_p = number_flag(arg, value());
     } else if (arg == "--seed") {
-      a.sampling.seed = uint64_t(parse_int(arg, value(), 0));
+      a.sampling.seed = uint64_t(count_flag(arg, value(), 0, kInt64Max));
     } else if (arg == "--device") {
       a.device = value();
     } else if (arg == "--threads") {
-      a.threads = int(parse_int(arg, value(), 1));
+      a.threads = int(count_flag(arg, value(), 1, 1024));
     } else if (arg == "--vocab") {
       a.vocab = value();
     } else if (arg.rfind("--", 0) == 0 && arg.find('.') != std::string::npos) {
