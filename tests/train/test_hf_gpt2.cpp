@@ -35,18 +35,6 @@ namespace {
 
 const std::string kRoot = "/tmp/spmd_test_hf_gpt2_" + std::to_string(::getpid());
 
-// The message of the Error that `run` throws (FAIL when it returns).
-template <class F>
-std::string error_of(F&& run) {
-  try {
-    run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("it did not throw");
-  return "";
-}
-
 // A run of 3 steps (seed 5, so that its weights are neither the seed-0
 // model's nor untrained) saved to <kRoot>/<tag>_ck, exported to
 // <kRoot>/<tag>_hf. Returns the run's config.

@@ -36,18 +36,6 @@ std::vector<std::string> diverging(const std::string& folder) {
           "checkpoint.interval=1", "checkpoint.keep=0"};
 }
 
-// The message of the Error that `run` throws (FAIL when it returns).
-template <class F>
-std::string error_of(F&& run) {
-  try {
-    run();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("it ran on");
-  return "";
-}
-
 // N of the message's "step N: ...".
 int64_t stopped_at(const std::string& message) {
   std::smatch m;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +26,18 @@
 #include "train/trainer.h"
 
 namespace spmd::train::testing {
+
+// The message of the Error that `run` throws (FAIL when it returns).
+template <class F>
+std::string error_of(F&& run) {
+  try {
+    run();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  FAIL("it did not throw");
+  return "";
+}
 
 using namespace spmd::dist::testing;
 
