@@ -2,10 +2,13 @@
 // fed microbatch by microbatch trains exactly as the whole model does. The
 // Llama shape (untied head), trained k = 3 AdamW steps under GPipe, 1F1B,
 // interleaved 1F1B (2 stages per rank) and ZB-H1 (split backward) on 2 and
-// 4 ranks with 1, 2 and 4 microbatches (and on a pp x dp = 2 x 2 mesh,
-// gradients averaged over dp once per step; and 4 stages on one rank), gives the loss of every step
-// and every parameter of one process on the same data and seed, to 1e-5
-// relative in f32. Plus the cuts themselves, and the errors refused before
+// 4 ranks with 1, 2 and 4 microbatches (and 4 stages on one rank), gives the
+// loss and the gradient norm of every step and every parameter of one
+// process on the same data and seed, to 1e-5 relative in f32. On a
+// pp x dp = 2 x 2 mesh the stages' copies are kept in step the two ways the
+// trainer keeps them: DDP's average_gradients once per step, and FSDP, each
+// stage's blocks and the stage itself sharded over dp and reduce-scattered
+// once per step. Plus the cuts themselves, and the errors refused before
 // anything runs.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -15,8 +18,11 @@
 #include "autograd/optim/adamw.h"
 #include "ddp_test_util.h"
 #include "harness.h"
+#include "parallel/ddp/gradient_average.h"
 #include "parallel/device_mesh.h"
+#include "parallel/fsdp/fully_shard.h"
 #include "parallel/pipeline/executor.h"
+#include "parallel/placement.h"
 #include "tensor/ops.h"
 #include "tests/skip.h"
 
@@ -56,12 +62,12 @@ Batch batch(int step, int64_t rows, Device device) {
 optim::AdamWOptions adamw() { return {.lr = 3e-3, .eps = 1e-4, .weight_decay = 0.1}; }
 
 struct Run {
-  std::vector<double> losses;
+  std::vector<double> losses, grad_norms;
   std::shared_ptr<nn::Transformer> model;
 };
 
 Run train_reference(int dp, Device device, int64_t layers) {
-  Run run{{}, std::make_shared<nn::Transformer>(config(layers), kSeed)};
+  Run run{{}, {}, std::make_shared<nn::Transformer>(config(layers), kSeed)};
   run.model->to(device);
   optim::AdamW opt(run.model->parameters(), adamw());
   for (int step = 0; step < kSteps; ++step) {
@@ -70,27 +76,80 @@ Run train_reference(int dp, Device device, int64_t layers) {
     run.losses.push_back(loss.item<double>());
     opt.zero_grad();
     backward(loss);
+    run.grad_norms.push_back(grad_norm(run.model->parameters()));
     opt.step();
   }
   return run;
 }
 
+// How a stage's copies on the dp axis agree at each step.
+enum class Replicas {
+  kDdp,   // DDP's average_gradients over dp, once per step (the trainer's pp x ddp)
+  kFsdp,  // each stage sharded over dp (the trainer's pp x fsdp)
+};
+
+// FSDP per stage, as the trainer's pp x fsdp does it: each block of the
+// stage a unit, the stage itself the root over them where it holds the
+// embeddings or the norm and head. The backwards of the microbatches only
+// accumulate full gradients (sync off); reduce_gradients() reduce-scatters
+// them once per step. Under a split backward (ZB-H1) the weight passes
+// accumulate into the gathered parameters after their microbatch's
+// backward, so the units stay gathered for the whole step.
+std::vector<std::shared_ptr<FsdpModule>> shard_stages(std::vector<pp::TransformerStage>& stages,
+                                                      const DeviceMesh& mesh, bool split_backward) {
+  FsdpOptions o;
+  o.shard_axis = "dp_shard";
+  std::vector<std::shared_ptr<FsdpModule>> units;
+  for (pp::TransformerStage& st : stages) {
+    for (int64_t i = st.first_layer(); i < st.end_layer(); ++i)
+      units.push_back(fully_shard(st.model().layers->at(size_t(i)), mesh, o));
+    if (st.is_first() || st.is_last()) units.push_back(fully_shard(st.as_module(), mesh, o));
+  }
+  for (const auto& u : units) {
+    u->set_requires_gradient_sync(false, /*recurse=*/false);
+    if (!split_backward) continue;
+    u->set_reshard_after_forward(false);
+    u->set_reshard_after_backward(false, /*recurse=*/false);
+  }
+  return units;
+}
+
+// The step's values that stage 0's rank cannot see: the loss (the last
+// stage's, NaN elsewhere) and the gradient norm over every stage.
+double on_every_stage(ProcessGroup& pp_group, double mine) {
+  Tensor t = ops::full({1}, mine, {DType::kF64});
+  pp_group.wait(pp_group.all_reduce(t, ReduceOp::kSum), OpType::kAllReduce);
+  return t.item<double>();
+}
+
+void expect_close(double got, double want, const std::string& what, const char* name, int step) {
+  const double rel = std::abs(got - want) / std::abs(want);
+  expect(rel <= 1e-5, what, ": step ", step, " ", name, " ", got, " vs ", want);
+}
+
 // pp x dp ranks (pp innermost): each replica's stages on its pp line, v
 // stages per rank.
 void check_pipeline(ProcessGroup& world, int dp, pp::ScheduleKind kind, int microbatches,
-                    Device device = Device::cpu(), int v = 1, int64_t layers = 4) {
+                    Device device = Device::cpu(), int v = 1, int64_t layers = 4,
+                    Replicas replicas = Replicas::kDdp) {
   const int pp_size = world.size() / dp;
   DeviceMesh mesh(borrow(world), {dp, pp_size}, {"dp", "pp"});
+  const bool fsdp = replicas == Replicas::kFsdp;
   const std::string what =
-      str_cat(pp::schedule_name(kind), " on ", pp_size, " ranks x ", v, " stages x dp ", dp, ", ",
-              microbatches, " microbatches (rank ", world.rank(), ")");
+      str_cat(pp::schedule_name(kind), " on ", pp_size, " ranks x ", v, " stages x dp ", dp,
+              fsdp ? " (FSDP)" : "", ", ", microbatches, " microbatches (rank ", world.rank(), ")");
   const Run want = train_reference(dp, device, layers);
   auto model = std::make_shared<nn::Transformer>(config(layers), kSeed);
   model->to(device);
   std::vector<pp::TransformerStage> stages =
       pp::split_model_interleaved(model, int(mesh.coordinate("pp")), pp_size, v);
+  std::vector<std::shared_ptr<FsdpModule>> units;
+  if (fsdp) {
+    const DeviceMesh shard_mesh(mesh.group_ptr("dp"), {dp}, {"dp_shard"});
+    units = shard_stages(stages, shard_mesh, pp::splits_backward(kind));
+  }
   std::vector<pp::TransformerStage*> mine;
-  std::vector<Tensor> params;
+  std::vector<Tensor> params;  // under FSDP, this rank's shards
   std::vector<std::pair<std::string, Tensor>> named;
   for (pp::TransformerStage& st : stages) {
     mine.push_back(&st);
@@ -102,36 +161,38 @@ void check_pipeline(ProcessGroup& world, int dp, pp::ScheduleKind kind, int micr
              : pp::PipelineExecutor(mine, mesh.group("pp"), kind, microbatches);
   optim::AdamW opt(params, adamw());
   const int64_t first_row = mesh.coordinate("dp") * kRowsPerReplica;
+  ProcessGroup& dp_group = mesh.group("dp");
   for (int step = 0; step < kSteps; ++step) {
     const Batch b = batch(step, dp * kRowsPerReplica, device);
     opt.zero_grad();
     double loss = executor.step(ops::narrow(b.x, 0, first_row, kRowsPerReplica),
                                 ops::narrow(b.y, 0, first_row, kRowsPerReplica));
-    if (dp > 1) {  // the replicas' gradients and losses averaged, once per step
-      for (const Tensor& p : params)
-        mesh.group("dp").wait(mesh.group("dp").all_reduce(p.grad(), ReduceOp::kAvg),
-                              OpType::kAllReduce);
-      if (last) {  // the dp group's ranks hold the same stage
-        Tensor l = ops::full({1}, loss, {DType::kF64});
-        mesh.group("dp").all_reduce(l, ReduceOp::kAvg).wait();
-        loss = l.item<double>();
-      }
-    }
-    opt.step();
-    if (last) {
-      const double rel = std::abs(loss - want.losses[size_t(step)]) / want.losses[size_t(step)];
-      expect(rel <= 1e-5, what, ": step ", step, " loss ", loss, " vs ", want.losses[size_t(step)]);
+    if (fsdp) {
+      std::vector<FsdpModule*> raw;
+      for (const auto& u : units) raw.push_back(u.get());
+      FsdpModule::reduce_gradients(raw);
     } else {
-      expect(std::isnan(loss), what, ": a stage before the last reported a loss");
+      average_gradients(params, &dp_group);
     }
+    // Every replica's loss, averaged (the dp group's ranks hold the same stage).
+    Tensor l = ops::full({1}, last ? loss : 0.0, {DType::kF64});
+    dp_group.wait(dp_group.all_reduce(l, ReduceOp::kAvg), OpType::kAllReduce);
+    if (!last) expect(std::isnan(loss), what, ": a stage before the last reported a loss");
+    const double step_loss = on_every_stage(mesh.group("pp"), l.item<double>());
+    const double mine_norm = grad_norm(params);  // over the shards' dp ranks, under FSDP
+    const double norm = std::sqrt(on_every_stage(mesh.group("pp"), mine_norm * mine_norm));
+    opt.step();
+    expect_close(step_loss, want.losses[size_t(step)], what, "loss", step);
+    expect_close(norm, want.grad_norms[size_t(step)], what, "gradient norm", step);
   }
-  // Every parameter this stage trained, against the same name in the reference.
+  // Every parameter this stage trained (gathered whole under FSDP), against
+  // the same name in the reference.
   const auto reference = want.model->named_parameters();
   int compared = 0;
   for (auto& [name, p] : named) {
     for (auto& [ref_name, ref] : reference) {
       if (ref_name != name) continue;
-      const double rel = relative_difference(p, ref);
+      const double rel = relative_difference(fsdp ? full_tensor(p) : p, ref);
       expect(rel <= 1e-5, what, ": parameter ", name, " differs by ", rel, " (relative)");
       ++compared;
     }
@@ -280,11 +341,22 @@ TEST_CASE("interleaving refuses a microbatch count and more stages than blocks",
   });
 }
 
-TEST_CASE("pp x dp = 2 x 2 trains as one process on both batches", "[pp][dp][equivalence]") {
+TEST_CASE("pp x dp = 2 x 2 through DDP trains as one process on both batches",
+          "[pp][dp][equivalence]") {
   run_world(4, [](ProcessGroup& world) {
     check_pipeline(world, 2, pp::ScheduleKind::k1F1B, 2);
     check_pipeline(world, 2, pp::ScheduleKind::kInterleaved1F1B, 2, Device::cpu(), 2);
     check_pipeline(world, 2, pp::ScheduleKind::kZeroBubbleH1, 2);
+  });
+}
+
+TEST_CASE("pp x dp = 2 x 2 through FSDP trains as one process on both batches",
+          "[pp][fsdp][equivalence]") {
+  run_world(4, [](ProcessGroup& world) {
+    const auto fsdp = Replicas::kFsdp;
+    check_pipeline(world, 2, pp::ScheduleKind::k1F1B, 2, Device::cpu(), 1, 4, fsdp);
+    check_pipeline(world, 2, pp::ScheduleKind::kInterleaved1F1B, 2, Device::cpu(), 2, 4, fsdp);
+    check_pipeline(world, 2, pp::ScheduleKind::kZeroBubbleH1, 2, Device::cpu(), 1, 4, fsdp);
   });
 }
 
