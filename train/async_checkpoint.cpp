@@ -37,7 +37,9 @@ double AsyncCheckpointer::start(const std::string& folder, const TrainState& sta
   stage(tensors);
   const double stall =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
-  done_ = {state.step, 0, 0};
+  int64_t staged = 0;
+  for (const auto& [name, t] : staged_) staged += int64_t(t.nbytes());
+  done_ = {state.step, 0, 0, staged};
   writer_ = std::thread([this, folder, state, &world, keep] {
     set_num_threads(1);  // OpenMP's count is per thread: the training's cores stay its own
     try {

@@ -13,7 +13,8 @@
 // The staging buffers are host tensors of the saved shapes, allocated at
 // the first save and reused: after it, a save's stall is one copy of the
 // rank's parameters and moments, with no page to fault in. They hold that
-// much memory for the whole run (the memory plan does not count them). A
+// much memory for the whole run, which the memory plan counts
+// ("checkpoint staging"). A
 // save's crash consistency is a synchronous save's: `latest` moves only
 // once the step folder is whole. A writer's error is thrown by the next
 // start() or by finish(), on the training thread.
@@ -32,9 +33,10 @@ class AsyncCheckpointer {
  public:
   // What a finished save took.
   struct Done {
-    int64_t step = 0;     // the state's step (steps completed)
-    double write_ms = 0;  // the writer's time
-    int64_t bytes = 0;    // this rank's shard file
+    int64_t step = 0;          // the state's step (steps completed)
+    double write_ms = 0;       // the writer's time
+    int64_t bytes = 0;         // this rank's shard file
+    int64_t staged_bytes = 0;  // the staging buffers it was copied into
   };
 
   AsyncCheckpointer() = default;

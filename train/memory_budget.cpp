@@ -54,7 +54,8 @@ std::vector<std::pair<std::string, uint64_t>> terms(const MemoryPlan& p) {
           {"FSDP gathered", p.gathered},
           {"activations", p.activations},
           {"logits", p.logits},
-          {"RoPE tables", p.buffers}};
+          {"RoPE tables", p.buffers},
+          {"checkpoint staging", p.staging}};
 }
 
 std::string row(const std::string& label, const std::vector<std::string>& cells) {

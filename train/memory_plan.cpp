@@ -334,6 +334,8 @@ MemoryPlan plan_memory(const TrainConfig& config, int64_t rank) {
   const bool ddp = !fsdp && p.ep == 1 && p.pp == 1 && (p.dp_replicate > 1 || p.cp > 1);
   if (ddp) plan.ddp_buckets = plan.gradients;
   if (fsdp) plan.gathered = gathered_bytes(config, mine);
+  const bool staged = config.checkpoint.async && !config.checkpoint.folder.empty();
+  if (staged) plan.staging = plan.parameters + plan.optimizer;  // f32, as the state is
   plan_activations(config, at, plan);
 
   // The model is built on the meta device: no rank holds it whole, nor the

@@ -29,6 +29,9 @@
 //   logits        the head's (b, T, V/tp) output and, in backward, its
 //                 gradient, per microbatch in flight on the last stage
 //   buffers       RoPE tables, every block's
+//   checkpoint staging  with checkpoint.async, the host copy of the rank's
+//                 parameters and moments that each save is staged into,
+//                 held from the first save to the run's end
 //
 // Not counted: the dataset, the communicators' buffers (shared-memory
 // rings), the allocator's cache, temporaries that live within one op.
@@ -51,13 +54,14 @@ struct MemoryPlan {
   uint64_t parameters = 0, gradients = 0, optimizer = 0, ddp_buckets = 0;
   uint64_t gathered = 0, activations = 0, logits = 0;
   uint64_t buffers = 0;  // RoPE tables (every block's, built whole)
+  uint64_t staging = 0;  // checkpoint.async's staging buffers
   // The shape of the activation terms, for the table.
   int64_t microbatch_rows = 0, tokens_per_row = 0, in_flight = 0;
 
   // Everything held during a step.
   uint64_t step_bytes() const {
     return parameters + gradients + optimizer + ddp_buckets + gathered + activations + logits +
-           buffers;
+           buffers + staging;
   }
   // The most held at once: the model is built on the meta device, so its
   // construction holds nothing, and the step is the peak.

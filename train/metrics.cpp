@@ -123,9 +123,11 @@ void MetricsLog::write(const StepMetrics& m) {
 }
 
 void MetricsLog::write_checkpoint(int64_t step, double ms, int64_t bytes,
-                                  std::optional<double> write_ms) {
+                                  std::optional<double> write_ms,
+                                  std::optional<int64_t> staged_bytes) {
   nlohmann::json line = {{"step", step}, {"checkpoint_ms", ms}, {"checkpoint_bytes", bytes}};
   if (write_ms) line["checkpoint_write_ms"] = *write_ms;
+  if (staged_bytes) line["checkpoint_staged_bytes"] = *staged_bytes;
   file_ << line.dump() << "\n" << std::flush;
 }
 

@@ -57,9 +57,11 @@ class MetricsLog {
   void write(const StepMetrics& m);
 
   // Writes the line of the save after `step`: its time (the step's stall)
-  // and this rank's bytes; an asynchronous save adds the writer's time.
+  // and this rank's bytes; an asynchronous save adds the writer's time and
+  // the bytes of the staging buffers it was copied into.
   void write_checkpoint(int64_t step, double ms, int64_t bytes,
-                        std::optional<double> write_ms = std::nullopt);
+                        std::optional<double> write_ms = std::nullopt,
+                        std::optional<int64_t> staged_bytes = std::nullopt);
 
  private:
   Device device_;

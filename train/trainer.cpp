@@ -135,7 +135,8 @@ void save(const CheckpointConfig& ck, int64_t step, double lr, int64_t run_start
     const double previous_stall = *stall_ms;
     const std::optional<AsyncCheckpointer::Done> before = async->finish();
     if (before)
-      log.write_checkpoint(before->step - 1, previous_stall, before->bytes, before->write_ms);
+      log.write_checkpoint(before->step - 1, previous_stall, before->bytes, before->write_ms,
+                           before->staged_bytes);
     *stall_ms = async->start(
         ck.folder, state,
         checkpoint_state(par.named_parameters(), par.optimizer(), par.checkpoint_replicas()), world,
@@ -153,7 +154,7 @@ void save(const CheckpointConfig& ck, int64_t step, double lr, int64_t run_start
 void finish_async(AsyncCheckpointer* async, double stall_ms, MetricsLog& log) {
   if (async == nullptr) return;
   if (const auto done = async->finish())
-    log.write_checkpoint(done->step - 1, stall_ms, done->bytes, done->write_ms);
+    log.write_checkpoint(done->step - 1, stall_ms, done->bytes, done->write_ms, done->staged_bytes);
 }
 
 // x with `digits` decimals.

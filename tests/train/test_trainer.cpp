@@ -23,6 +23,7 @@
 #include "tests/train/trainer_test_util.h"
 #include "train/config.h"
 #include "train/flops.h"
+#include "train/memory_plan.h"
 #include "train/trainer.h"
 
 using namespace spmd;
@@ -527,11 +528,23 @@ TEST_CASE("an asynchronous save writes what a synchronous one does; the run wait
       CHECK(diff <= 1e-5f * scale);
     }
   }
-  int saves = 0;
-  std::ifstream metrics(folder + "_run_true/metrics_rank0.jsonl");
-  for (std::string line; std::getline(metrics, line);)
-    saves += line.find("\"checkpoint_write_ms\":") != std::string::npos;
-  CHECK(saves == 4);
+  // Four save lines on each rank, each with the staging buffers' bytes: the
+  // memory plan's "checkpoint staging" term, exactly.
+  for (int rank : {0, 1}) {
+    int saves = 0;
+    std::ifstream metrics(folder + "_run_true/metrics_rank" + std::to_string(rank) + ".jsonl");
+    const uint64_t planned = train::plan_memory(async_config, rank).staging;
+    CHECK(planned > 0);
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (!j.contains("checkpoint_write_ms")) continue;
+      ++saves;
+      INFO("rank " << rank << ": " << line << " (planned " << planned << ")");
+      CHECK(j.at("checkpoint_staged_bytes").get<uint64_t>() == planned);
+    }
+    CHECK(saves == 4);
+  }
+  CHECK(train::plan_memory(sync_config, 0).staging == 0);
   // And a run resumes from the asynchronous checkpoints.
   std::vector<std::string> more = {"checkpoint.folder=\"" + folder + "_true\""};
   CHECK(run_single(base(6, more)).size() == 2);
