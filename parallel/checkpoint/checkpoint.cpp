@@ -175,10 +175,11 @@ CheckpointIndex gather_index(SaveRound& round, int world_size) {
 // the new one in one step (renameat2's RENAME_EXCHANGE), so that `dir` is
 // never absent, even if the process dies here, and then removed from `tmp`.
 // Where the filesystem cannot exchange (EINVAL, ENOSYS, ENOTSUP; any other
-// error is thrown), the older one steps aside to
-// "<dir>.old" first (a crash between the two renames leaves `dir` absent
-// and the old checkpoint at "<dir>.old"). The parent folder is synced after
-// the rename, so the new name survives a crash.
+// error is thrown), the older one steps aside to "<dir>.old" first: a crash
+// between the two renames leaves `dir` absent and the older checkpoint,
+// whole, at "<dir>.old", where a resume that finds `dir` absent looks for
+// it. The parent folder is synced after the rename, so the new name
+// survives a crash.
 void move_into_place(const std::string& tmp, const std::string& dir) {
   const std::string parent = fs::absolute(dir).parent_path().string();
   if (!fs::exists(dir)) {
@@ -197,6 +198,7 @@ void move_into_place(const std::string& tmp, const std::string& dir) {
   const std::string old = dir + ".old";
   fs::remove_all(old);
   fs::rename(dir, old);
+  fault_point("checkpoint.set_aside");  // `dir` absent, the older one at "<dir>.old"
   fs::rename(tmp, dir);
   sync_folder(parent);
   fs::remove_all(old);
