@@ -5,6 +5,7 @@
 // failure.cpp.
 #include "parallel/comm/host/host_process_group.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -71,6 +72,7 @@ void HostProcessGroup::connect() {
                                           timeout());
   }
   hierarchy_ = Hierarchy::of_hosts(channels.host_of, rank());
+  host_count_ = 1 + *std::max_element(channels.host_of.begin(), channels.host_of.end());
   hierarchy_mode_ = channels.hierarchy;
   group_hash_ = group_hash(name());
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));

@@ -133,6 +133,7 @@ class HostProcessGroup final : public ProcessGroup,
   tcp::Workspace workspace_;
   // The group's hosts when hierarchical collectives can run on it (tcp/hierarchical.h).
   std::optional<tcp::Hierarchy> hierarchy_;
+  int host_count_ = 1;  // the hosts the group's ranks are on
   host::HierarchyMode hierarchy_mode_ = host::HierarchyMode::kAuto;
   tcp::Workspace rail_workspace_;  // the hierarchical rails' (their rings run beside the hosts')
   // [op type]: the name of the algorithm that ran the last one (a literal).

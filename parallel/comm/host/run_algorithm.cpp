@@ -103,15 +103,21 @@ std::string HostProcessGroup::last_algorithm(OpType op) const {
 }
 
 std::string HostProcessGroup::algorithm_summary() const {
-  if (!hierarchy_) return "flat (the group is on one host, or its hosts differ in rank counts)";
+  if (!hierarchy_) {
+    return host_count_ == 1
+               ? "flat (one host)"
+               : str_cat("flat (", host_count_,
+                         " hosts, not the same number of ranks, two or more, on each)");
+  }
   if (hierarchy_mode_ == HierarchyMode::kNever) {
     return str_cat("flat (", hierarchy_->describe(), ", SPMD_HIERARCHICAL=0)");
   }
-  return str_cat("hierarchical (", hierarchy_->describe(),
-                 "): all_reduce, all_gather and reduce_scatter within each host, then across",
-                 hierarchy_mode_ == HierarchyMode::kAlways
-                     ? " (SPMD_HIERARCHICAL=1: every size)"
-                     : str_cat(" (all_reduce above ", tuning_.small_all_reduce_bytes, " bytes)"));
+  const std::string all_reduce =
+      hierarchy_mode_ == HierarchyMode::kAlways
+          ? std::string("all_reduce")
+          : str_cat("all_reduce above ", tuning_.small_all_reduce_bytes, " bytes");
+  return str_cat("hierarchical (", hierarchy_->describe(), ") for ", all_reduce,
+                 ", all_gather, reduce_scatter: within each host, then across");
 }
 
 }  // namespace spmd::dist
