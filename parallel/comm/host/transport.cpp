@@ -140,8 +140,11 @@ ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
   }
   // Identities all equal to this rank's are all equal: every rank concludes alike.
   plan.whole_group = all_same && choice.transport != Transport::kTcp;
-  for (int r = 0; r < size; ++r) {  // host numbers in order of first rank
-    plan.host_of[r] = int(std::find(hosts.begin(), hosts.end(), hosts[r]) - hosts.begin());
+  std::vector<std::string> seen;  // the hosts in order of their first rank
+  for (int r = 0; r < size; ++r) {
+    auto it = std::find(seen.begin(), seen.end(), hosts[r]);
+    if (it == seen.end()) it = seen.insert(seen.end(), hosts[r]);
+    plan.host_of[r] = int(it - seen.begin());
   }
   return plan;
 }
