@@ -4,9 +4,12 @@
 // tests/launcher/test_two_hosts.sh, runs them across real namespaces). The
 // group says which algorithm ran (ProcessGroup::last_algorithm), for each
 // SPMD_HIERARCHICAL, and the values, in place and out of place, match those
-// worked out by hand (values.h).
+// worked out by hand (values.h). A rank that never comes to a hierarchical
+// collective is named by the others' timeouts, as with the flat ones.
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "harness.h"
 #include "tensor/ops.h"
@@ -117,4 +120,35 @@ TEST_CASE("hosts of unequal rank counts, and one host, stay flat", "[comm][shm]"
   REQUIRE_NOTHROW(run_world(2, [](ProcessGroup& g) {
     expect(g.algorithm_summary() == "flat (one host)", "summary: ", g.algorithm_summary());
   }));
+}
+
+// Rank 3 shares no link with rank 0 in a hierarchical all_reduce (its
+// host's peer is rank 2, its rail's rank 1): rank 0 learns it never came
+// from the store's arrival records, as a flat ring's far ranks are named.
+TEST_CASE("a rank that skips a hierarchical all_reduce is named by every other rank's timeout",
+          "[comm][failure]") {
+  ScopedEnv split("SPMD_TRANSPORT_HOST_SPLIT", "2");
+  ScopedEnv mode("SPMD_HIERARCHICAL", "1");
+  const int world = 4, absent = 3;
+  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
+    auto g = join(rank, world, store, std::chrono::milliseconds(1000));
+    g->barrier().wait();
+    if (rank == absent) {  // never calls all_reduce #1; waits, then leaves
+      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+      return;
+    }
+    Tensor t = floats(100000, 1.f);
+    report_outcome([&] { g->all_reduce(t).wait(); });
+  });
+  for (int r = 0; r < world; ++r) {
+    if (r == absent) continue;
+    INFO("rank " << r << ": " << outcomes[r].report);
+    CHECK(outcomes[r].exited_ok());
+    REQUIRE(outcomes[r].report.rfind("timeout|", 0) == 0);
+    const long ms = reported_ms(outcomes[r].report);
+    CHECK(ms >= 1000);
+    CHECK(ms < 3500);  // the timeout, a grace for late arrival records, and slack for load
+    CHECK_THAT(outcomes[r].report, Catch::Contains("all_reduce #1 in group world") &&
+                                       Catch::Contains("never arrived at all_reduce #1: [3]"));
+  }
 }
