@@ -77,7 +77,7 @@ nlohmann::ordered_json per_iter_json(const Cell& c) {
 }  // namespace
 
 JsonDocument::JsonDocument(const std::string& path, const BenchOptions& o, const std::string& impl,
-                           const std::vector<RankInfo>& ranks)
+                           const std::vector<RankInfo>& ranks, const std::string& algorithm)
     : path_(create_free_file(path)) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
@@ -106,6 +106,7 @@ JsonDocument::JsonDocument(const std::string& path, const BenchOptions& o, const
                        {"links", r.links}});
   }
   config["devices"] = devices;
+  config["algorithm"] = algorithm;
   doc_ = {{"version", 2},     {"start_time", now_text()},
           {"args", o.args},   {"env", env},
           {"impl", impl},     {"nranks", int(ranks.size())},
@@ -121,6 +122,7 @@ void JsonDocument::add(const Row& r, int iters) {
   if (r.out_of_place && r.out_of_place->iter)
     j["out_of_place_per_iter"] = per_iter_json(*r.out_of_place);
   if (r.in_place && r.in_place->iter) j["in_place_per_iter"] = per_iter_json(*r.in_place);
+  j["algorithm"] = r.algorithm;
   j["actual_iterations"] = iters;
   j["experiment_name"] = "";
   doc_["results"].push_back(std::move(j));

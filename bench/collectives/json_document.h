@@ -7,17 +7,21 @@
 //    "config": {"minimum_bytes", "maximum_bytes", "step_factor" | "step_bytes",
 //               "warmup_iters", "iterations", "validation", "blocking_collectives",
 //               "per_iter_timing", "average", "timeout", "devices": [{"rank",
-//               "group", "pid", "hostname", "device"}, ...]},
+//               "group", "pid", "hostname", "device", "links"}, ...],
+//               "algorithm"},
 //    "results": [{"op", "size", "count", "type", "redop", "root",
 //                 "out_of_place": {"time", "alg_bw", "bus_bw", "nwrong"} | null,
 //                 "in_place": ... | null, "out_of_place_per_iter": {...} (-I),
-//                 "in_place_per_iter": {...} (-I), "actual_iterations",
-//                 "experiment_name"}, ...],
+//                 "in_place_per_iter": {...} (-I), "algorithm",
+//                 "actual_iterations", "experiment_name"}, ...],
 //    "out_of_bounds": {"count", "okay"},
 //    "average_bus_bandwidth": {"bandwidth", "okay": "unchecked"},
 //    "errors": [...], "end_time": "..."}
 //
-// What differs: each result names its "op" (one run sweeps several); a set
+// What differs: each result names its "op" (one run sweeps several) and the
+// "algorithm" that ran it on rank 0 ("ring", "hierarchical", ...: "" where
+// the backend does not say), the config the group's "algorithm" summary and
+// each device its "links"; a set
 // spmd's API has no form for is null; values are typed (root a number,
 // booleans true/false, where nccl-tests writes strings); "env" holds only
 // the variables that place a rank (RANK, WORLD_SIZE, LOCAL_RANK,
@@ -48,8 +52,9 @@ class JsonDocument {
  public:
   // Picks the file (`path`, or the first free `path`.N) and starts the
   // document. Throws Error when the file cannot be created.
+  // `algorithm`: the group's algorithm_summary().
   JsonDocument(const std::string& path, const BenchOptions& o, const std::string& impl,
-               const std::vector<RankInfo>& ranks);
+               const std::vector<RankInfo>& ranks, const std::string& algorithm);
 
   const std::string& path() const { return path_; }
   void add(const Row& r, int iters);

@@ -2,7 +2,8 @@
 // every rank joins the group, sweeps the sizes of one collective (or all of
 // them), and rank 0 prints nccl-tests' output: the run's parameters and
 // devices (with each rank's links: which peers it reaches over shared
-// memory, which over TCP), then per size the out-of-place and in-place
+// memory, which over TCP, and the group's algorithms: hierarchical across
+// hosts or flat), then per size the out-of-place and in-place
 // column sets (time, algbw, busbw, #wrong), then the failed checks and the
 // average busbw.
 //
@@ -78,7 +79,8 @@ std::vector<RankInfo> rank_infos(dist::ProcessGroup& group, Device device) {
 // The lines above the table, in nccl-tests' words where spmd has the same
 // parameter.
 std::vector<std::string> preamble(const BenchOptions& o, const std::string& impl,
-                                  const std::vector<RankInfo>& ranks) {
+                                  const std::vector<RankInfo>& ranks,
+                                  const std::string& algorithm) {
   std::vector<std::string> lines = {
       str_cat("spmd-bench: impl ", impl, ", device ", o.cuda ? "cuda" : "cpu", ", ", ranks.size(),
               " ranks"),
@@ -106,6 +108,8 @@ std::vector<std::string> preamble(const BenchOptions& o, const std::string& impl
     // After nccl-tests' fields: how this rank reaches the others (shm, tcp).
     lines.push_back(r.links.empty() ? std::string(line) : str_cat(line, " links ", r.links));
   }
+  // Which algorithms the group's collectives take (hierarchical or flat).
+  if (!algorithm.empty()) lines.push_back(str_cat("Algorithm ", algorithm));
   return lines;
 }
 
@@ -131,10 +135,11 @@ int run(const BenchOptions& o) {
     report = std::make_unique<Report>(stdout, o.json_path, impl, group->size(), o.per_iter,
                                       o.ops.size() > 1);
     if (!o.document_path.empty()) {
-      document = std::make_unique<JsonDocument>(o.document_path, o, impl, ranks);
+      document = std::make_unique<JsonDocument>(o.document_path, o, impl, ranks,
+                                                group->algorithm_summary());
       std::printf("# Writing JSON output to %s\n", document->path().c_str());
     }
-    report->header(preamble(o, impl, ranks));
+    report->header(preamble(o, impl, ranks, group->algorithm_summary()));
   }
   int failed = 0;  // checks that found a wrong value, over all ranks
   try {

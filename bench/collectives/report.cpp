@@ -154,6 +154,7 @@ void Report::json_line(const Row& r) {
   j["wrong"] = first.wrong ? nlohmann::json(*first.wrong) : nlohmann::json(nullptr);
   j["out_of_place"] = cell_json(r.out_of_place);
   j["in_place"] = cell_json(r.in_place);
+  j["algorithm"] = r.algorithm;
   json_ << j.dump() << "\n";
   json_.flush();
 }

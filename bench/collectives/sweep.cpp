@@ -123,12 +123,41 @@ int64_t check_calls(Case& c, const BenchOptions& o) {
   return 0;
 }
 
+// The collective a case runs; none for sendrecv (sends and receives).
+std::optional<dist::OpType> collective_of(OpKind op) {
+  switch (op) {
+    case OpKind::kAllReduce:
+      return dist::OpType::kAllReduce;
+    case OpKind::kBroadcast:
+      return dist::OpType::kBroadcast;
+    case OpKind::kReduce:
+      return dist::OpType::kReduce;
+    case OpKind::kAllGather:
+      return dist::OpType::kAllGather;
+    case OpKind::kReduceScatter:
+      return dist::OpType::kReduceScatter;
+    case OpKind::kGather:
+      return dist::OpType::kGather;
+    case OpKind::kScatter:
+      return dist::OpType::kScatter;
+    case OpKind::kAllToAll:
+      return dist::OpType::kAllToAll;
+    case OpKind::kAllToAllv:
+      return dist::OpType::kAllToAllv;
+    case OpKind::kSendRecv:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 Cell measure_cell(Case& c, OpKind op, dist::ProcessGroup& group, const BenchOptions& o,
                   Device device) {
   std::vector<double> each;
   const double mine = time_calls(c, group, o, o.per_iter ? &each : nullptr);
-  const int64_t wrong = check_calls(c, o);
   Cell cell;
+  // Read now: the checks and the figures below run small collectives of their own.
+  if (const auto type = collective_of(op)) cell.algorithm = group.last_algorithm(*type);
+  const int64_t wrong = check_calls(c, o);
   const double s = combine_times(group, device, mine, o.average);
   cell.time_us = s * 1e6;
   cell.algbw = double(c.shape().size_bytes) / s / 1e9;
@@ -169,6 +198,9 @@ Row measure(const Item& it, dist::ProcessGroup& group, const BenchOptions& o, De
     (pl == Placement::kOutOfPlace ? row.out_of_place : row.in_place) =
         measure_cell(c, it.op, group, o, device);
   }
+  row.algorithm = row.out_of_place ? row.out_of_place->algorithm
+                  : row.in_place   ? row.in_place->algorithm
+                                   : "";
   return row;
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "bench/collectives/cases.h"
@@ -35,6 +36,8 @@ struct Cell {
   std::vector<double> iter_us;
   std::optional<IterStats> iter;
   std::vector<std::vector<double>> rank_iter_us;
+  // The algorithm that ran the timed calls on this rank (Row::algorithm).
+  std::string algorithm;
 };
 
 struct Row {
@@ -45,6 +48,10 @@ struct Row {
   std::optional<dist::ReduceOp> redop;         // none for ops that do not reduce
   int root = -1;                               // -1 for ops without a root
   std::optional<Cell> out_of_place, in_place;  // none where spmd's API has no such form
+  // The algorithm that ran its timed calls on this rank, as the backend
+  // names it (ProcessGroup::last_algorithm: "ring", "hierarchical", ...);
+  // "" when it does not say, and for sendrecv.
+  std::string algorithm;
 };
 
 // Runs the whole sweep of `o` on `group` (collective: every rank calls it)

@@ -192,6 +192,15 @@ class ProcessGroup {
   // within a host, TCP across hosts), "" for this rank. Empty when the
   // backend does not say (NCCL chooses its transports itself).
   virtual std::vector<std::string> peer_links() const { return {}; }
+  // The algorithm that ran this rank's last collective of type `op` (the
+  // host backend's names: "ring", "hierarchical", "shm_segment", ...:
+  // host/algorithm_choice.h); "" before the first, or when the backend does
+  // not say (NCCL chooses its own).
+  virtual std::string last_algorithm(OpType op) const { return ""; }
+  // How the backend lays the group's collectives over its hosts, for a
+  // report: "hierarchical: 2 hosts x 2 ranks ..." or "flat ..."; "" when the
+  // backend does not say.
+  virtual std::string algorithm_summary() const { return ""; }
   // The store the group was built on (shared with its subgroups).
   const std::shared_ptr<Store>& store_ptr() const { return store_; }
 

@@ -13,13 +13,16 @@ formats:
     the out-of-place set (spmd's out-of-place-only ops); all_reduce,
     broadcast and reduce print both sets;
   - the preamble's "# Using devices" block (with spmd's "links" field after
-    nccl-tests' device) and the footer's wording
-    ("Out of bounds values : N OK", "Avg bus bandwidth").
+    nccl-tests' device, and spmd's "# Algorithm" line after the ranks: one
+    host, flat) and the footer's wording ("Out of bounds values : N OK",
+    "Avg bus bandwidth").
 
 It also reads the --json lines (the keys bench/ scripts and the launcher
 tests read: the top-level figures are the out-of-place set's) and the -J
 document (nccl-tests' keys), and checks that every value was right, or N/A
-where -c 0 checked none.
+where -c 0 checked none, and that each row names the algorithm that ran it
+(on one host of 2 ranks: shared memory, or the TCP algorithms over its
+rings; none for sendrecv).
 
 usage: test_nccl_layout.py SPMDRUN SPMD_BENCH FIXTURE_DIR
 """
@@ -34,6 +37,18 @@ import tempfile
 HEADER_START = "out-of-place"
 # spmd's ops with one tensor: out of place they copy first, and both sets are measured.
 IN_PLACE_API = ("all_reduce", "broadcast", "reduce")
+# The algorithms each op may take on one host (parallel/comm/host/algorithm_choice.h;
+# "shm_segment": shm/run_in_segment.h); sendrecv names none.
+ALGORITHMS = {
+    "all_reduce": ("shm_segment", "recursive_doubling", "ring"),
+    "broadcast": ("shm_segment", "tree", "chain"),
+    "reduce": ("tree", "chain"),
+    "all_gather": ("shm_segment", "ring"),
+    "reduce_scatter": ("shm_segment", "ring"),
+    "gather": ("direct",), "scatter": ("direct",),
+    "all_to_all": ("pairwise",), "all_to_allv": ("pairwise",),
+    "sendrecv": ("",),
+}
 
 
 def fail(message):
@@ -105,8 +120,9 @@ def check_layout(out, fixture, set_fields):
     # The preamble names every rank's device; the footer is nccl-tests' wording.
     i = out.index("# Using devices")
     if not (out[i + 1].startswith("#  Rank  0 Group  0 Pid") and
-            out[i + 2].startswith("#  Rank  1 Group  0 Pid") and out[i + 3] == "#"):
-        fail("the '# Using devices' block is not nccl-tests' shape")
+            out[i + 2].startswith("#  Rank  1 Group  0 Pid") and
+            out[i + 3] == "# Algorithm flat (one host)" and out[i + 4] == "#"):
+        fail("the '# Using devices' block is not nccl-tests' shape, with spmd's Algorithm line")
     # spmd's one field after nccl-tests' device: how each rank reaches the other.
     for r in (0, 1):
         if not re.search(rf" device cpu links (shm|tcp):{1 - r}$", out[i + 1 + r]):
@@ -153,6 +169,8 @@ def check_json(lines_path, doc_path, checked, nrows):
             fail(f"JSON line whose top-level figures are not its out-of-place set: {r}")
         if r["op"] in IN_PLACE_API and r["in_place"] is None:
             fail(f"JSON line of {r['op']} without its in-place set: {r}")
+        if r.get("algorithm") not in ALGORITHMS[r["op"]]:
+            fail(f"JSON line whose algorithm is not one that runs {r['op']}: {r}")
     doc = json.load(open(doc_path))
     for key in ("version", "start_time", "args", "env", "config", "results", "out_of_bounds",
                 "average_bus_bandwidth", "errors", "end_time"):
@@ -166,6 +184,10 @@ def check_json(lines_path, doc_path, checked, nrows):
         cells = [res[k] for k in ("out_of_place", "in_place") if res[k] is not None]
         if not cells or any(c["nwrong"] != (0 if checked else None) for c in cells):
             fail(f"a -J result: {res}")
+        if res.get("algorithm") not in ALGORITHMS[res["op"]]:
+            fail(f"a -J result whose algorithm is not one that runs {res['op']}: {res}")
+    if doc["config"].get("algorithm") != "flat (one host)":
+        fail(f"the -J config's algorithm: {doc['config'].get('algorithm')}")
     return doc
 
 

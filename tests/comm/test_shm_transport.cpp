@@ -168,6 +168,15 @@ TEST_CASE("ranks that set the transport differently fail at set-up, naming both 
   }
 }
 
+// Hierarchical or flat sends other bytes on other links.
+TEST_CASE("ranks that set SPMD_HIERARCHICAL differently fail at set-up", "[comm][shm]") {
+  for (const auto& o : join_set_apart("SPMD_HIERARCHICAL", "0", "1")) {
+    CHECK_THAT(o.report, Catch::Contains("SPMD_HIERARCHICAL=0") &&
+                             Catch::Contains("SPMD_HIERARCHICAL=1") &&
+                             Catch::Contains("every rank must set them alike"));
+  }
+}
+
 // The segment's size switch chooses the algorithm, so ranks that set it
 // differently would run different ones under the same header.
 TEST_CASE("ranks that set SPMD_SHM_SEGMENT_MIN_BYTES differently fail at set-up", "[comm][shm]") {

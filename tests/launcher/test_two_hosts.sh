@@ -11,7 +11,12 @@
 #      sizes (-b 0, though spmd-bench skips sizes of no element; odd element
 #      counts among them), checked: no wrong value, and
 #      its "# Using devices" lines say that pairs within a host use shared
-#      memory and pairs across hosts TCP.
+#      memory and pairs across hosts TCP, and its "# Algorithm" line that
+#      the group takes the hierarchical collectives. Then all_reduce,
+#      all_gather and reduce_scatter up to 1 MB, every dtype and reduction,
+#      forced hierarchical at every size and forced flat
+#      (SPMD_HIERARCHICAL=1, 0): checked, and each row of -J says which
+#      algorithm ran it.
 #   b. spmd-train with HSDP, dp_replicate=2 x dp_shard=2: the mesh is
 #      (dp_replicate, dp_shard) with dp_shard innermost, so ranks 0,1 (host
 #      A) hold the shards of one replica and ranks 2,3 (host B) of the
@@ -140,9 +145,47 @@ for want in "0 hostA links shm:1 tcp:2,3" "1 hostA links shm:0 tcp:2,3" \
   grep -Eq "^#  Rank +$r Group +0 Pid +[0-9]+ on +$h device cpu $l\$" <<<"$out" ||
     fail "bench: rank $r's line is not '... on $h device cpu $l':"$'\n'"$(grep Rank <<<"$out")"
 done
+grep -qx "# Algorithm hierarchical (2 hosts x 2 ranks) for all_reduce above 65536 bytes, all_gather, reduce_scatter: within each host, then across" <<<"$out" ||
+  fail "bench: the header does not say the group is hierarchical: $(grep Algorithm <<<"$out")"
 echo "a. spmd-bench: $(wc -l <<<"$rows") rows ($odd of an odd count) across two hosts, no wrong" \
   "value; links:"
-grep "Rank" <<<"$out"
+grep -E "Rank|Algorithm" <<<"$out"
+
+# a2. all_reduce, all_gather and reduce_scatter forced hierarchical at every
+# size (SPMD_HIERARCHICAL=1), in pieces of 64 KiB (16 ticks at 1 MB), then
+# forced flat (0), every dtype and reduction, sizes of odd element counts
+# up to 1 MB; -J's results say which algorithm ran each row.
+# check_algorithms LABEL PYTHON-DICT: every row of $tmp/LABEL.json ran the
+# algorithm the dict gives for its op ("small" for an all_reduce of up to 64 KiB).
+check_algorithms() {
+  /usr/bin/python3 - "$tmp/$1.json" "$2" <<'PY'
+import ast, json, sys
+doc, want = json.load(open(sys.argv[1])), ast.literal_eval(sys.argv[2])
+assert doc["out_of_bounds"]["count"] == 0, "wrong values"
+for r in doc["results"]:
+    key = "small" if r["op"] == "all_reduce" and r["size"] <= 65536 and "small" in want else r["op"]
+    assert r["algorithm"] == want[key], f'{r["op"]} of {r["size"]} B ran {r["algorithm"]}, not {want[key]}'
+    assert r["out_of_place"]["nwrong"] == 0 and r["in_place"]["nwrong"] == 0, f"wrong values: {r}"
+print(len(doc["results"]), "rows:", ", ".join(sorted({f'{r["op"]} {r["algorithm"]}' for r in doc["results"]})))
+PY
+}
+three=("$bench" all_reduce,all_gather,reduce_scatter -b 212 -e 1000212 -i 500000 -d all -o all -n 1
+       -w 0 -c 1)
+forced="SPMD_HIERARCHICAL=1 SPMD_TCP_HIERARCHICAL_PIECE_BYTES=65536"
+job hier 29613 "$forced" "$forced" "${three[@]}" -J "$tmp/hier.json"
+[ $rcA -eq 0 ] && [ $rcB -eq 0 ] || { show hier; fail "hierarchical: spmd-bench exited with $rcA, $rcB"; }
+grep -q "^\[rank0\]: # Algorithm hierarchical (2 hosts x 2 ranks) for all_reduce, all_gather" \
+  "$tmp/hier.A" || fail "hierarchical: the header does not say so"
+ran=$(check_algorithms hier "{'all_reduce': 'hierarchical', 'all_gather': 'hierarchical',
+                              'reduce_scatter': 'hierarchical'}") || fail "hierarchical: $ran"
+echo "a2. SPMD_HIERARCHICAL=1: $ran; no wrong value"
+job flat 29615 "SPMD_HIERARCHICAL=0" "SPMD_HIERARCHICAL=0" "${three[@]}" -J "$tmp/flat.json"
+[ $rcA -eq 0 ] && [ $rcB -eq 0 ] || { show flat; fail "flat: spmd-bench exited with $rcA, $rcB"; }
+grep -qx "\[rank0\]: # Algorithm flat (2 hosts x 2 ranks, SPMD_HIERARCHICAL=0)" "$tmp/flat.A" ||
+  fail "flat: the header does not say so"
+ran=$(check_algorithms flat "{'small': 'recursive_doubling', 'all_reduce': 'ring',
+                              'all_gather': 'ring', 'reduce_scatter': 'ring'}") || fail "flat: $ran"
+echo "    SPMD_HIERARCHICAL=0: $ran; no wrong value"
 
 # --- b. HSDP across the hosts = one process ----------------------------------------------
 model=(--model.preset=custom --model.vocab_size=256 --model.seq_len=16 --model.n_layers=2

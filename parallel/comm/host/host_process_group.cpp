@@ -1,23 +1,17 @@
 // The host backend's process group: set-up, issuing to the collective queue
 // (and sends and receives to the point-to-point engine), and running a
-// collective: CUDA staging and the choice of algorithm. What happens when a
-// collective fails is in failure.cpp.
+// collective: CUDA staging, the header and deadline. The choice of algorithm
+// is in run_algorithm.cpp; what happens when a collective fails in
+// failure.cpp.
 #include "parallel/comm/host/host_process_group.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
 #include "parallel/comm/host/transport.h"
 #include "parallel/comm/shm/group_segment.h"
-#include "parallel/comm/shm/run_in_segment.h"
 #include "parallel/comm/shm/segment_small_all_reduce.h"
-#include "parallel/comm/tcp/all_to_all.h"
-#include "parallel/comm/tcp/barrier.h"
-#include "parallel/comm/tcp/chain.h"
-#include "parallel/comm/tcp/gather_scatter.h"
-#include "parallel/comm/tcp/recursive_doubling.h"
-#include "parallel/comm/tcp/ring.h"
-#include "parallel/comm/tcp/tree.h"
 #include "runtime/error.h"
 #include "tensor/copy.h"
 #include "tensor/factory.h"
@@ -77,6 +71,9 @@ void HostProcessGroup::connect() {
     segment_ = shm::GroupSegment::connect(store(), name(), rank(), size(), shm_tuning_, links_shm,
                                           timeout());
   }
+  hierarchy_ = Hierarchy::of_hosts(channels.host_of, rank());
+  host_count_ = 1 + *std::max_element(channels.host_of.begin(), channels.host_of.end());
+  hierarchy_mode_ = channels.hierarchy;
   group_hash_ = group_hash(name());
   mesh_ = std::make_unique<Mesh>(rank(), size(), std::move(links));
   if (segment_ && segment_->post_bytes() > 0) {
@@ -291,70 +288,6 @@ void HostProcessGroup::end_on_host(const CommOp& op) {
       // read by no one (never_arrived asks only about a failing seq).
     }
   }
-}
-
-// Picks the algorithm for the collective and runs it.
-void HostProcessGroup::run_algorithm(CommOp& op, char* data, char* input) {
-  Context ctx{*mesh_, workspace_, tuning_};
-  if (op.type == OpType::kBarrier) return DisseminationBarrier(ctx).run();
-  const DType dt = held_tensor(op).dtype();
-  const size_t elem = element_size(dt);
-  const size_t n = op.tensor.defined() ? size_t(op.tensor.numel()) : 0;
-  const size_t n_in = op.input.defined() ? size_t(op.input.numel()) : 0;
-  Span whole{data, n, dt, elem};
-  Span in{input, n_in, dt, elem};
-  const size_t bytes = whole.bytes();
-  if (segment_ && shm::run_in_segment(ctx, *segment_, op.type, whole, in, op.root, op.reduce_op))
-    return;
-  switch (op.type) {
-    case OpType::kBroadcast:
-      if (bytes <= tuning_.small_rooted_bytes) return TreeBroadcast(ctx, whole, op.root).run();
-      return ChainBroadcast(ctx, whole, op.root).run();
-    case OpType::kAllReduce:
-      if (bytes <= tuning_.small_all_reduce_bytes) {
-        return RecursiveDoublingAllReduce(ctx, whole, op.reduce_op).run();
-      }
-      return Ring::all_reduce(ctx, whole, op.reduce_op).run();
-    case OpType::kReduce:
-      if (bytes <= tuning_.small_rooted_bytes)
-        return TreeReduce(ctx, whole, op.root, op.reduce_op).run();
-      return ChainReduce(ctx, whole, op.root, op.reduce_op).run();
-    case OpType::kAllGather: {
-      const size_t mine = size_t(op.input.numel()) * elem;
-      char* slot = data + size_t(rank()) * mine;
-      if (slot != input && mine > 0) std::memmove(slot, input, mine);
-      return Ring::all_gather(ctx, whole).run();
-    }
-    case OpType::kReduceScatter:
-      return Ring::reduce_scatter(ctx, in, whole, op.reduce_op).run();
-    case OpType::kAllToAll:
-    case OpType::kAllToAllv:
-      return AllToAll(ctx, in, whole, op.send_counts, op.recv_counts, op.send_offsets,
-                      op.recv_offsets)
-          .run();
-    case OpType::kGather:
-      return FlatGather(ctx, in, whole, op.root).run();
-    case OpType::kScatter:
-      return FlatScatter(ctx, in, whole, op.root).run();
-    default:
-      SPMD_THROW(InvalidArgument, op.description, ": not a collective");
-  }
-}
-
-// A group of one: every collective is a local copy at most.
-void HostProcessGroup::run_alone(CommOp& op, char* data, char* input) {
-  const size_t bytes = op.tensor.defined() ? op.tensor.nbytes() : 0;
-  if (op.type == OpType::kAllToAll || op.type == OpType::kAllToAllv) {
-    const size_t elem = element_size(op.tensor.dtype());  // one block, to ourselves
-    const size_t n = op.recv_counts[0] * elem;
-    char* to = data + op.recv_offsets[0] * elem;
-    const char* from = input + op.send_offsets[0] * elem;
-    if (n > 0 && to != from) std::memmove(to, from, n);
-    return;
-  }
-  const bool copies = op.type == OpType::kAllGather || op.type == OpType::kReduceScatter ||
-                      op.type == OpType::kGather || op.type == OpType::kScatter;
-  if (copies && bytes > 0 && data != input) std::memmove(data, input, bytes);
 }
 
 }  // namespace spmd::dist

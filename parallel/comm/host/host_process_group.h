@@ -29,13 +29,17 @@
 // its arrival in the store, cheaply, once).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
 
+#include "parallel/comm/host/algorithm_choice.h"
 #include "parallel/comm/host/collective_queue.h"
 #include "parallel/comm/process_group.h"
 #include "parallel/comm/shm/tuning.h"
+#include "parallel/comm/tcp/hierarchical.h"
 #include "parallel/comm/tcp/mesh.h"
 #include "parallel/comm/tcp/p2p.h"
 #include "parallel/comm/tcp/tuning.h"
@@ -64,6 +68,8 @@ class HostProcessGroup final : public ProcessGroup,
 
   CommBackend backend() const override { return CommBackend::kTcp; }
   std::vector<std::string> peer_links() const override { return peer_links_; }
+  std::string last_algorithm(OpType op) const override;
+  std::string algorithm_summary() const override;
   void shutdown() override;
 
  protected:
@@ -101,8 +107,11 @@ class HostProcessGroup final : public ProcessGroup,
   void end_on_host(const CommOp& op);
   std::optional<Work> start_inline(CommOp& op);
   void execute_staged(Queued& item);
+  // Picks the collective's algorithm and runs it (run_algorithm.cpp).
   void run_algorithm(CommOp& op, char* data, char* input);
   void run_alone(CommOp& op, char* data, char* input);
+  void run_chosen(host::Algorithm algorithm, CommOp& op, tcp::Span whole, tcp::Span in);
+  void note_algorithm(OpType op, const char* name) { last_algorithm_[size_t(op)] = name; }
   void launch_p2p(CommOp op, const Work& work);
   // Failure (failure.cpp).
   static std::chrono::milliseconds slow_after(std::chrono::milliseconds timeout);
@@ -122,6 +131,13 @@ class HostProcessGroup final : public ProcessGroup,
   std::unique_ptr<shm::GroupSegment> segment_;  // all ranks on one host: shared all_reduce
   std::shared_ptr<tcp::P2PEngine> p2p_;         // shared with the Works' runners
   tcp::Workspace workspace_;
+  // The group's hosts when hierarchical collectives can run on it (tcp/hierarchical.h).
+  std::optional<tcp::Hierarchy> hierarchy_;
+  int host_count_ = 1;  // the hosts the group's ranks are on
+  host::HierarchyMode hierarchy_mode_ = host::HierarchyMode::kAuto;
+  tcp::Workspace rail_workspace_;  // the hierarchical rails' (their rings run beside the hosts')
+  // [op type]: the name of the algorithm that ran the last one (a literal).
+  std::array<std::atomic<const char*>, 16> last_algorithm_{};
 #if SPMD_WITH_CUDA
   std::unique_ptr<host::HostStaging> staging_;  // pinned buffers for CUDA tensors
 #endif

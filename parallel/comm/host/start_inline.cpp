@@ -42,6 +42,7 @@ std::optional<Work> HostProcessGroup::start_inline(CommOp& op) {
     // One clock read (issue()'s, when the flight recorder took one): the
     // deadline and the spin's end.
     const auto now = begin_on_host(op, op.issued_at);
+    note_algorithm(OpType::kAllReduce, "shm_segment");  // the posts are the segment's
     shm::SegmentSmallAllReduce exchange(ctx, *segment_, data, op.reduce_op);
     exchange.post();
     const SpinPolicy spin = tuning_.spin();

@@ -29,7 +29,9 @@ std::string settings(const TransportChoice& c) {
   return str_cat(
       "SPMD_TRANSPORT=", transport_name(c.transport), " SPMD_TRANSPORT_HOST_SPLIT=", c.host_split,
       " SPMD_SHM_SLOT_BYTES=", c.slot_bytes, " SPMD_SHM_SEGMENT_MIN_BYTES=", c.segment_min_bytes,
-      " SPMD_SHM_POST_BYTES=", c.post_bytes, " SPMD_SHM_ZERO_COPY_BYTES=", c.zero_copy_bytes);
+      " SPMD_SHM_POST_BYTES=", c.post_bytes, " SPMD_SHM_ZERO_COPY_BYTES=", c.zero_copy_bytes,
+      " SPMD_HIERARCHICAL=", hierarchy_mode_name(c.hierarchy),
+      " SPMD_TCP_HIERARCHICAL_PIECE_BYTES=", c.piece_bytes);
 }
 
 // [peer]: "<host name> at <ip>" for the peers on other hosts, the address
@@ -70,6 +72,7 @@ TransportChoice transport_from_env() {
                "': expected a rank (an integer >= 0)");
     c.host_split = int(v);
   }
+  c.hierarchy = hierarchy_mode_from_env();
   return c;
 }
 
@@ -90,11 +93,20 @@ ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
   std::vector<bool>& shm = plan.peers;
   shm.assign(size, false);
   plan.other_hosts.assign(size, "");
+  plan.host_of.assign(size, 0);
   if (size == 1) return plan;
   bool all_same = true;
   const std::string my_settings = settings(choice), my_host = host_identity();
   auto key = [&](int r) { return str_cat(group, "/host/", r); };
   store.set(key(rank), my_settings + "|" + my_host);  // a host name has no '|'
+  // Each rank's host as every rank sees it: its identity, and which side of
+  // a host split it is on.
+  std::vector<std::string> hosts(size);
+  auto place = [&](int r, const std::string& identity) {
+    const bool low = choice.host_split > 0 && r < choice.host_split;
+    hosts[r] = str_cat(identity, low ? "|low" : "");
+  };
+  place(rank, my_host);
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Bytes value;
@@ -108,6 +120,7 @@ ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
     const size_t cut = theirs.find('|');
     const std::string their_settings = theirs.substr(0, cut);
     const std::string their_host = cut == std::string::npos ? "" : theirs.substr(cut + 1);
+    place(peer, their_host);
     SPMD_CHECK(their_settings == my_settings, "group ", group, ": rank ", rank, " has ",
                my_settings, " but rank ", peer, " has ", their_settings,
                ": every rank must set them alike");
@@ -127,6 +140,12 @@ ShmPlan shm_peers(Store& store, const std::string& group, int rank, int size,
   }
   // Identities all equal to this rank's are all equal: every rank concludes alike.
   plan.whole_group = all_same && choice.transport != Transport::kTcp;
+  std::vector<std::string> seen;  // the hosts in order of their first rank
+  for (int r = 0; r < size; ++r) {
+    auto it = std::find(seen.begin(), seen.end(), hosts[r]);
+    if (it == seen.end()) it = seen.insert(seen.end(), hosts[r]);
+    plan.host_of[r] = int(it - seen.begin());
+  }
   return plan;
 }
 
@@ -138,6 +157,7 @@ GroupChannels connect_channels(Store& store, const std::string& group, int rank,
   choice.segment_min_bytes = shm_tuning.segment_min_bytes;
   choice.post_bytes = shm_tuning.post_bytes;
   choice.zero_copy_bytes = shm_tuning.zero_copy_bytes;
+  choice.piece_bytes = tuning.hierarchical_piece_bytes;
   MeshSockets sockets =
       connect_mesh(store, group, rank, size, timeout, route_hint, tuning.send_buffer_bytes);
   ShmPlan plan;
@@ -166,6 +186,8 @@ GroupChannels connect_channels(Store& store, const std::string& group, int rank,
   out.p2p =
       make_channels(std::move(p2p), plan.peers, rank, shm_tuning.ring_bytes, fallback, deadline);
   out.whole_group_shm = plan.whole_group;
+  out.host_of = std::move(plan.host_of);
+  out.hierarchy = choice.hierarchy;
   return out;
 }
 

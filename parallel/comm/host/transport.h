@@ -15,10 +15,12 @@
 //   tcp                 TCP for every pair.
 // SPMD_TRANSPORT_HOST_SPLIT=k makes group ranks below k and ranks from k on
 // count as two hosts (for tests and benchmarks: a mixed world on one
-// machine). Every rank of a group must set both (and SPMD_SHM_SLOT_BYTES,
-// SPMD_SHM_SEGMENT_MIN_BYTES, SPMD_SHM_POST_BYTES and SPMD_SHM_ZERO_COPY_BYTES)
-// alike; a rank that does not gets an error naming both settings before any
-// collective.
+// machine, which also takes the hierarchical collectives of
+// algorithm_choice.h). Every rank of a group must set both (and
+// SPMD_SHM_SLOT_BYTES, SPMD_SHM_SEGMENT_MIN_BYTES, SPMD_SHM_POST_BYTES,
+// SPMD_SHM_ZERO_COPY_BYTES, SPMD_HIERARCHICAL and
+// SPMD_TCP_HIERARCHICAL_PIECE_BYTES) alike; a rank that does not gets an
+// error naming both settings before any collective.
 #pragma once
 
 #include <chrono>
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/comm/host/algorithm_choice.h"
 #include "parallel/comm/shm/tuning.h"
 #include "parallel/comm/tcp/channel.h"
 #include "parallel/comm/tcp/tuning.h"
@@ -42,9 +45,12 @@ struct TransportChoice {
   size_t segment_min_bytes = 0;  // SPMD_SHM_SEGMENT_MIN_BYTES (shm/tuning.h), likewise
   size_t post_bytes = 0;         // SPMD_SHM_POST_BYTES (shm/tuning.h), likewise
   size_t zero_copy_bytes = 0;    // SPMD_SHM_ZERO_COPY_BYTES (shm/tuning.h), likewise
+  HierarchyMode hierarchy = HierarchyMode::kAuto;  // SPMD_HIERARCHICAL (algorithm_choice.h)
+  size_t piece_bytes = 0;  // SPMD_TCP_HIERARCHICAL_PIECE_BYTES (tcp/tuning.h), likewise
 };
 
-// SPMD_TRANSPORT and SPMD_TRANSPORT_HOST_SPLIT; InvalidArgument on a bad value.
+// SPMD_TRANSPORT, SPMD_TRANSPORT_HOST_SPLIT and SPMD_HIERARCHICAL;
+// InvalidArgument on a bad value.
 TransportChoice transport_from_env();
 
 // This process's host identity (see the file comment).
@@ -56,6 +62,10 @@ struct ShmPlan {
   // [peer]: the host name in its identity when that identity differs from
   // this rank's (another host); "" for a peer on this host and for this rank.
   std::vector<std::string> other_hosts;
+  // [rank]: its host, numbered in order of each host's first rank; ranks that
+  // SPMD_TRANSPORT_HOST_SPLIT puts apart count as different hosts. The same
+  // on every rank.
+  std::vector<int> host_of;
 };
 
 // Which pairs use shared memory. Every rank of the group calls it: it
@@ -74,6 +84,8 @@ struct GroupChannels {
   // rank's socket to it sees it) for a peer on another host; "" for one on
   // this host and for this rank. What a failure names a lost peer by.
   std::vector<std::string> remote_hosts;
+  std::vector<int> host_of;                        // ShmPlan's: [rank] its host
+  HierarchyMode hierarchy = HierarchyMode::kAuto;  // SPMD_HIERARCHICAL, alike on every rank
 };
 
 // Connects the group: the sockets of every pair first (bootstrap.h), then,

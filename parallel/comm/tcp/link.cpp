@@ -61,6 +61,11 @@ short Link::wanted_events() const {
 }
 
 short Link::prepare_wait() {
+  // An empty range at the front of either queue completes without the
+  // peer (the next pump retires it): nothing to sleep for.
+  if ((!out_.empty() && out_.front().left == 0) || (!in_.empty() && in_.front().left == 0)) {
+    return 0;
+  }
   const short want = wanted_events();
   return want ? channel_->prepare_wait(want) : 0;
 }

@@ -89,7 +89,8 @@ class Link {
   // receives are posted; 0 when idle.
   short wanted_events() const;
   // Before sleeping: the poll() events to wait for on fd(), or 0 when the
-  // link can move now (or is idle) and must not sleep.
+  // link can move now (or is idle, or an empty range is next) and must not
+  // sleep.
   short prepare_wait();
   // poll() reported `revents` on fd(): pumps what they say can move.
   void on_ready(short revents);

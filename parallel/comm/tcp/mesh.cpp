@@ -42,10 +42,14 @@ void Mesh::begin(const Header& header, Clock::time_point deadline, Clock::time_p
 
 void Mesh::finish() {
   if (used_.empty()) return;  // a collective that moved nothing on the links (the posts)
-  wait_until(
-      [&] { return std::all_of(used_.begin(), used_.end(), [](Link* l) { return l->idle(); }); });
+  drain();
   for (Link* l : used_) l->end();
   used_.clear();
+}
+
+void Mesh::drain() {
+  wait_until(
+      [&] { return std::all_of(used_.begin(), used_.end(), [](Link* l) { return l->idle(); }); });
 }
 
 void Mesh::wait_until(const std::function<bool()>& done) {

@@ -58,6 +58,9 @@ class Mesh {
   void begin(const Header& header, Clock::time_point deadline, Clock::time_point now);
   // Waits until every queued send has left, then closes the collective.
   void finish();
+  // Waits until every used link is idle (its queued sends have left, its
+  // posted receives have arrived); the collective goes on.
+  void drain();
 
   void wait_recv(Link& l, Link::Ticket t) {
     wait_until([&] { return l.received(t); });

@@ -56,6 +56,7 @@ Tuning Tuning::from_env() {
   override_from_env("SPMD_TCP_SMALL_ROOTED_BYTES", t.small_rooted_bytes, 0);
   override_from_env("SPMD_TCP_CHUNK_BYTES", t.chunk_bytes, 1024);
   override_from_env("SPMD_TCP_WINDOW", t.window, 1);
+  override_from_env("SPMD_TCP_HIERARCHICAL_PIECE_BYTES", t.hierarchical_piece_bytes, 1024);
   override_from_env("SPMD_TCP_SEND_BUFFER_BYTES", t.send_buffer_bytes, 0);
   return t;
 }

@@ -67,6 +67,9 @@ struct Tuning {
   size_t chunk_bytes = 256 << 10;
   // Chunks posted ahead of the one being reduced.
   int window = 4;
+  // The hierarchical collectives' pipeline unit (hierarchical.h): the bytes
+  // of the buffer each tick moves.
+  size_t hierarchical_piece_bytes = 2 << 20;
   // SO_SNDBUF of every mesh socket (the kernel doubles it); 0 leaves it to
   // the kernel's autotuning. A small send buffer makes each rank alternate
   // between writing and reading in small steps, so the bytes it reads are
@@ -96,8 +99,8 @@ struct Tuning {
   int start_after_us = 1000;
   // The defaults, overridden by SPMD_TCP_SMALL_ALL_REDUCE_BYTES,
   // SPMD_TCP_SMALL_ROOTED_BYTES, SPMD_TCP_CHUNK_BYTES, SPMD_TCP_WINDOW,
-  // SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US, SPMD_TCP_SPIN_YIELD (0 or
-  // 1) and SPMD_TCP_START_AFTER_US.
+  // SPMD_TCP_HIERARCHICAL_PIECE_BYTES, SPMD_TCP_SEND_BUFFER_BYTES, SPMD_TCP_SPIN_US,
+  // SPMD_TCP_SPIN_YIELD (0 or 1) and SPMD_TCP_START_AFTER_US.
   static Tuning from_env();
   // The spin default for `local_ranks` ranks on a host of `hardware_threads`
   // (local_ranks <= 0: unknown, no spin).
