@@ -74,7 +74,7 @@ std::string pad(std::string s, size_t width) {
   // The layout names hold "·" (two bytes, one column).
   size_t columns = 0;
   for (unsigned char ch : s) columns += (ch & 0xC0) != 0x80;
-  if (columns < width) s.append(width - columns, ' ');
+  s.append(columns < width ? width - columns : 1, ' ');  // at least one space between columns
   return s;
 }
 
@@ -193,10 +193,17 @@ void check_planned_layout(const TrainConfig& config, int64_t devices) {
 }
 
 Fit evaluate(const TrainConfig& config, const Layout& layout, int64_t devices) {
-  return {layout, largest_plan(with_layout(config, layout), int(devices))};
+  return {layout, largest_plan(with_layout(config, layout), int(devices)), std::nullopt};
+}
+
+Fit evaluate(const TrainConfig& config, const Layout& layout, const Cluster& cluster) {
+  Fit f = evaluate(config, layout, cluster.devices);
+  if (cluster.timed()) f.time = step_time(with_layout(config, layout), f.plan, cluster);
+  return f;
 }
 
 bool fits_before(const Fit& a, const Fit& b) {
+  if (a.time && b.time && a.time->total != b.time->total) return a.time->total < b.time->total;
   const auto key = [](const Fit& f) {
     const Layout& l = f.layout;
     return std::make_tuple(l.tp * l.cp * l.pp, l.checkpointing != "none", l.microbatches,
@@ -215,7 +222,7 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
                                    Search& out) {
   const auto try_m = [&](int64_t m) {
     l.microbatches = m;
-    const Fit f = evaluate(config, l, cluster.devices);
+    const Fit f = evaluate(config, l, cluster.devices);  // memory alone: timed once, below
     if (!out.smallest || f.plan.peak() < out.smallest->plan.peak()) out.smallest = f;
     return f;
   };
@@ -231,7 +238,19 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
       lo = mid + 1;
     }
   }
-  return best;
+  if (!cluster.timed()) return best;
+  // More microbatches than the fewest that fit hold less and may run faster
+  // (a pipeline's bubble shrinks): the shortest step of them. Their
+  // parameters, which size the collectives, are the same as `best`'s.
+  const auto first = std::find(candidates.begin(), candidates.end(), best.layout.microbatches);
+  Layout fastest = best.layout;
+  double shortest = 0;
+  for (auto m = first; m != candidates.end(); ++m) {
+    l.microbatches = *m;
+    const double t = step_time(with_layout(config, l), best.plan, cluster).total;
+    if (m == first || t < shortest) shortest = t, fastest = l;
+  }
+  return evaluate(config, fastest, cluster);
 }
 
 }  // namespace
@@ -275,10 +294,24 @@ Search search_layouts(const TrainConfig& config, const Cluster& cluster) {
 }
 
 std::string fits_table(const std::vector<Fit>& fits, size_t top) {
-  std::string out = pad("layout", 56) + pad("memory per device", 20) + "dominated by\n";
-  for (size_t i = 0; i < std::min(top, fits.size()); ++i)
-    out += pad(describe(fits[i].layout), 56) + pad(format_gb(fits[i].plan.peak()), 20) +
-           dominant(fits[i].plan) + "\n";
+  const bool timed = !fits.empty() && fits[0].time;
+  std::string out = pad("layout", 56) + pad("memory per device", 20) +
+                    (timed ? pad("dominated by", 28) + pad("step", 11) + pad("tokens/s", 12) +
+                                 pad("MFU", 8) + "bound by\n"
+                           : "dominated by\n");
+  for (size_t i = 0; i < std::min(top, fits.size()); ++i) {
+    const Fit& f = fits[i];
+    out += pad(describe(f.layout), 56) + pad(format_gb(f.plan.peak()), 20);
+    if (!f.time) {
+      out += dominant(f.plan) + "\n";
+      continue;
+    }
+    char rate[32], mfu[16];
+    std::snprintf(rate, sizeof rate, "%.0f", f.time->tokens_per_s);
+    std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * f.time->mfu);
+    out += pad(dominant(f.plan), 28) + pad(format_seconds(f.time->total), 11) + pad(rate, 12) +
+           pad(f.time->mfu > 0 ? mfu : "-", 8) + f.time->bound + "\n";
+  }
   return out;
 }
 

@@ -1,0 +1,276 @@
+// step_time(): the arithmetic of the slowest rank, each strategy's
+// collectives over its mesh axis's link, what hides behind what, and the
+// pipeline's bubble (step_time.h; the formulas and their sources are in
+// docs/planner.md, "Step time").
+#include "train/step_time.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "autograd/nn/transformer.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage.h"
+#include "runtime/error.h"
+#include "train/flops.h"
+
+namespace spmd::train {
+namespace {
+
+// Where an axis's ranks sit: `size` ranks `stride` apart in the mesh's
+// row-major order (pp outermost, tp innermost).
+struct Axis {
+  std::string name;
+  int64_t size = 1, stride = 1;
+};
+
+// Its ranks in each node it spans: all of them when stride x size fits a
+// node, one when the stride is a node or more, else a node's worth.
+int64_t per_node(const Axis& a, int64_t devices_per_node) {
+  if (a.stride * a.size <= devices_per_node) return a.size;
+  if (a.stride >= devices_per_node) return 1;
+  return devices_per_node / a.stride;
+}
+
+// The share of a buffer each rank's link carries in a ring (nccl-tests' busbw
+// factor), and the ring's hops, each paying the link's latency.
+double ring_factor(const std::string& op, int64_t n) {
+  if (op == "sendrecv") return 1;
+  const double share = double(n - 1) / double(n);
+  return op == "all_reduce" ? 2 * share : share;
+}
+int64_t ring_hops(const std::string& op, int64_t n) {
+  if (op == "sendrecv") return 1;
+  return op == "all_reduce" ? 2 * (n - 1) : n - 1;
+}
+
+// The hardware FLOPs per token of block `layer`'s forward: 2 per weight
+// (a multiply-add) and attention's q k^T and p v, 2 x C x T each.
+double block_forward_flops(const nn::TransformerConfig& t, int64_t layer) {
+  return 2 * block_weights(t, layer) + 4 * double(t.d_model) * double(t.max_seq_len);
+}
+
+// The FLOPs per token of the slowest pipeline rank, forward and backward
+// (backward = 2 x forward), the forward once more under full checkpointing.
+double rank_flops_per_token(const TrainConfig& config, const nn::TransformerConfig& t) {
+  const ParallelConfig& p = config.parallel;
+  const int v = int(p.pp_stages_per_rank), stages = int(p.pp) * v;
+  std::vector<int64_t> starts = {0};
+  if (p.pp > 1) starts = dist::pp::split_layers_interleaved(t.n_layers, int(p.pp), v);
+  if (p.pp > 1) starts.insert(starts.begin(), 0);
+  starts.push_back(t.n_layers);
+  const double passes = config.training.activation_checkpointing == "full" ? 4 : 3;
+  double slowest = 0;
+  for (int rank = 0; rank < int(p.pp); ++rank) {
+    double f = 0;
+    for (int s = rank; s < (p.pp > 1 ? stages : 1); s += int(p.pp)) {
+      for (int64_t l = starts[size_t(s)]; l < starts[size_t(s) + 1]; ++l)
+        f += passes * block_forward_flops(t, l);
+      if (s == (p.pp > 1 ? stages : 1) - 1) f += 6 * head_weights(t);
+    }
+    slowest = std::max(slowest, f);
+  }
+  return slowest;
+}
+
+// The blocks of the largest pipeline rank's stages.
+int64_t blocks_per_rank(const TrainConfig& config) {
+  const ParallelConfig& p = config.parallel;
+  return (config.model.n_layers + p.pp - 1) / p.pp;
+}
+
+}  // namespace
+
+double collective_seconds(const Cluster& cluster, const std::string& op, int64_t group,
+                          int64_t per_node, int64_t calls, double bytes) {
+  if (group <= 1 || calls == 0) return 0;
+  const bool within = per_node >= group;
+  const BusbwTable& table = within ? cluster.busbw_within : cluster.busbw_between;
+  double busbw = 0, latency = 0;
+  if (!table.empty()) {
+    busbw = table.busbw(op, group, bytes);  // its latency is in the measured figure
+  } else if (within) {
+    busbw = cluster.within.busbw;
+    latency = double(ring_hops(op, group)) * cluster.within.latency;
+  } else {
+    // Across nodes, a group with k ranks per node runs k rings at once, one
+    // per device's network link (NCCL's channels), at most the node's own.
+    busbw = std::min(double(per_node) * cluster.between.busbw,
+                     per_node > 1 ? cluster.within.busbw : cluster.between.busbw);
+    const double crossings = double(group / per_node);  // the ring enters each node once
+    const double hops = double(ring_hops(op, group));
+    const double slow = std::min(hops, crossings * hops / double(group - 1));
+    latency = slow * cluster.between.latency + (hops - slow) * cluster.within.latency;
+  }
+  SPMD_CHECK(busbw > 0, "step time: no bus bandwidth for ", op, " over ", group, " ranks ",
+             within ? "within a node" : "across nodes");
+  return double(calls) * (bytes * ring_factor(op, group) / busbw + latency);
+}
+
+StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Cluster& cluster) {
+  const ParallelConfig& p = config.parallel;
+  const nn::TransformerConfig t = transformer_config(config.model);
+  const bool bf16 = config.training.mixed_precision == "bf16";
+  const double act = bf16 ? 2 : 4, C = double(t.d_model), T = double(t.max_seq_len);
+  const int64_t dp = p.dp_replicate * p.dp_shard, fsdp = p.dp_shard * p.cp;
+  const int64_t m =
+      p.pp > 1 ? (p.pp_microbatches > 0 ? p.pp_microbatches : p.pp) : config.training.microbatches;
+  const int64_t v = p.pp > 1 ? p.pp_stages_per_rank : 1;
+  const double tokens = double(config.training.global_batch / dp / m) * T / double(p.cp);
+  const int64_t blocks = blocks_per_rank(config);
+  // The rank's parameters before FSDP cuts them (tp-local, its stages): the
+  // plan's gradients are the FSDP chunk padded to the full one.
+  const double local =
+      p.dp_shard > 1 ? double(plan.gradients) / 4 * double(fsdp) : double(plan.parameters) / 4;
+  const int64_t units = blocks + 1;  // each block an FSDP unit, and the root
+
+  StepTime st;
+  const auto add = [&](Axis axis, const std::string& op, const std::string& what, int64_t calls,
+                       double bytes, bool overlapped) {
+    const int64_t k = per_node(axis, cluster.devices_per_node);
+    CommTerm c{axis.name, op, what, axis.size, calls, bytes, overlapped, k >= axis.size};
+    c.seconds = collective_seconds(cluster, op, axis.size, k, calls, bytes);
+    if (calls > 0 && axis.size > 1) st.comm.push_back(c);
+  };
+  // Each axis's stride: the product of the axes inside it.
+  const int64_t inner_rep = p.dp_shard * p.cp * p.tp, inner_pp = p.dp_replicate * inner_rep;
+
+  // Data parallel: FSDP over dp_shard x cp (HSDP: and an all_reduce of the
+  // shards over dp_replicate), or DDP over dp_replicate x cp.
+  if (p.dp_shard > 1) {
+    const Axis shard{p.cp > 1 ? "dp_shard x cp" : "dp_shard", fsdp, p.tp};
+    const bool split_backward =
+        p.pp > 1 && dist::pp::splits_backward(dist::pp::parse_schedule(p.pp_schedule));
+    const int64_t gathers = p.fsdp_reshard_after_forward && !split_backward ? 2 * m : 1;
+    add(shard, "all_gather", "FSDP parameters", blocks * gathers + 1, local / double(units) * act,
+        true);
+    add(shard, "reduce_scatter", "FSDP gradients", units, local / double(units) * 4, true);
+    add({"dp_replicate", p.dp_replicate, inner_rep}, "all_reduce", "HSDP gradient shards", units,
+        local / double(units) * 4 / double(fsdp), true);
+  } else {
+    const Axis replicas{p.cp > 1 ? "dp_replicate x cp" : "dp_replicate", p.dp_replicate * p.cp,
+                        p.tp};
+    const double bytes = local * 4, bucket = 25e6;  // DDP's bucket_cap_mb
+    const int64_t buckets = std::max<int64_t>(1, int64_t(std::ceil(bytes / bucket)));
+    add(replicas, "all_reduce", "DDP gradients", buckets, bytes / double(buckets), true);
+  }
+  const bool full = config.training.activation_checkpointing == "full";
+  const int64_t passes = full ? 3 : 2;  // forward, backward, and forward again
+  // Tensor parallel: per block and pass, two all_gathers and two
+  // reduce_scatters of the microbatch's (b, T, C) under sequence parallelism
+  // (two all_reduces without), and the embedding's and head's.
+  if (p.tp > 1) {
+    const bool sp = p.sequence_parallel;
+    const int64_t per_pass = sp ? 4 : 2;
+    const int64_t ends = sp ? 4 : 2;  // the embedding's and the head's, forward and backward
+    add({"tp", p.tp, 1}, sp ? "all_gather" : "all_reduce", "TP activations",
+        m * (blocks * per_pass * passes + ends), tokens * C * act, false);
+  }
+  // Context parallel: ring attention passes K and V (repeated to all heads)
+  // cp - 1 times forward, and K, V and their gradients back.
+  if (p.cp > 1) {
+    add({"cp", p.cp, p.tp}, "sendrecv", "CP ring K, V (and dK, dV)",
+        m * blocks * ((passes - 1) * (p.cp - 1) + 2 * p.cp - 1), tokens * 2 * C * act, true);
+  }
+  // Pipeline: each microbatch's activation forward and its gradient back.
+  if (p.pp > 1)
+    add({"pp", p.pp, inner_pp}, "sendrecv", "PP activations", 2 * m * v, tokens * C * act, false);
+
+  // The step: compute and the blocking collectives per microbatch, the
+  // bubble, and what overlapped traffic compute could not hide.
+  st.compute = double(m) * tokens * rank_flops_per_token(config, t) / double(p.tp) / cluster.flops;
+  double blocking = 0, hidden = 0;
+  for (const CommTerm& c : st.comm)
+    (c.overlapped && cluster.overlap ? hidden : blocking) += c.seconds;
+  const double per_microbatch = (st.compute + blocking) / double(m);
+  if (p.pp > 1) {
+    const auto kind = dist::pp::parse_schedule(p.pp_schedule);
+    const double share = kind == dist::pp::ScheduleKind::kInterleaved1F1B ? 1.0 / double(v)
+                         : kind == dist::pp::ScheduleKind::kZeroBubbleH1  ? 1.0 / 3
+                                                                          : 1.0;
+    st.bubble = double(p.pp - 1) * per_microbatch * share;
+  }
+  const double unhidden = std::max(0.0, hidden - st.compute);
+  st.exposed = blocking + unhidden;
+  st.total = st.compute + st.bubble + st.exposed;
+  const double step_tokens = double(config.training.global_batch) * T;
+  st.tokens_per_s = step_tokens / st.total;
+  if (cluster.peak_flops > 0)
+    st.mfu = flops_per_token(t) * step_tokens /
+             (st.total * double(cluster.devices) * cluster.peak_flops);
+
+  // What bounds it: the largest share of the step.
+  std::pair<std::string, double> top{"compute", st.compute};
+  if (st.bubble > top.second) top = {"bubble", st.bubble};
+  for (const CommTerm& c : st.comm) {
+    const bool hid = c.overlapped && cluster.overlap;
+    const double share = hid ? (hidden > 0 ? unhidden * c.seconds / hidden : 0) : c.seconds;
+    double axis_total = share;
+    for (const CommTerm& d : st.comm)
+      if (&d != &c && d.axis == c.axis)
+        axis_total += d.overlapped && cluster.overlap
+                          ? (hidden > 0 ? unhidden * d.seconds / hidden : 0)
+                          : d.seconds;
+    if (axis_total > top.second) top = {c.axis + " comm", axis_total};
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " %.0f%%", 100 * top.second / st.total);
+  st.bound = top.first + buf;
+  return st;
+}
+
+std::string time_table(const std::vector<std::string>& heads, const std::vector<StepTime>& times) {
+  const auto pad = [](std::string s, size_t width) {
+    s.append(s.size() < width ? width - s.size() : 1, ' ');
+    return s;
+  };
+  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
+  const auto row = [&](const std::string& name, size_t column, const std::string& value) {
+    auto it =
+        std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == name; });
+    if (it == rows.end())
+      it = rows.insert(rows.end(), {name, std::vector<std::string>(times.size())});
+    it->second[column] = value;
+  };
+  for (size_t i = 0; i < times.size(); ++i) {
+    const StepTime& t = times[i];
+    row("compute", i, format_seconds(t.compute));
+    for (const CommTerm& c : t.comm)
+      row(str_cat(c.axis, " ", c.op, c.overlapped ? " (hidden)" : "", " ", c.what), i,
+          str_cat(format_seconds(c.seconds), " (", c.calls, ")"));
+    row("bubble", i, t.bubble > 0 ? format_seconds(t.bubble) : "0");
+    row("exposed communication", i, format_seconds(t.exposed));
+  }
+  for (size_t i = 0; i < times.size(); ++i) {
+    char rate[32], mfu[16];
+    std::snprintf(rate, sizeof rate, "%.0f", times[i].tokens_per_s);
+    std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * times[i].mfu);
+    row("step", i, format_seconds(times[i].total));
+    row("tokens/s", i, rate);
+    row("MFU", i, times[i].mfu > 0 ? mfu : "-");
+    row("bound by", i, times[i].bound);
+  }
+  std::string out = pad("per step, seconds (calls)", 58);
+  for (const std::string& h : heads) out += pad(h, 24);
+  out += "\n";
+  for (const auto& [name, values] : rows) {
+    std::string line = pad("  " + name, 58);
+    for (const std::string& v : values) line += pad(v.empty() ? "0" : v, 24);
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s >= 1) {
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  } else if (s >= 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  }
+  return buf;
+}
+
+}  // namespace spmd::train
