@@ -135,15 +135,23 @@ Layout parse_layout(const std::string& text) {
       l.checkpointing = value;
       continue;
     }
+    if (key == "schedule") {
+      SPMD_CHECK(value == "gpipe" || value == "1f1b" || value == "interleaved" || value == "zbh1",
+                 "--layout \"", text,
+                 "\": schedule must be gpipe, 1f1b, interleaved or zbh1, got \"", value, "\"");
+      l.schedule = value;
+      continue;
+    }
     int64_t* field = key == "dp_replicate"   ? &l.dp_replicate
                      : key == "dp_shard"     ? &l.dp_shard
                      : key == "tp"           ? &l.tp
                      : key == "pp"           ? &l.pp
                      : key == "cp"           ? &l.cp
                      : key == "microbatches" ? &l.microbatches
+                     : key == "v"            ? &l.stages_per_rank
                                              : nullptr;
     SPMD_CHECK(field != nullptr, "--layout \"", text, "\": unknown key \"", key,
-               "\" (keys: dp_replicate, dp_shard, tp, pp, cp, microbatches, ac)");
+               "\" (keys: dp_replicate, dp_shard, tp, pp, cp, microbatches, ac, schedule, v)");
     *field = positive(value);
     SPMD_CHECK(*field > 0, "--layout \"", text, "\": ", key, " must be a positive integer, got \"",
                value, "\"");
@@ -158,7 +166,11 @@ std::string describe(const Layout& l) {
   if (l.dp_shard > 1) add(str_cat("dp_shard ", l.dp_shard));
   if (l.cp > 1) add(str_cat("cp ", l.cp));
   if (l.tp > 1) add(str_cat("tp ", l.tp));
-  if (l.pp > 1) add(str_cat("pp ", l.pp));
+  if (l.pp > 1) {
+    std::string schedule = l.schedule.empty() ? "" : " " + l.schedule;
+    if (l.stages_per_rank > 1) schedule += str_cat(" x ", l.stages_per_rank);
+    add(str_cat("pp ", l.pp, schedule));
+  }
   if (out.empty()) add("1 device");
   const int64_t m = l.microbatches > 0 ? l.microbatches : l.pp;
   if (m > 1) add(str_cat(m, " microbatches"));
@@ -175,6 +187,8 @@ TrainConfig with_layout(const TrainConfig& config, const Layout& l) {
   const int64_t m = l.microbatches > 0 ? l.microbatches : l.pp;
   p.pp_microbatches = l.pp > 1 ? m : 0;
   c.training.microbatches = l.pp > 1 ? 1 : m;
+  if (!l.schedule.empty()) p.pp_schedule = l.schedule;
+  if (l.stages_per_rank > 0) p.pp_stages_per_rank = l.stages_per_rank;
   if (p.pp == 1 && p.pp_schedule == "interleaved") p.pp_schedule = "1f1b", p.pp_stages_per_rank = 1;
   c.training.activation_checkpointing = l.checkpointing;
   return c;
@@ -255,6 +269,48 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
 
 }  // namespace
 
+namespace {
+
+// The layout's first fit, no checkpointing before full, of the microbatch
+// counts the checks allow (fewest_that_fit); `valid` is set when the checks
+// allow any.
+std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster& cluster,
+                             Search& out, bool& valid_any) {
+  const int64_t dp = l.dp_replicate * l.dp_shard;
+  for (const char* ac : {"none", "full"}) {
+    l.checkpointing = ac;
+    std::vector<int64_t> valid;  // microbatches the checks allow, fewest first
+    for (int64_t m : divisors(config.training.global_batch / dp)) {
+      l.microbatches = m;
+      try {
+        check_planned_layout(with_layout(config, l), cluster.devices);
+        valid.push_back(m);
+      } catch (const InvalidArgument&) {
+      }
+    }
+    if (valid.empty()) return std::nullopt;
+    valid_any = true;
+    if (const auto f = fewest_that_fit(config, l, valid, cluster, out)) return f;
+  }
+  return std::nullopt;
+}
+
+// The schedules a pipeline of the search tries: the config's; on a timed
+// cluster also ZB-H1 and interleaved 1F1B over 2 stages per rank, whose
+// bubbles are smaller and whose memory is larger.
+std::vector<std::pair<std::string, int64_t>> schedules(const TrainConfig& config,
+                                                       const Cluster& cluster, int64_t pp) {
+  std::vector<std::pair<std::string, int64_t>> out = {{"", 0}};
+  if (pp == 1 || !cluster.timed()) return out;
+  for (const auto& s :
+       std::vector<std::pair<std::string, int64_t>>{{"zbh1", 1}, {"interleaved", 2}})
+    if (s.first != config.parallel.pp_schedule && pp * s.second <= config.model.n_layers)
+      out.push_back(s);
+  return out;
+}
+
+}  // namespace
+
 Search search_layouts(const TrainConfig& config, const Cluster& cluster) {
   Search out;
   const int64_t n = cluster.devices;
@@ -265,26 +321,17 @@ Search search_layouts(const TrainConfig& config, const Cluster& cluster) {
       for (int64_t cp : divisors(n / pp / tp)) {
         for (int64_t dp_replicate : divisors(n / pp / tp / cp)) {
           Layout l{dp_replicate, n / pp / tp / cp / dp_replicate, tp, pp, cp, 1, "none"};
-          const int64_t dp = l.dp_replicate * l.dp_shard;
-          if (config.training.global_batch % dp != 0) continue;
-          for (const char* ac : {"none", "full"}) {
-            l.checkpointing = ac;
-            std::vector<int64_t> valid;  // microbatches the checks allow, fewest first
-            for (int64_t m : divisors(config.training.global_batch / dp)) {
-              l.microbatches = m;
-              try {
-                check_planned_layout(with_layout(config, l), n);
-                valid.push_back(m);
-              } catch (const InvalidArgument&) {
-              }
-            }
-            if (valid.empty()) break;
-            if (ac == std::string("none")) ++out.layouts;
-            if (const auto f = fewest_that_fit(config, l, valid, cluster, out)) {
-              out.fits.push_back(*f);
-              break;
-            }
+          if (config.training.global_batch % (l.dp_replicate * l.dp_shard) != 0) continue;
+          // Of the schedules, the best fit (fits_before: on a timed cluster the fastest).
+          bool valid = false;
+          std::optional<Fit> best;
+          for (const auto& [schedule, v] : schedules(config, cluster, pp)) {
+            l.schedule = schedule, l.stages_per_rank = v;
+            const auto f = first_fit(config, l, cluster, out, valid);
+            if (f && (!best || fits_before(*f, *best))) best = f;
           }
+          out.layouts += valid;
+          if (best) out.fits.push_back(*best);
         }
       }
     }

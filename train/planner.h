@@ -38,26 +38,31 @@ std::string format_gb(uint64_t bytes);
 
 // One layout of the search: the parallel dims, how many microbatches a rank
 // splits its batch into (the pipeline's under pp, gradient accumulation's
-// without), and activation checkpointing ("none" or "full").
+// without), activation checkpointing ("none" or "full"), and the pipeline's
+// schedule and stages per rank ("" and 0: the config's).
 struct Layout {
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1, pp = 1, cp = 1;
   int64_t microbatches = 0;  // 0: pp (1 without a pipeline)
   std::string checkpointing = "none";
+  std::string schedule = "";    // gpipe, 1f1b, interleaved or zbh1
+  int64_t stages_per_rank = 0;  // interleaved's v
   bool operator==(const Layout&) const = default;
 };
 
-// "dp_shard=128,tp=8,pp=16,microbatches=16,ac=full": keys dp_replicate,
-// dp_shard, tp, pp, cp, microbatches (positive integers) and ac (none or
-// full); a key not given keeps its default.
+// "dp_shard=128,tp=8,pp=16,microbatches=16,ac=full,schedule=interleaved,v=2":
+// keys dp_replicate, dp_shard, tp, pp, cp, microbatches, v (positive
+// integers), ac (none or full) and schedule; a key not given keeps its
+// default.
 // Throws InvalidArgument naming --layout and the piece it could not read.
 Layout parse_layout(const std::string& text);
 
-// "dp_shard 128 · tp 8 · pp 16 · 16 microbatches · ac full"
+// "dp_shard 128 · tp 8 · pp 16 · 16 microbatches · ac full"; a schedule
+// the layout names follows pp: "pp 16 interleaved x 4", "pp 4 zbh1".
 std::string describe(const Layout& layout);
 
 // `config` with the layout's dims (ep 1, sequence parallel with tp when the
-// model has no experts), its microbatches and checkpointing; mixed
-// precision and the schedule stay the config's.
+// model has no experts), its microbatches, checkpointing and, when it names
+// one, schedule; mixed precision stays the config's.
 TrainConfig with_layout(const TrainConfig& config, const Layout& layout);
 
 // What spmd-train's check_layout() checks against `devices`, and the

@@ -177,11 +177,24 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
     add({"pp", p.pp, inner_pp}, "sendrecv", "PP activations", 2 * m * v, tokens * C * act, false);
 
   // The step: compute and the blocking collectives per microbatch, the
-  // bubble, and what overlapped traffic compute could not hide.
+  // bubble, and what overlapped traffic compute could not hide. CP's ring
+  // hides only behind the attention it feeds (q k^T and p v, 4 C T FLOPs a
+  // token forward, in every pass); FSDP's and DDP's behind all the compute.
   st.compute = double(m) * tokens * rank_flops_per_token(config, t) / double(p.tp) / cluster.flops;
+  const double attention = double(m) * tokens * double(blocks) * double(full ? 4 : 3) * 4 * C * T /
+                           double(p.tp) / cluster.flops;
   double blocking = 0, hidden = 0;
-  for (const CommTerm& c : st.comm)
-    (c.overlapped && cluster.overlap ? hidden : blocking) += c.seconds;
+  for (CommTerm& c : st.comm) {
+    if (!c.overlapped || !cluster.overlap) {
+      c.exposed = c.seconds;
+    } else if (c.axis == "cp") {
+      c.exposed = std::max(0.0, c.seconds - attention);
+    } else {
+      hidden += c.seconds;
+      continue;
+    }
+    blocking += c.exposed;
+  }
   const double per_microbatch = (st.compute + blocking) / double(m);
   if (p.pp > 1) {
     const auto kind = dist::pp::parse_schedule(p.pp_schedule);
@@ -190,7 +203,12 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
                                                                           : 1.0;
     st.bubble = double(p.pp - 1) * per_microbatch * share;
   }
+  // What compute could not hide of FSDP's and DDP's traffic, shared among
+  // its terms in proportion.
   const double unhidden = std::max(0.0, hidden - st.compute);
+  for (CommTerm& c : st.comm)
+    if (c.overlapped && cluster.overlap && c.axis != "cp")
+      c.exposed = unhidden * c.seconds / hidden;
   st.exposed = blocking + unhidden;
   st.total = st.compute + st.bubble + st.exposed;
   const double step_tokens = double(config.training.global_batch) * T;
@@ -199,18 +217,14 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
     st.mfu = flops_per_token(t) * step_tokens /
              (st.total * double(cluster.devices) * cluster.peak_flops);
 
-  // What bounds it: the largest share of the step.
+  // What bounds it: the largest share of the step, of compute, the bubble,
+  // and each axis's exposed communication.
   std::pair<std::string, double> top{"compute", st.compute};
   if (st.bubble > top.second) top = {"bubble", st.bubble};
   for (const CommTerm& c : st.comm) {
-    const bool hid = c.overlapped && cluster.overlap;
-    const double share = hid ? (hidden > 0 ? unhidden * c.seconds / hidden : 0) : c.seconds;
-    double axis_total = share;
+    double axis_total = 0;
     for (const CommTerm& d : st.comm)
-      if (&d != &c && d.axis == c.axis)
-        axis_total += d.overlapped && cluster.overlap
-                          ? (hidden > 0 ? unhidden * d.seconds / hidden : 0)
-                          : d.seconds;
+      if (d.axis == c.axis) axis_total += d.exposed;
     if (axis_total > top.second) top = {c.axis + " comm", axis_total};
   }
   char buf[64];
@@ -224,6 +238,8 @@ std::string time_table(const std::vector<std::string>& heads, const std::vector<
     s.append(s.size() < width ? width - s.size() : 1, ' ');
     return s;
   };
+  // Rows: compute, every collective any column has (in order of first
+  // appearance), the bubble, then the totals.
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;
   const auto row = [&](const std::string& name, size_t column, const std::string& value) {
     auto it =
@@ -232,23 +248,24 @@ std::string time_table(const std::vector<std::string>& heads, const std::vector<
       it = rows.insert(rows.end(), {name, std::vector<std::string>(times.size())});
     it->second[column] = value;
   };
+  const auto name_of = [](const CommTerm& c) {
+    return str_cat(c.axis, " ", c.op, c.overlapped ? " (hidden)" : "", " ", c.what);
+  };
+  for (size_t i = 0; i < times.size(); ++i) row("compute", i, format_seconds(times[i].compute));
+  for (size_t i = 0; i < times.size(); ++i)
+    for (const CommTerm& c : times[i].comm)
+      row(name_of(c), i, str_cat(format_seconds(c.seconds), " (", c.calls, ")"));
   for (size_t i = 0; i < times.size(); ++i) {
     const StepTime& t = times[i];
-    row("compute", i, format_seconds(t.compute));
-    for (const CommTerm& c : t.comm)
-      row(str_cat(c.axis, " ", c.op, c.overlapped ? " (hidden)" : "", " ", c.what), i,
-          str_cat(format_seconds(c.seconds), " (", c.calls, ")"));
+    char rate[32], mfu[16];
+    std::snprintf(rate, sizeof rate, "%.0f", t.tokens_per_s);
+    std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * t.mfu);
     row("bubble", i, t.bubble > 0 ? format_seconds(t.bubble) : "0");
     row("exposed communication", i, format_seconds(t.exposed));
-  }
-  for (size_t i = 0; i < times.size(); ++i) {
-    char rate[32], mfu[16];
-    std::snprintf(rate, sizeof rate, "%.0f", times[i].tokens_per_s);
-    std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * times[i].mfu);
-    row("step", i, format_seconds(times[i].total));
+    row("step", i, format_seconds(t.total));
     row("tokens/s", i, rate);
-    row("MFU", i, times[i].mfu > 0 ? mfu : "-");
-    row("bound by", i, times[i].bound);
+    row("MFU", i, t.mfu > 0 ? mfu : "-");
+    row("bound by", i, t.bound);
   }
   std::string out = pad("per step, seconds (calls)", 58);
   for (const std::string& h : heads) out += pad(h, 24);
