@@ -121,4 +121,4 @@ refuses "line 1: busbw 0 GB/s at size 1024 over 2 ranks: a busbw must be above 0
   "${m1[@]}" --gemm-tflops 1 --busbw "$tmp/zero.json"
 refuses "the measured busbw has no rows of all_gather" "${config[@]}" --devices 2 \
   --device-memory 1GB --gemm-tflops 1 --busbw "$tmp/busbw.json" --layout dp_shard=2
-echo "spmd-plan: search, layout, explain, step time and 22 refusals as expected"
+echo "spmd-plan: search, layout, explain, step time and 23 refusals as expected"
