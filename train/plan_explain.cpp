@@ -157,7 +157,8 @@ std::string explain(const TrainConfig& config, const Cluster& cluster) {
   std::vector<StepTime> times;
   if (meta && meta->time) times.push_back(*meta->time);
   if (!search.fits.empty() && search.fits[0].time) times.push_back(*search.fits[0].time);
-  if (!times.empty() && times.size() == heads.size()) out += "\n" + time_table(heads, times);
+  if (!times.empty() && times.size() == heads.size())
+    out += str_cat("\n", time_table(heads, times));
   return out;
 }
 

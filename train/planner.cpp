@@ -233,6 +233,10 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
     const double t = step_time(with_layout(config, l), best.plan, cluster).total;
     if (m == first || t < shortest) shortest = t, fastest = l;
   }
+  if (fastest == best.layout) {
+    best.time = step_time(with_layout(config, fastest), best.plan, cluster);
+    return best;
+  }
   return evaluate(config, fastest, cluster);
 }
 

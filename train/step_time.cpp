@@ -125,10 +125,16 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
   const int64_t units = blocks + 1;  // each block an FSDP unit, and the root
 
   StepTime st;
+  // Under pp the gradients are reduced once, after the step's last backward
+  // (docs/train.md): nothing is left to hide them behind.
+  const bool after_step = p.pp > 1;
   const auto add = [&](Axis axis, const std::string& op, const std::string& what, int64_t calls,
                        double bytes, bool overlapped) {
     const int64_t k = per_node(axis, cluster.devices_per_node);
+    const bool gradients = what.find("gradient") != std::string::npos;
     CommTerm c{axis.name, op, what, axis.size, calls, bytes, overlapped, k >= axis.size};
+    c.after_step = gradients && after_step;
+    c.overlapped = overlapped && !c.after_step;
     c.seconds = collective_seconds(cluster, op, axis.size, k, calls, bytes);
     if (calls > 0 && axis.size > 1) st.comm.push_back(c);
   };
@@ -183,8 +189,12 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
   st.compute = double(m) * tokens * rank_flops_per_token(config, t) / double(p.tp) / cluster.flops;
   const double attention = double(m) * tokens * double(blocks) * double(full ? 4 : 3) * 4 * C * T /
                            double(p.tp) / cluster.flops;
-  double blocking = 0, hidden = 0;
+  double blocking = 0, hidden = 0, after = 0;
   for (CommTerm& c : st.comm) {
+    if (c.after_step) {
+      after += c.exposed = c.seconds;
+      continue;
+    }
     if (!c.overlapped || !cluster.overlap) {
       c.exposed = c.seconds;
     } else if (c.axis == "cp") {
@@ -209,7 +219,7 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
   for (CommTerm& c : st.comm)
     if (c.overlapped && cluster.overlap && c.axis != "cp")
       c.exposed = unhidden * c.seconds / hidden;
-  st.exposed = blocking + unhidden;
+  st.exposed = blocking + after + unhidden;
   st.total = st.compute + st.bubble + st.exposed;
   const double step_tokens = double(config.training.global_batch) * T;
   st.tokens_per_s = step_tokens / st.total;
@@ -249,7 +259,11 @@ std::string time_table(const std::vector<std::string>& heads, const std::vector<
     it->second[column] = value;
   };
   const auto name_of = [](const CommTerm& c) {
-    return str_cat(c.axis, " ", c.op, c.overlapped ? " (hidden)" : "", " ", c.what);
+    return str_cat(c.axis, " ", c.op,
+                   c.after_step   ? " (after the step)"
+                   : c.overlapped ? " (hidden)"
+                                  : "",
+                   " ", c.what);
   };
   for (size_t i = 0; i < times.size(); ++i) row("compute", i, format_seconds(times[i].compute));
   for (size_t i = 0; i < times.size(); ++i)
@@ -267,11 +281,11 @@ std::string time_table(const std::vector<std::string>& heads, const std::vector<
     row("MFU", i, t.mfu > 0 ? mfu : "-");
     row("bound by", i, t.bound);
   }
-  std::string out = pad("per step, seconds (calls)", 58);
+  std::string out = pad("per step, seconds (calls)", 64);
   for (const std::string& h : heads) out += pad(h, 24);
   out += "\n";
   for (const auto& [name, values] : rows) {
-    std::string line = pad("  " + name, 58);
+    std::string line = pad("  " + name, 64);
     for (const std::string& v : values) line += pad(v.empty() ? "0" : v, 24);
     out += line + "\n";
   }

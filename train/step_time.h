@@ -9,8 +9,9 @@
 //             the busbw of the link its mesh axis runs on (within a node
 //             when the axis's ranks fit in one, given the mesh order
 //             pp, dp_replicate, dp_shard, cp, tp), plus latency per hop;
-//   overlap   FSDP's and DDP's traffic hides behind compute, CP's ring behind
-//             the attention it feeds; tensor parallelism's and the
+//   overlap   FSDP's and DDP's traffic hides behind compute (but a
+//             pipeline reduces its gradients after the step), CP's ring
+//             behind the attention it feeds; tensor parallelism's and the
 //             pipeline's sends do not;
 //   bubble    the schedule's idle time: (pp - 1) microbatch times for GPipe
 //             and 1F1B, / v interleaved over v stages per rank, / 3 for ZB-H1.
@@ -39,6 +40,7 @@ struct CommTerm {
   int64_t calls = 0;        // per step
   double bytes = 0;         // per call, in spmd-bench's size convention
   bool overlapped = false;  // hidden behind compute when the cluster overlaps
+  bool after_step = false;  // gradients reduced after a pipeline's last backward
   bool within_node = true;
   double seconds = 0;  // all the calls
   double exposed = 0;  // of which the step waits for

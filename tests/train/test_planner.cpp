@@ -342,6 +342,20 @@ TEST_CASE("tensor, context and pipeline parallel terms, by hand", "[planner][tim
   CHECK(pp.compute == Approx(work));
   CHECK(pp.bubble == Approx((work + sends) / 4));
   CHECK(pp.total == Approx(work + sends + (work + sends) / 4));
+  // Under pp the FSDP gradients are reduce-scattered once, after the last
+  // backward: exposed whole, and outside the microbatches (not in the bubble).
+  const StepTime pf = time_of(c, "pp=2,dp_shard=2,microbatches=2", slow_cluster(4));
+  double after = 0;
+  for (const CommTerm& t : pf.comm) {
+    CHECK(t.after_step == (t.op == "reduce_scatter"));
+    if (t.after_step) after += t.seconds;
+  }
+  CHECK(after > 0);
+  // The pipeline's 4 sends of (2, 32, 64) f32, 16,384 bytes each; the
+  // gathers hide behind the compute.
+  CHECK(pf.exposed == Approx(after + 4 * 16384e-9));
+  CHECK(pf.bubble == Approx((pf.compute + 4 * 16384e-9) / 2));
+  CHECK(pf.total == Approx(pf.compute + pf.bubble + pf.exposed));
   // ZB-H1 leaves a third of it.
   const StepTime zb =
       time_of(small_llama({"parallel.pp_schedule=zbh1"}), "pp=2,microbatches=4", slow_cluster(2));
