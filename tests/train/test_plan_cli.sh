@@ -44,6 +44,12 @@ timeout 60 "$plan" --explain llama3.1-8b --devices 8 >"$tmp/explain.txt" 2>&1 ||
   fail "explain: $(cat "$tmp/explain.txt")"
 grep -q "^parameters: 8,030,261,248$" "$tmp/explain.txt" || fail "$(cat "$tmp/explain.txt")"
 grep -q "total .* 18 B/parameter *144.5 GB" "$tmp/explain.txt" || fail "$(cat "$tmp/explain.txt")"
+# ... on the stated H100 cluster, with the planner's layout's step time and MFU.
+grep -q "each device 692.3 TFLOP/s achievable of 989.0 TFLOP/s peak" "$tmp/explain.txt" ||
+  fail "$(cat "$tmp/explain.txt")"
+for row in "  step " "  MFU " "  bound by "; do
+  grep -q "^$row" "$tmp/explain.txt" || fail "no '$row' in: $(cat "$tmp/explain.txt")"
+done
 
 # Step time: with a rate and a link, the table is sorted by it and says
 # what bounds each layout; --layout prints the time term by term.
