@@ -58,8 +58,9 @@ double number_flag(const std::string& flag, const std::string& text, double max,
 }
 
 // --explain's cluster when its flags are not given: Meta's 16,384 H100 SXM
-// of 80 GB (Llama 3, section 3.3.1), 8 per node on NVLink, InfiniBand
-// between (docs/planner.md, "The chapter's cluster", gives each figure).
+// of 80 GB (Llama 3, section 3.3.1), 8 per node on NVLink, a 400 Gb/s link
+// per GPU between nodes (docs/planner.md, "The chapter's cluster", gives
+// each figure and what is assumed).
 Args with_h100_defaults(Args a) {
   const auto fill = [](std::string& s, const char* v) {
     if (s.empty()) s = v;
@@ -91,8 +92,8 @@ train::TrainConfig model_config(const Args& a) {
 train::Cluster cluster_of(const Args& a) {
   SPMD_CHECK(a.devices_per_node >= 1 && a.devices_per_node <= (int64_t(1) << 20),
              "--devices-per-node must be in [1, 2^20], got ", a.devices_per_node);
-  SPMD_CHECK(a.nodes >= 0 && a.nodes <= (int64_t(1) << 30), "--nodes must be in [1, 2^30], got ",
-             a.nodes);
+  SPMD_CHECK(a.nodes >= 0 && a.nodes <= (int64_t(1) << 30),
+             "--nodes must be in [1, 2^30] (or not given), got ", a.nodes);
   const int64_t devices = a.devices > 0 || a.nodes == 0 ? a.devices : a.nodes * a.devices_per_node;
   SPMD_CHECK(devices >= 1 && devices <= (int64_t(1) << 30), "--devices must be in [1, 2^30], got ",
              devices);
