@@ -107,36 +107,57 @@ double collective_seconds(const Cluster& cluster, const std::string& op, int64_t
   return double(calls) * (bytes * ring_factor(op, group) / busbw + latency);
 }
 
-StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Cluster& cluster) {
+namespace {
+
+// A rank's share of one step: the microbatches it runs and their tokens,
+// its blocks, the bytes of an activation's element.
+struct Share {
+  int64_t m = 1, v = 1, blocks = 0;
+  double tokens = 0;  // of one microbatch, on this rank
+  double act = 4;     // bytes of an activation's element: 2 under bf16
+  double C = 0, T = 0;
+  bool full = false;  // full activation checkpointing: forward again in backward
+};
+
+Share share_of(const TrainConfig& config) {
   const ParallelConfig& p = config.parallel;
-  const nn::TransformerConfig t = transformer_config(config.model);
-  const bool bf16 = config.training.mixed_precision == "bf16";
-  const double act = bf16 ? 2 : 4, C = double(t.d_model), T = double(t.max_seq_len);
-  const int64_t dp = p.dp_replicate * p.dp_shard, fsdp = p.dp_shard * p.cp;
-  const int64_t m =
+  Share s;
+  s.m =
       p.pp > 1 ? (p.pp_microbatches > 0 ? p.pp_microbatches : p.pp) : config.training.microbatches;
-  const int64_t v = p.pp > 1 ? p.pp_stages_per_rank : 1;
-  const double tokens = double(config.training.global_batch / dp / m) * T / double(p.cp);
-  const int64_t blocks = blocks_per_rank(config);
+  s.v = p.pp > 1 ? p.pp_stages_per_rank : 1;
+  const nn::TransformerConfig t = transformer_config(config.model);
+  s.C = double(t.d_model), s.T = double(t.max_seq_len);
+  const int64_t dp = p.dp_replicate * p.dp_shard;
+  s.tokens = double(config.training.global_batch / dp / s.m) * s.T / double(p.cp);
+  s.blocks = blocks_per_rank(config);
+  s.act = config.training.mixed_precision == "bf16" ? 2 : 4;
+  s.full = config.training.activation_checkpointing == "full";
+  return s;
+}
+
+// Each strategy's collectives in one step of the rank (the table of
+// docs/planner.md, "Communication"), each timed on its axis's link.
+std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& plan,
+                                  const Cluster& cluster, const Share& s) {
+  const ParallelConfig& p = config.parallel;
+  const int64_t fsdp = p.dp_shard * p.cp;
   // The rank's parameters before FSDP cuts them (tp-local, its stages): the
   // plan's gradients are the FSDP chunk padded to the full one.
   const double local =
       p.dp_shard > 1 ? double(plan.gradients) / 4 * double(fsdp) : double(plan.parameters) / 4;
-  const int64_t units = blocks + 1;  // each block an FSDP unit, and the root
-
-  StepTime st;
-  // Under pp the gradients are reduced once, after the step's last backward
-  // (docs/train.md): nothing is left to hide them behind.
-  const bool after_step = p.pp > 1;
+  const int64_t units = s.blocks + 1;  // each block an FSDP unit, and the root
+  std::vector<CommTerm> out;
   const auto add = [&](Axis axis, const std::string& op, const std::string& what, int64_t calls,
                        double bytes, bool overlapped) {
+    if (calls == 0 || axis.size <= 1) return;
     const int64_t k = per_node(axis, cluster.devices_per_node);
-    const bool gradients = what.find("gradient") != std::string::npos;
     CommTerm c{axis.name, op, what, axis.size, calls, bytes, overlapped, k >= axis.size};
-    c.after_step = gradients && after_step;
+    // Under pp the gradients are reduced once, after the step's last
+    // backward (docs/train.md): nothing is left to hide them behind.
+    c.after_step = p.pp > 1 && what.find("gradient") != std::string::npos;
     c.overlapped = overlapped && !c.after_step;
     c.seconds = collective_seconds(cluster, op, axis.size, k, calls, bytes);
-    if (calls > 0 && axis.size > 1) st.comm.push_back(c);
+    out.push_back(c);
   };
   // Each axis's stride: the product of the axes inside it.
   const int64_t inner_rep = p.dp_shard * p.cp * p.tp, inner_pp = p.dp_replicate * inner_rep;
@@ -147,12 +168,12 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
     const Axis shard{p.cp > 1 ? "dp_shard x cp" : "dp_shard", fsdp, p.tp};
     const bool split_backward =
         p.pp > 1 && dist::pp::splits_backward(dist::pp::parse_schedule(p.pp_schedule));
-    const int64_t gathers = p.fsdp_reshard_after_forward && !split_backward ? 2 * m : 1;
-    add(shard, "all_gather", "FSDP parameters", blocks * gathers + 1, local / double(units) * act,
-        true);
-    add(shard, "reduce_scatter", "FSDP gradients", units, local / double(units) * 4, true);
+    const int64_t gathers = p.fsdp_reshard_after_forward && !split_backward ? 2 * s.m : 1;
+    const double unit = local / double(units);
+    add(shard, "all_gather", "FSDP parameters", s.blocks * gathers + 1, unit * s.act, true);
+    add(shard, "reduce_scatter", "FSDP gradients", units, unit * 4, true);
     add({"dp_replicate", p.dp_replicate, inner_rep}, "all_reduce", "HSDP gradient shards", units,
-        local / double(units) * 4 / double(fsdp), true);
+        unit * 4 / double(fsdp), true);
   } else {
     const Axis replicas{p.cp > 1 ? "dp_replicate x cp" : "dp_replicate", p.dp_replicate * p.cp,
                         p.tp};
@@ -160,8 +181,7 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
     const int64_t buckets = std::max<int64_t>(1, int64_t(std::ceil(bytes / bucket)));
     add(replicas, "all_reduce", "DDP gradients", buckets, bytes / double(buckets), true);
   }
-  const bool full = config.training.activation_checkpointing == "full";
-  const int64_t passes = full ? 3 : 2;  // forward, backward, and forward again
+  const int64_t passes = s.full ? 3 : 2;  // forward, backward, and forward again
   // Tensor parallel: per block and pass, two all_gathers and two
   // reduce_scatters of the microbatch's (b, T, C) under sequence parallelism
   // (two all_reduces without), and the embedding's and head's.
@@ -170,65 +190,31 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
     const int64_t per_pass = sp ? 4 : 2;
     const int64_t ends = sp ? 4 : 2;  // the embedding's and the head's, forward and backward
     add({"tp", p.tp, 1}, sp ? "all_gather" : "all_reduce", "TP activations",
-        m * (blocks * per_pass * passes + ends), tokens * C * act, false);
+        s.m * (s.blocks * per_pass * passes + ends), s.tokens * s.C * s.act, false);
   }
   // Context parallel: ring attention passes K and V (repeated to all heads)
   // cp - 1 times forward, and K, V and their gradients back.
-  if (p.cp > 1) {
-    add({"cp", p.cp, p.tp}, "sendrecv", "CP ring K, V (and dK, dV)",
-        m * blocks * ((passes - 1) * (p.cp - 1) + 2 * p.cp - 1), tokens * 2 * C * act, true);
-  }
+  add({"cp", p.cp, p.tp}, "sendrecv", "CP ring K, V (and dK, dV)",
+      s.m * s.blocks * ((passes - 1) * (p.cp - 1) + 2 * p.cp - 1), s.tokens * 2 * s.C * s.act,
+      true);
   // Pipeline: each microbatch's activation forward and its gradient back.
-  if (p.pp > 1)
-    add({"pp", p.pp, inner_pp}, "sendrecv", "PP activations", 2 * m * v, tokens * C * act, false);
+  add({"pp", p.pp, inner_pp}, "sendrecv", "PP activations", 2 * s.m * s.v, s.tokens * s.C * s.act,
+      false);
+  return out;
+}
 
-  // The step: compute and the blocking collectives per microbatch, the
-  // bubble, and what overlapped traffic compute could not hide. CP's ring
-  // hides only behind the attention it feeds (q k^T and p v, 4 C T FLOPs a
-  // token forward, in every pass); FSDP's and DDP's behind all the compute.
-  st.compute = double(m) * tokens * rank_flops_per_token(config, t) / double(p.tp) / cluster.flops;
-  const double attention = double(m) * tokens * double(blocks) * double(full ? 4 : 3) * 4 * C * T /
-                           double(p.tp) / cluster.flops;
-  double blocking = 0, hidden = 0, after = 0;
-  for (CommTerm& c : st.comm) {
-    if (c.after_step) {
-      after += c.exposed = c.seconds;
-      continue;
-    }
-    if (!c.overlapped || !cluster.overlap) {
-      c.exposed = c.seconds;
-    } else if (c.axis == "cp") {
-      c.exposed = std::max(0.0, c.seconds - attention);
-    } else {
-      hidden += c.seconds;
-      continue;
-    }
-    blocking += c.exposed;
-  }
-  const double per_microbatch = (st.compute + blocking) / double(m);
-  if (p.pp > 1) {
-    const auto kind = dist::pp::parse_schedule(p.pp_schedule);
-    const double share = kind == dist::pp::ScheduleKind::kInterleaved1F1B ? 1.0 / double(v)
-                         : kind == dist::pp::ScheduleKind::kZeroBubbleH1  ? 1.0 / 3
-                                                                          : 1.0;
-    st.bubble = double(p.pp - 1) * per_microbatch * share;
-  }
-  // What compute could not hide of FSDP's and DDP's traffic, shared among
-  // its terms in proportion.
-  const double unhidden = std::max(0.0, hidden - st.compute);
-  for (CommTerm& c : st.comm)
-    if (c.overlapped && cluster.overlap && c.axis != "cp")
-      c.exposed = unhidden * c.seconds / hidden;
-  st.exposed = blocking + after + unhidden;
-  st.total = st.compute + st.bubble + st.exposed;
-  const double step_tokens = double(config.training.global_batch) * T;
-  st.tokens_per_s = step_tokens / st.total;
-  if (cluster.peak_flops > 0)
-    st.mfu = flops_per_token(t) * step_tokens /
-             (st.total * double(cluster.devices) * cluster.peak_flops);
+// The schedule's bubble, in microbatch times per stage but the first:
+// 1 for GPipe and 1F1B, 1/v interleaved over v stages per rank, 1/3 ZB-H1.
+double bubble_share(const ParallelConfig& p) {
+  const auto kind = dist::pp::parse_schedule(p.pp_schedule);
+  if (kind == dist::pp::ScheduleKind::kInterleaved1F1B) return 1.0 / double(p.pp_stages_per_rank);
+  if (kind == dist::pp::ScheduleKind::kZeroBubbleH1) return 1.0 / 3;
+  return 1.0;
+}
 
-  // What bounds it: the largest share of the step, of compute, the bubble,
-  // and each axis's exposed communication.
+// "compute 82%": the largest share of the step, of compute, the bubble, and
+// each axis's exposed communication.
+std::string bound_of(const StepTime& st) {
   std::pair<std::string, double> top{"compute", st.compute};
   if (st.bubble > top.second) top = {"bubble", st.bubble};
   for (const CommTerm& c : st.comm) {
@@ -239,7 +225,52 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
   }
   char buf[64];
   std::snprintf(buf, sizeof buf, " %.0f%%", 100 * top.second / st.total);
-  st.bound = top.first + buf;
+  return top.first + buf;
+}
+
+}  // namespace
+
+StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Cluster& cluster) {
+  const ParallelConfig& p = config.parallel;
+  const nn::TransformerConfig t = transformer_config(config.model);
+  const Share s = share_of(config);
+  StepTime st;
+  st.comm = collectives(config, plan, cluster, s);
+  // Compute, and the attention in it that CP's ring hides behind (q k^T
+  // and p v, 4 C T FLOPs a token forward, in every pass).
+  const double per_token = rank_flops_per_token(config, t) / double(p.tp) / cluster.flops;
+  st.compute = double(s.m) * s.tokens * per_token;
+  const double attention = double(s.m) * s.tokens * double(s.blocks) * (s.full ? 4 : 3) * 4 * s.C *
+                           s.T / double(p.tp) / cluster.flops;
+  // What the step waits for: the blocking collectives (in every
+  // microbatch), CP's beyond its attention, the gradients' reductions after
+  // a pipeline's step; FSDP's and DDP's traffic only beyond all the compute.
+  double blocking = 0, hidden = 0, after = 0;
+  for (CommTerm& c : st.comm) {
+    if (c.after_step) {
+      after += c.exposed = c.seconds;
+    } else if (!c.overlapped || !cluster.overlap) {
+      blocking += c.exposed = c.seconds;
+    } else if (c.axis == "cp") {
+      blocking += c.exposed = std::max(0.0, c.seconds - attention);
+    } else {
+      hidden += c.seconds;
+    }
+  }
+  const double unhidden = std::max(0.0, hidden - st.compute);
+  for (CommTerm& c : st.comm)
+    if (c.overlapped && cluster.overlap && c.axis != "cp" && !c.after_step)
+      c.exposed = hidden > 0 ? unhidden * c.seconds / hidden : 0;  // shared in proportion
+  if (p.pp > 1)
+    st.bubble = double(p.pp - 1) * (st.compute + blocking) / double(s.m) * bubble_share(p);
+  st.exposed = blocking + after + unhidden;
+  st.total = st.compute + st.bubble + st.exposed;
+  const double step_tokens = double(config.training.global_batch) * s.T;
+  st.tokens_per_s = step_tokens / st.total;
+  if (cluster.peak_flops > 0)
+    st.mfu = flops_per_token(t) * step_tokens /
+             (st.total * double(cluster.devices) * cluster.peak_flops);
+  st.bound = bound_of(st);
   return st;
 }
 
