@@ -28,18 +28,24 @@ PeakFlops gpu_peak(const Device& device, bool bf16) {
 
 }  // namespace
 
-double flops_per_token(const nn::TransformerConfig& c) {
-  const double C = double(c.d_model), H = double(c.hidden_dim()), L = double(c.n_layers);
+double block_weights(const nn::TransformerConfig& c, int64_t layer) {
+  const double C = double(c.d_model), H = double(c.hidden_dim());
   const double kv_heads = double(c.n_kv_heads == 0 ? c.n_heads : c.n_kv_heads);
   const double kv_dim = C / double(c.n_heads) * kv_heads;
   const double attention = C * (C + 2 * kv_dim) + C * C;  // wq, wk, wv, wo
   const double mlp = (c.activation == nn::TransformerConfig::Activation::kSwiGLU ? 3 : 2) * C * H;
-  double weights = double(c.vocab_size) * C;  // the head (tied or not, it is a product)
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    const bool moe = c.n_experts > 0 && l % c.moe_every == 0;
-    weights += attention + (moe ? C * double(c.n_experts) + double(c.moe_top_k) * mlp : mlp);
-  }
-  return 6 * weights + 12 * L * C * double(c.max_seq_len);
+  const bool moe = c.n_experts > 0 && layer % c.moe_every == 0;
+  return attention + (moe ? C * double(c.n_experts) + double(c.moe_top_k) * mlp : mlp);
+}
+
+double head_weights(const nn::TransformerConfig& c) {
+  return double(c.vocab_size) * double(c.d_model);  // tied or not, it is a product
+}
+
+double flops_per_token(const nn::TransformerConfig& c) {
+  double weights = head_weights(c);
+  for (int64_t l = 0; l < c.n_layers; ++l) weights += block_weights(c, l);
+  return 6 * weights + 12 * double(c.n_layers) * double(c.d_model) * double(c.max_seq_len);
 }
 
 double measured_gemm_flops(const Device& device, int64_t n, int repeats) {

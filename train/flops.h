@@ -30,6 +30,12 @@ namespace spmd::train {
 // Training FLOPs per token of a model of this config (forward and backward).
 double flops_per_token(const nn::TransformerConfig& config);
 
+// The weights one token is multiplied by in block `layer` (its attention
+// projections and MLP; in an MoE block the router and top_k experts' MLPs),
+// and in the head: the two parts of flops_per_token's first term.
+double block_weights(const nn::TransformerConfig& config, int64_t layer);
+double head_weights(const nn::TransformerConfig& config);
+
 // FLOP/s of an f32 GEMM of n x n x n on `device` (the CPU: this process's
 // threads), the best of `repeats` timed runs after one warm-up: the GEMM
 // ceiling of gemm_mfu, and the peak of mfu on a GPU the datasheet table

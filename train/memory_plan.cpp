@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
@@ -278,6 +279,19 @@ StageBytes stage_bytes(const TrainConfig& config, const Place& at, int s, int64_
   return out;
 }
 
+// make_schedule's lists for every rank, kept from the last call on this
+// thread: largest_plan() plans one rank of each stage, and spmd-plan's
+// search thousands of layouts, mostly with the schedule of the call before.
+const dist::pp::Schedule& schedule_of(dist::pp::ScheduleKind kind, int pp, int m, int v) {
+  thread_local std::tuple<dist::pp::ScheduleKind, int, int, int> key{kind, 0, 0, 0};
+  thread_local dist::pp::Schedule last;
+  if (key != std::make_tuple(kind, pp, m, v)) {
+    last = dist::pp::make_schedule(kind, pp, m, v);
+    key = {kind, pp, m, v};
+  }
+  return last;
+}
+
 // The most bytes of activations (and of logits) the rank's stages hold at
 // once: one microbatch without a pipeline; with one, walked through this
 // rank's action list (a microbatch's tensors live from its forward to its
@@ -294,7 +308,8 @@ void plan_activations(const TrainConfig& config, const Place& at, MemoryPlan& pl
     return;
   }
   const auto kind = dist::pp::parse_schedule(p.pp_schedule);
-  const auto actions = dist::pp::make_schedule(kind, int(p.pp), int(m), int(p.pp_stages_per_rank));
+  const dist::pp::Schedule& actions =
+      schedule_of(kind, int(p.pp), int(m), int(p.pp_stages_per_rank));
   const bool split = dist::pp::splits_backward(kind);
   std::set<std::pair<int, int>> live;  // (stage, microbatch)
   uint64_t act = 0, logits = 0;

@@ -4,12 +4,17 @@
 // the planner finds on a stated cluster, beside the one Meta published for
 // Llama 3.1 405B ("The Llama 3 Herd of Models", section 3.3.2, Table 4:
 // TP 8, CP 1, PP 16, DP 128 on 16,384 H100s at sequence 8,192), each term
-// by term from the memory plan (docs/planner.md).
+// by term from the memory plan (docs/planner.md); on a cluster with an
+// arithmetic rate and links, each one's step time, tokens/s and MFU too.
+// The paper leaves Meta's schedule and microbatches unstated: the planner
+// fills them in with the fastest that fits (1F1B, interleaved over 2 to 7
+// stages per rank, or ZB-H1; 16 microbatches or more).
 #include <cstdio>
 #include <string>
 
 #include "autograd/nn/transformer.h"
 #include "runtime/error.h"
+#include "train/flops.h"
 #include "train/planner.h"
 
 namespace spmd::train {
@@ -64,26 +69,38 @@ std::string one_device(const TrainConfig& config, const Cluster& cluster) {
   return out;
 }
 
-// Meta's dims for the 405B model on this many devices (dp the rest), with the
-// fewest microbatches and the least checkpointing that fit, as the search
-// chooses them; nullopt when the devices do not make those dims.
+// Meta's dims for the 405B model on this many devices (dp the rest). Untimed:
+// the fewest microbatches and the least checkpointing that fit, as the search
+// chooses them. Timed: of the schedules and microbatches that fit, the
+// fastest. nullopt when the devices do not make those dims.
 std::optional<Fit> meta_layout(const TrainConfig& config, const Cluster& cluster) {
   if (config.model.preset != "llama3.1-405b" || cluster.devices % 128 != 0) return std::nullopt;
-  std::optional<Fit> smallest;
-  for (const char* ac : {"none", "full"}) {
-    for (int64_t m = 16; m <= config.training.global_batch; m *= 2) {
-      const Layout l{1, cluster.devices / 128, 8, 16, 1, m, ac};
-      try {
-        check_planned_layout(with_layout(config, l), cluster.devices);
-      } catch (const InvalidArgument&) {
-        continue;
+  std::vector<std::pair<std::string, int64_t>> schedules = {{config.parallel.pp_schedule, 1}};
+  if (cluster.timed()) {
+    schedules = {{"1f1b", 1}, {"zbh1", 1}};
+    for (int64_t v = 2; 16 * v <= config.model.n_layers; ++v)
+      schedules.push_back({"interleaved", v});
+  }
+  std::optional<Fit> smallest, fastest;
+  for (const auto& [schedule, v] : schedules) {
+    for (const char* ac : {"none", "full"}) {
+      for (int64_t m = 16; m <= config.training.global_batch; m *= 2) {
+        const Layout l{1, cluster.devices / 128, 8, 16, 1, m, ac, schedule, v};
+        try {
+          check_planned_layout(with_layout(config, l), cluster.devices);
+        } catch (const InvalidArgument&) {
+          continue;
+        }
+        const Fit f = evaluate(config, l, cluster);
+        if (f.plan.peak() <= cluster.device_memory) {
+          if (!cluster.timed()) return f;
+          if (!fastest || f.time->total < fastest->time->total) fastest = f;
+        }
+        if (!smallest || f.plan.peak() < smallest->plan.peak()) smallest = f;
       }
-      const Fit f = evaluate(config, l, cluster.devices);
-      if (f.plan.peak() <= cluster.device_memory) return f;
-      if (!smallest || f.plan.peak() < smallest->plan.peak()) smallest = f;
     }
   }
-  return smallest;
+  return fastest ? fastest : smallest;
 }
 
 }  // namespace
@@ -104,6 +121,16 @@ std::string explain(const TrainConfig& config, const Cluster& cluster) {
                  cluster.devices_per_node, " per node), sequence ", config.model.seq_len,
                  ", global batch ", config.training.global_batch,
                  " sequences, training.mixed_precision ", config.training.mixed_precision, ":\n");
+  if (cluster.timed()) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "  each device %s achievable of %s peak; busbw %.0f GB/s within a node, %.0f "
+                  "GB/s per device between nodes; latency %.1f us and %.1f us per hop\n",
+                  format_flops(cluster.flops).c_str(), format_flops(cluster.peak_flops).c_str(),
+                  cluster.within.busbw / 1e9, cluster.between.busbw / 1e9,
+                  cluster.within.latency * 1e6, cluster.between.latency * 1e6);
+    out += buf;
+  }
   const Search search = search_layouts(config, cluster);
   const std::optional<Fit> meta = meta_layout(config, cluster);
   std::vector<std::string> heads;
@@ -120,12 +147,18 @@ std::string explain(const TrainConfig& config, const Cluster& cluster) {
       out += str_cat("  the planner: ", e.what(), "\n");
     }
   } else {
-    out += str_cat("  the planner's (", search.fits.size(), " of ", search.layouts,
-                   " layouts fit; the order of docs/planner.md): ", describe(search.fits[0].layout),
-                   "\n");
+    out +=
+        str_cat("  the planner's (", search.fits.size(), " of ", search.layouts, " layouts fit; ",
+                cluster.timed() ? "the shortest step" : "the order of docs/planner.md",
+                "): ", describe(search.fits[0].layout), "\n");
     heads.push_back("the planner's"), plans.push_back(search.fits[0].plan);
   }
   if (!plans.empty()) out += "\nper device, the largest rank:\n" + terms_table(heads, plans);
+  std::vector<StepTime> times;
+  if (meta && meta->time) times.push_back(*meta->time);
+  if (!search.fits.empty() && search.fits[0].time) times.push_back(*search.fits[0].time);
+  if (!times.empty() && times.size() == heads.size())
+    out += str_cat("\n", time_table(heads, times));
   return out;
 }
 

@@ -6,13 +6,20 @@
 //             [--seq-len T] [--global-batch B] [--top 5]
 //   spmd-plan --config X --devices 8 --device-memory 80GB --layout dp_shard=4,tp=2
 //   spmd-plan --config X --devices 8 --device-memory 80GB --write-config best.toml
+//   spmd-plan --config X --nodes 2 --devices-per-node 8 --device-memory 80GB
+//             --peak-tflops 989 --achievable 0.7 --intra-bw 360 --inter-bw 40
+//             [--intra-latency 2 --inter-latency 5] [--busbw FILE] [--no-overlap]
 //
 // --explain shows why one device cannot train the model, then the planner's
 // layout beside Meta's. --config searches every layout of --devices and
 // prints the best that fit; with --layout it checks that one layout and
 // prints its largest rank's memory term by term. --write-config writes the
 // config with the first layout of the table (or --layout's) as a TOML file
-// spmd-train reads. Every input is checked
+// spmd-train reads. Given a device's arithmetic rate (--peak-tflops with
+// --achievable, or --gemm-tflops measured) and its links (--intra-bw and
+// --inter-bw in GB/s of busbw, or --busbw FILE from spmd-bench --json), each
+// layout gets a step time, tokens/s, MFU and what bounds it, and the table
+// is sorted by step time (train/step_time.h). Every input is checked
 // before any work, and a refusal says why (train/planner.h, docs/planner.md).
 #include <malloc.h>
 
@@ -23,6 +30,7 @@
 
 #include "runtime/durable_file.h"
 #include "runtime/error.h"
+#include "runtime/flag_checks.h"
 #include "train/config.h"
 #include "train/planner.h"
 
@@ -32,10 +40,38 @@ namespace {
 
 struct Args {
   std::string explain, config, device_memory, layout, write_config;
-  int64_t devices = 0, devices_per_node = 8, seq_len = 0, global_batch = 0;
-  bool has_seq_len = false, has_global_batch = false;
+  int64_t devices = 0, devices_per_node = 8, nodes = 0, seq_len = 0, global_batch = 0;
+  bool has_seq_len = false, has_global_batch = false, no_overlap = false;
   size_t top = 5;
+  // The timing flags, as typed (checked by number_flag).
+  std::string peak_tflops, achievable, gemm_tflops, intra_bw, inter_bw, intra_latency,
+      inter_latency, busbw, busbw_between;
 };
+
+// A timing flag's value: 0 when not given; else a finite number in (0, max]
+// ([0, max] when `zero_ok`), refused naming the flag and the value.
+double number_flag(const std::string& flag, const std::string& text, double max, bool zero_ok) {
+  if (text.empty()) return 0;
+  const std::string why = flags::number_error(text, 0, max, !zero_ok);
+  SPMD_CHECK(why.empty(), flag, ": ", why);
+  return std::strtod(text.c_str(), nullptr);
+}
+
+// --explain's cluster when its flags are not given: Meta's 16,384 H100 SXM
+// of 80 GB (Llama 3, section 3.3.1), 8 per node on NVLink, a 400 Gb/s link
+// per GPU between nodes (docs/planner.md, "The chapter's cluster", gives
+// each figure and what is assumed).
+Args with_h100_defaults(Args a) {
+  const auto fill = [](std::string& s, const char* v) {
+    if (s.empty()) s = v;
+  };
+  if (a.devices == 0 && a.nodes == 0) a.devices = 16384;
+  fill(a.device_memory, "80GB");
+  if (a.gemm_tflops.empty()) fill(a.peak_tflops, "989"), fill(a.achievable, "0.7");
+  fill(a.intra_bw, "360"), fill(a.inter_bw, "40");
+  fill(a.intra_latency, "2"), fill(a.inter_latency, "5");
+  return a;
+}
 
 // The model: the config file (or, for --explain, the preset) with the
 // sequence and batch given on the command line; load_config checks them.
@@ -54,11 +90,47 @@ train::TrainConfig model_config(const Args& a) {
 }
 
 train::Cluster cluster_of(const Args& a) {
-  SPMD_CHECK(a.devices >= 1 && a.devices <= (int64_t(1) << 30),
-             "--devices must be in [1, 2^30], got ", a.devices);
-  SPMD_CHECK(a.devices_per_node >= 1, "--devices-per-node must be at least 1, got ",
-             a.devices_per_node);
-  return {a.devices, a.devices_per_node, train::parse_bytes("--device-memory", a.device_memory)};
+  SPMD_CHECK(a.devices_per_node >= 1 && a.devices_per_node <= (int64_t(1) << 20),
+             "--devices-per-node must be in [1, 2^20], got ", a.devices_per_node);
+  SPMD_CHECK(a.nodes >= 0 && a.nodes <= (int64_t(1) << 30),
+             "--nodes must be in [1, 2^30] (or not given), got ", a.nodes);
+  const int64_t devices = a.devices > 0 || a.nodes == 0 ? a.devices : a.nodes * a.devices_per_node;
+  SPMD_CHECK(devices >= 1 && devices <= (int64_t(1) << 30), "--devices must be in [1, 2^30], got ",
+             devices);
+  SPMD_CHECK(a.nodes == 0 || devices == a.nodes * a.devices_per_node, "--devices ", devices,
+             " is not --nodes ", a.nodes, " x --devices-per-node ", a.devices_per_node, " = ",
+             a.nodes * a.devices_per_node);
+  train::Cluster c;
+  c.devices = devices, c.devices_per_node = a.devices_per_node;
+  c.device_memory = train::parse_bytes("--device-memory", a.device_memory);
+  // The arithmetic: a measured GEMM rate, or the peak x the fraction reached.
+  const double peak = number_flag("--peak-tflops", a.peak_tflops, 1e6, false) * 1e12;
+  const double gemm = number_flag("--gemm-tflops", a.gemm_tflops, 1e6, false) * 1e12;
+  const double achievable = number_flag("--achievable", a.achievable, 1, false);
+  SPMD_CHECK(gemm == 0 || achievable == 0, "give --gemm-tflops (measured) or --achievable (a ",
+             "fraction of --peak-tflops), not both");
+  SPMD_CHECK(achievable == 0 || peak > 0, "--achievable ", a.achievable,
+             " is a fraction of --peak-tflops, which is not given");
+  SPMD_CHECK(peak == 0 || gemm > 0 || achievable > 0, "--peak-tflops ", a.peak_tflops,
+             " needs --achievable (the fraction of it the model's GEMMs reach, e.g. 0.7) or "
+             "--gemm-tflops (a GEMM's rate measured)");
+  c.peak_flops = peak, c.flops = gemm > 0 ? gemm : peak * achievable;
+  // The links, in GB/s of busbw and microseconds per hop.
+  c.within = {number_flag("--intra-bw", a.intra_bw, 1e6, false) * 1e9,
+              number_flag("--intra-latency", a.intra_latency, 1e6, true) * 1e-6};
+  c.between = {number_flag("--inter-bw", a.inter_bw, 1e6, false) * 1e9,
+               number_flag("--inter-latency", a.inter_latency, 1e6, true) * 1e-6};
+  if (!a.busbw.empty()) c.busbw_within = train::BusbwTable::read("--busbw", a.busbw);
+  if (!a.busbw_between.empty())
+    c.busbw_between = train::BusbwTable::read("--busbw-between", a.busbw_between);
+  c.overlap = !a.no_overlap;
+  if (!c.timed()) return c;
+  SPMD_CHECK(c.within.busbw > 0 || !c.busbw_within.empty(),
+             "a step time needs the links within a node: --intra-bw GB/s or --busbw FILE");
+  SPMD_CHECK(c.devices <= c.devices_per_node || c.between.busbw > 0 || !c.busbw_between.empty(),
+             "a step time on ", c.devices / c.devices_per_node,
+             " nodes needs the links between them: --inter-bw GB/s or --busbw-between FILE");
+  return c;
 }
 
 // --write-config: the config with `layout`, written whole (synced, then
@@ -75,10 +147,11 @@ int check_one(const train::TrainConfig& config, const train::Cluster& cluster,
               const std::string& text, const std::string& out) {
   const train::Layout layout = train::parse_layout(text);
   train::check_planned_layout(train::with_layout(config, layout), cluster.devices);
-  const train::Fit fit = train::evaluate(config, layout, cluster.devices);
+  const train::Fit fit = train::evaluate(config, layout, cluster);
   std::printf("%s on %lld devices:\n%s", train::describe(layout).c_str(),
               (long long)cluster.devices,
               train::terms_table({"the largest rank"}, {fit.plan}).c_str());
+  if (fit.time) std::printf("\n%s", train::time_table({"the layout"}, {*fit.time}).c_str());
   SPMD_CHECK(fit.plan.peak() <= cluster.device_memory, "the layout needs ",
              train::format_gb(fit.plan.peak()), " per device, more than the ",
              train::format_gb(cluster.device_memory), " of --device-memory");
@@ -94,9 +167,7 @@ int run(const Args& a) {
              "--write-config goes with --config, not --explain");
   if (!a.explain.empty()) {
     // --explain's cluster, unless given: Meta's 16,384 H100s of 80 GB.
-    Args e = a;
-    if (e.devices == 0) e.devices = 16384;
-    if (e.device_memory.empty()) e.device_memory = "80GB";
+    const Args e = with_h100_defaults(a);
     const train::Cluster cluster = cluster_of(e);
     const train::TrainConfig config = model_config(e);
     std::printf("%s", train::explain(config, cluster).c_str());
@@ -108,12 +179,11 @@ int run(const Args& a) {
   if (!a.layout.empty()) return check_one(config, cluster, a.layout, a.write_config);
   const train::Search search = train::search_layouts(config, cluster);
   train::check_some_layout_fits(search, cluster);
-  std::printf(
-      "%zu of %lld layouts of %lld devices fit %s each; the first %zu by the order of "
-      "docs/planner.md:\n%s",
-      search.fits.size(), (long long)search.layouts, (long long)cluster.devices,
-      train::format_gb(cluster.device_memory).c_str(), std::min(a.top, search.fits.size()),
-      train::fits_table(search.fits, a.top).c_str());
+  std::printf("%zu of %lld layouts of %lld devices fit %s each; the first %zu %s:\n%s",
+              search.fits.size(), (long long)search.layouts, (long long)cluster.devices,
+              train::format_gb(cluster.device_memory).c_str(), std::min(a.top, search.fits.size()),
+              cluster.timed() ? "by step time" : "by the order of docs/planner.md",
+              train::fits_table(search.fits, a.top).c_str());
   write_config(a.write_config, config, search.fits.front().layout);
   return 0;
 }
@@ -133,6 +203,17 @@ int main(int argc, char** argv) {
   app.add_option("--config", a.config, "a trainer config (its model, batch and precision)");
   app.add_option("--devices", a.devices, "devices in the cluster");
   app.add_option("--devices-per-node", a.devices_per_node, "devices per node; tp stays in one");
+  app.add_option("--nodes", a.nodes, "nodes (devices = nodes x devices per node)");
+  app.add_option("--peak-tflops", a.peak_tflops, "a device's peak TFLOP/s (dense, the precision)");
+  app.add_option("--achievable", a.achievable, "the fraction of the peak its GEMMs reach (0.7)");
+  app.add_option("--gemm-tflops", a.gemm_tflops, "a GEMM's TFLOP/s measured, for --achievable");
+  app.add_option("--intra-bw", a.intra_bw, "busbw within a node, GB/s");
+  app.add_option("--inter-bw", a.inter_bw, "busbw between nodes per device, GB/s");
+  app.add_option("--intra-latency", a.intra_latency, "latency per hop within a node, us");
+  app.add_option("--inter-latency", a.inter_latency, "latency per hop between nodes, us");
+  app.add_option("--busbw", a.busbw, "spmd-bench --json rows measured within a node");
+  app.add_option("--busbw-between", a.busbw_between, "spmd-bench --json rows across nodes");
+  app.add_flag("--no-overlap", a.no_overlap, "FSDP/DDP/CP traffic does not hide behind compute");
   app.add_option("--device-memory", a.device_memory, "each device's memory: 80GB, 24GiB");
   app.add_option("--seq-len", a.seq_len, "tokens per sequence (model.seq_len)");
   app.add_option("--global-batch", a.global_batch, "sequences per step (training.global_batch)");

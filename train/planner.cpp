@@ -1,8 +1,9 @@
 // The planner's search: read the sizes and the layout a user gives, refuse
 // a layout with its reason, then walk every way of splitting the devices
 // into dp_replicate x dp_shard x cp x tp x pp, and keep the layouts whose
-// largest rank's memory plan fits a device. The explanation for one device
-// is in plan_explain.cpp.
+// largest rank's memory plan fits a device and, on a timed cluster, its
+// step time (step_time.h). The explanation for one device is in
+// plan_explain.cpp, the tables in plan_tables.cpp.
 #include "train/planner.h"
 
 #include <algorithm>
@@ -44,38 +45,6 @@ int64_t positive(const std::string& text) {
     v = 10 * v + (ch - '0');
   }
   return v;
-}
-
-// The memory plan's terms, named as the planner prints them.
-std::vector<std::pair<std::string, uint64_t>> terms(const MemoryPlan& p) {
-  return {{"parameters (f32)", p.parameters},
-          {"gradients (f32)", p.gradients},
-          {"optimizer (AdamW, f32)", p.optimizer},
-          {"DDP buckets", p.ddp_buckets},
-          {"gathered FSDP units", p.gathered},
-          {"activations", p.activations},
-          {"logits", p.logits},
-          {"buffers (RoPE)", p.buffers}};
-}
-
-// "activations 61%": the largest term and its share of the peak.
-std::string dominant(const MemoryPlan& plan) {
-  std::pair<std::string, uint64_t> top{"", 0};
-  for (const auto& t : terms(plan))
-    if (t.second > top.second) top = t;
-  const std::string name = top.first.substr(0, top.first.find(" ("));
-  const double share = plan.peak() > 0 ? 100.0 * double(top.second) / double(plan.peak()) : 0;
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), " %.0f%%", share);
-  return name + buf;
-}
-
-std::string pad(std::string s, size_t width) {
-  // The layout names hold "·" (two bytes, one column).
-  size_t columns = 0;
-  for (unsigned char ch : s) columns += (ch & 0xC0) != 0x80;
-  if (columns < width) s.append(width - columns, ' ');
-  return s;
 }
 
 }  // namespace
@@ -135,15 +104,23 @@ Layout parse_layout(const std::string& text) {
       l.checkpointing = value;
       continue;
     }
+    if (key == "schedule") {
+      SPMD_CHECK(value == "gpipe" || value == "1f1b" || value == "interleaved" || value == "zbh1",
+                 "--layout \"", text,
+                 "\": schedule must be gpipe, 1f1b, interleaved or zbh1, got \"", value, "\"");
+      l.schedule = value;
+      continue;
+    }
     int64_t* field = key == "dp_replicate"   ? &l.dp_replicate
                      : key == "dp_shard"     ? &l.dp_shard
                      : key == "tp"           ? &l.tp
                      : key == "pp"           ? &l.pp
                      : key == "cp"           ? &l.cp
                      : key == "microbatches" ? &l.microbatches
+                     : key == "v"            ? &l.stages_per_rank
                                              : nullptr;
     SPMD_CHECK(field != nullptr, "--layout \"", text, "\": unknown key \"", key,
-               "\" (keys: dp_replicate, dp_shard, tp, pp, cp, microbatches, ac)");
+               "\" (keys: dp_replicate, dp_shard, tp, pp, cp, microbatches, ac, schedule, v)");
     *field = positive(value);
     SPMD_CHECK(*field > 0, "--layout \"", text, "\": ", key, " must be a positive integer, got \"",
                value, "\"");
@@ -158,7 +135,11 @@ std::string describe(const Layout& l) {
   if (l.dp_shard > 1) add(str_cat("dp_shard ", l.dp_shard));
   if (l.cp > 1) add(str_cat("cp ", l.cp));
   if (l.tp > 1) add(str_cat("tp ", l.tp));
-  if (l.pp > 1) add(str_cat("pp ", l.pp));
+  if (l.pp > 1) {
+    std::string schedule = l.schedule.empty() ? "" : " " + l.schedule;
+    if (l.stages_per_rank > 1) schedule += str_cat(" x ", l.stages_per_rank);
+    add(str_cat("pp ", l.pp, schedule));
+  }
   if (out.empty()) add("1 device");
   const int64_t m = l.microbatches > 0 ? l.microbatches : l.pp;
   if (m > 1) add(str_cat(m, " microbatches"));
@@ -175,6 +156,8 @@ TrainConfig with_layout(const TrainConfig& config, const Layout& l) {
   const int64_t m = l.microbatches > 0 ? l.microbatches : l.pp;
   p.pp_microbatches = l.pp > 1 ? m : 0;
   c.training.microbatches = l.pp > 1 ? 1 : m;
+  if (!l.schedule.empty()) p.pp_schedule = l.schedule;
+  if (l.stages_per_rank > 0) p.pp_stages_per_rank = l.stages_per_rank;
   if (p.pp == 1 && p.pp_schedule == "interleaved") p.pp_schedule = "1f1b", p.pp_stages_per_rank = 1;
   c.training.activation_checkpointing = l.checkpointing;
   return c;
@@ -193,10 +176,17 @@ void check_planned_layout(const TrainConfig& config, int64_t devices) {
 }
 
 Fit evaluate(const TrainConfig& config, const Layout& layout, int64_t devices) {
-  return {layout, largest_plan(with_layout(config, layout), int(devices))};
+  return {layout, largest_plan(with_layout(config, layout), int(devices)), std::nullopt};
+}
+
+Fit evaluate(const TrainConfig& config, const Layout& layout, const Cluster& cluster) {
+  Fit f = evaluate(config, layout, cluster.devices);
+  if (cluster.timed()) f.time = step_time(with_layout(config, layout), f.plan, cluster);
+  return f;
 }
 
 bool fits_before(const Fit& a, const Fit& b) {
+  if (a.time && b.time && a.time->total != b.time->total) return a.time->total < b.time->total;
   const auto key = [](const Fit& f) {
     const Layout& l = f.layout;
     return std::make_tuple(l.tp * l.cp * l.pp, l.checkpointing != "none", l.microbatches,
@@ -215,7 +205,7 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
                                    Search& out) {
   const auto try_m = [&](int64_t m) {
     l.microbatches = m;
-    const Fit f = evaluate(config, l, cluster.devices);
+    const Fit f = evaluate(config, l, cluster.devices);  // memory alone: timed once, below
     if (!out.smallest || f.plan.peak() < out.smallest->plan.peak()) out.smallest = f;
     return f;
   };
@@ -231,7 +221,61 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
       lo = mid + 1;
     }
   }
-  return best;
+  if (!cluster.timed()) return best;
+  // More microbatches than the fewest that fit hold less and may run faster
+  // (a pipeline's bubble shrinks): the shortest step of them. Their
+  // parameters, which size the collectives, are the same as `best`'s.
+  const auto first = std::find(candidates.begin(), candidates.end(), best.layout.microbatches);
+  Layout fastest = best.layout;
+  double shortest = 0;
+  for (auto m = first; m != candidates.end(); ++m) {
+    l.microbatches = *m;
+    const double t = step_time(with_layout(config, l), best.plan, cluster).total;
+    if (m == first || t < shortest) shortest = t, fastest = l;
+  }
+  if (fastest == best.layout) {
+    best.time = step_time(with_layout(config, fastest), best.plan, cluster);
+    return best;
+  }
+  return evaluate(config, fastest, cluster);
+}
+
+// The layout's first fit, no checkpointing before full, of the microbatch
+// counts the checks allow (fewest_that_fit); `valid` is set when the checks
+// allow any.
+std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster& cluster,
+                             Search& out, bool& valid_any) {
+  const int64_t dp = l.dp_replicate * l.dp_shard;
+  for (const char* ac : {"none", "full"}) {
+    l.checkpointing = ac;
+    std::vector<int64_t> valid;  // microbatches the checks allow, fewest first
+    for (int64_t m : divisors(config.training.global_batch / dp)) {
+      l.microbatches = m;
+      try {
+        check_planned_layout(with_layout(config, l), cluster.devices);
+        valid.push_back(m);
+      } catch (const InvalidArgument&) {
+      }
+    }
+    if (valid.empty()) return std::nullopt;
+    valid_any = true;
+    if (const auto f = fewest_that_fit(config, l, valid, cluster, out)) return f;
+  }
+  return std::nullopt;
+}
+
+// The schedules a pipeline of the search tries: the config's; on a timed
+// cluster also ZB-H1 and interleaved 1F1B over 2 stages per rank, whose
+// bubbles are smaller and whose memory is larger.
+std::vector<std::pair<std::string, int64_t>> schedules(const TrainConfig& config,
+                                                       const Cluster& cluster, int64_t pp) {
+  std::vector<std::pair<std::string, int64_t>> out = {{"", 0}};
+  if (pp == 1 || !cluster.timed()) return out;
+  for (const auto& s :
+       std::vector<std::pair<std::string, int64_t>>{{"zbh1", 1}, {"interleaved", 2}})
+    if (s.first != config.parallel.pp_schedule && pp * s.second <= config.model.n_layers)
+      out.push_back(s);
+  return out;
 }
 
 }  // namespace
@@ -246,73 +290,23 @@ Search search_layouts(const TrainConfig& config, const Cluster& cluster) {
       for (int64_t cp : divisors(n / pp / tp)) {
         for (int64_t dp_replicate : divisors(n / pp / tp / cp)) {
           Layout l{dp_replicate, n / pp / tp / cp / dp_replicate, tp, pp, cp, 1, "none"};
-          const int64_t dp = l.dp_replicate * l.dp_shard;
-          if (config.training.global_batch % dp != 0) continue;
-          for (const char* ac : {"none", "full"}) {
-            l.checkpointing = ac;
-            std::vector<int64_t> valid;  // microbatches the checks allow, fewest first
-            for (int64_t m : divisors(config.training.global_batch / dp)) {
-              l.microbatches = m;
-              try {
-                check_planned_layout(with_layout(config, l), n);
-                valid.push_back(m);
-              } catch (const InvalidArgument&) {
-              }
-            }
-            if (valid.empty()) break;
-            if (ac == std::string("none")) ++out.layouts;
-            if (const auto f = fewest_that_fit(config, l, valid, cluster, out)) {
-              out.fits.push_back(*f);
-              break;
-            }
+          if (config.training.global_batch % (l.dp_replicate * l.dp_shard) != 0) continue;
+          // Of the schedules, the best fit (fits_before: on a timed cluster the fastest).
+          bool valid = false;
+          std::optional<Fit> best;
+          for (const auto& [schedule, v] : schedules(config, cluster, pp)) {
+            l.schedule = schedule, l.stages_per_rank = v;
+            const auto f = first_fit(config, l, cluster, out, valid);
+            if (f && (!best || fits_before(*f, *best))) best = f;
           }
+          out.layouts += valid;
+          if (best) out.fits.push_back(*best);
         }
       }
     }
   }
   std::sort(out.fits.begin(), out.fits.end(), fits_before);
   return out;
-}
-
-std::string fits_table(const std::vector<Fit>& fits, size_t top) {
-  std::string out = pad("layout", 56) + pad("memory per device", 20) + "dominated by\n";
-  for (size_t i = 0; i < std::min(top, fits.size()); ++i)
-    out += pad(describe(fits[i].layout), 56) + pad(format_gb(fits[i].plan.peak()), 20) +
-           dominant(fits[i].plan) + "\n";
-  return out;
-}
-
-std::string terms_table(const std::vector<std::string>& heads,
-                        const std::vector<MemoryPlan>& plans) {
-  std::string out = pad("", 28);
-  for (const std::string& h : heads) out += pad(h, 24);
-  out += "\n";
-  for (size_t i = 0; i < terms(plans[0]).size(); ++i) {
-    uint64_t any = 0;
-    std::string row = pad("  " + terms(plans[0])[i].first, 28);
-    for (const MemoryPlan& p : plans) {
-      row += pad(format_gb(terms(p)[i].second), 24);
-      any += terms(p)[i].second;
-    }
-    if (any > 0) out += row + "\n";
-  }
-  std::string peak = pad("  peak per device", 28), shape = pad("  microbatches x rows x T", 28);
-  for (const MemoryPlan& p : plans) {
-    peak += pad(format_gb(p.peak()), 24);
-    shape += pad(str_cat(p.in_flight, " x ", p.microbatch_rows, " x ", p.tokens_per_row), 24);
-  }
-  return out + peak + "\n" + shape + "\n";
-}
-
-void check_some_layout_fits(const Search& search, const Cluster& cluster) {
-  SPMD_CHECK(search.layouts > 0, "no valid layout of ", cluster.devices,
-             " devices: the batch, heads, vocabulary, layers or sequence divide over none (tp "
-             "within a node of ",
-             cluster.devices_per_node, ")");
-  SPMD_CHECK(!search.fits.empty(), "no layout of ", cluster.devices, " devices fits ",
-             format_gb(cluster.device_memory), " per device: the smallest need is ",
-             format_gb(search.smallest->plan.peak()), " per device (",
-             describe(search.smallest->layout), ", ", dominant(search.smallest->plan), ")");
 }
 
 }  // namespace spmd::train

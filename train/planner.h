@@ -5,10 +5,13 @@
 // own refusals, and the one-device breakdown of the model states under mixed
 // precision (docs/planner.md).
 //
-// Not here yet (later parts of issue 39): step time, communication volume,
-// MFU, expert parallelism in the search, and the dry runs that check the
-// plan at full scale. Until step time exists the search orders layouts by
-// a stated rule of thumb (fits_before), not by speed.
+// Given the cluster's arithmetic rate and links, each layout also gets a
+// step time (train/step_time.h: compute, each axis's communication, the
+// bubble), and the search orders the layouts that fit by it; without them,
+// by a stated rule of thumb (fits_before).
+//
+// Not here yet (later parts of issue 39): expert parallelism in the search,
+// and the dry runs that check the plan at full scale.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "train/cluster.h"
 #include "train/config.h"
 #include "train/memory_plan.h"
+#include "train/step_time.h"
 
 namespace spmd::train {
 
@@ -31,35 +36,33 @@ uint64_t parse_bytes(const std::string& flag, const std::string& text);
 // "811.7 GB", "396.4 MB", "1.0 kB", and "0".
 std::string format_gb(uint64_t bytes);
 
-// The machines a job runs on.
-struct Cluster {
-  int64_t devices = 1;
-  int64_t devices_per_node = 8;  // tp stays within one node (its NVLink domain)
-  uint64_t device_memory = 0;    // bytes
-};
-
 // One layout of the search: the parallel dims, how many microbatches a rank
 // splits its batch into (the pipeline's under pp, gradient accumulation's
-// without), and activation checkpointing ("none" or "full").
+// without), activation checkpointing ("none" or "full"), and the pipeline's
+// schedule and stages per rank ("" and 0: the config's).
 struct Layout {
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1, pp = 1, cp = 1;
   int64_t microbatches = 0;  // 0: pp (1 without a pipeline)
   std::string checkpointing = "none";
+  std::string schedule = "";    // gpipe, 1f1b, interleaved or zbh1
+  int64_t stages_per_rank = 0;  // interleaved's v
   bool operator==(const Layout&) const = default;
 };
 
-// "dp_shard=128,tp=8,pp=16,microbatches=16,ac=full": keys dp_replicate,
-// dp_shard, tp, pp, cp, microbatches (positive integers) and ac (none or
-// full); a key not given keeps its default.
+// "dp_shard=128,tp=8,pp=16,microbatches=16,ac=full,schedule=interleaved,v=2":
+// keys dp_replicate, dp_shard, tp, pp, cp, microbatches, v (positive
+// integers), ac (none or full) and schedule; a key not given keeps its
+// default.
 // Throws InvalidArgument naming --layout and the piece it could not read.
 Layout parse_layout(const std::string& text);
 
-// "dp_shard 128 · tp 8 · pp 16 · 16 microbatches · ac full"
+// "dp_shard 128 · tp 8 · pp 16 · 16 microbatches · ac full"; a schedule
+// the layout names follows pp: "pp 16 interleaved x 4", "pp 4 zbh1".
 std::string describe(const Layout& layout);
 
 // `config` with the layout's dims (ep 1, sequence parallel with tp when the
-// model has no experts), its microbatches and checkpointing; mixed
-// precision and the schedule stay the config's.
+// model has no experts), its microbatches, checkpointing and, when it names
+// one, schedule; mixed precision stays the config's.
 TrainConfig with_layout(const TrainConfig& config, const Layout& layout);
 
 // What spmd-train's check_layout() checks against `devices`, and the
@@ -68,26 +71,32 @@ TrainConfig with_layout(const TrainConfig& config, const Layout& layout);
 // Throws InvalidArgument with the reason.
 void check_planned_layout(const TrainConfig& config, int64_t devices);
 
-// A layout and the memory plan of its largest rank.
+// A layout, the memory plan of its largest rank, and its step time when the
+// cluster gives the figures for one.
 struct Fit {
   Layout layout;
   MemoryPlan plan;
+  std::optional<StepTime> time;
 };
 
-// The layout's largest rank.
+// The layout's largest rank, and with a timed() cluster its step time.
 // REQUIRES: check_planned_layout(with_layout(config, layout), devices) passed.
 Fit evaluate(const TrainConfig& config, const Layout& layout, int64_t devices);
+Fit evaluate(const TrainConfig& config, const Layout& layout, const Cluster& cluster);
 
-// The order of the table until step time is modelled: fewer ranks splitting
-// one sample (tp x cp x pp: each costs communication in the step or a
-// pipeline bubble) first, then no recomputation before full, then fewer
-// microbatches, then less memory.
+// The order of the table: the shorter step first when both are timed, then
+// less memory. Untimed, a rule of thumb: fewer ranks splitting one sample
+// (tp x cp x pp: each costs communication in the step or a pipeline bubble)
+// first, then no recomputation before full, then fewer microbatches, then
+// less memory.
 bool fits_before(const Fit& a, const Fit& b);
 
 // Every valid layout of the cluster's devices: each order of dp_replicate x
 // dp_shard x cp x tp x pp = devices with tp within a node; for each, the
 // first of (no checkpointing, then full) x (microbatches dividing the rank's
-// batch, fewest first, at least pp) that fits.
+// batch, fewest first, at least pp) that fits; on a timed cluster, of the
+// microbatch counts from that one up, the one with the shortest step (more
+// microbatches shrink a pipeline's bubble).
 struct Search {
   std::vector<Fit> fits;        // best first (fits_before)
   std::optional<Fit> smallest;  // the least memory of any valid layout tried
@@ -96,7 +105,8 @@ struct Search {
 Search search_layouts(const TrainConfig& config, const Cluster& cluster);
 
 // The fits as a table: layout, memory per device (the largest rank's peak),
-// the term that dominates it; the first `top` of them.
+// the term that dominates it, and when timed the step time, tokens/s, MFU
+// and what bounds the step; the first `top` of them.
 std::string fits_table(const std::vector<Fit>& fits, size_t top);
 
 // One plan (or two side by side) term by term, with its peak.

@@ -44,6 +44,36 @@ timeout 60 "$plan" --explain llama3.1-8b --devices 8 >"$tmp/explain.txt" 2>&1 ||
   fail "explain: $(cat "$tmp/explain.txt")"
 grep -q "^parameters: 8,030,261,248$" "$tmp/explain.txt" || fail "$(cat "$tmp/explain.txt")"
 grep -q "total .* 18 B/parameter *144.5 GB" "$tmp/explain.txt" || fail "$(cat "$tmp/explain.txt")"
+# ... on the stated H100 cluster, with the planner's layout's step time and MFU.
+grep -q "each device 692.3 TFLOP/s achievable of 989.0 TFLOP/s peak" "$tmp/explain.txt" ||
+  fail "$(cat "$tmp/explain.txt")"
+for row in "  step " "  MFU " "  bound by "; do
+  grep -q "^$row" "$tmp/explain.txt" || fail "no '$row' in: $(cat "$tmp/explain.txt")"
+done
+
+# Step time: with a rate and a link, the table is sorted by it and says
+# what bounds each layout; --layout prints the time term by term.
+timed=(--peak-tflops 989 --achievable 0.7 --intra-bw 360)
+timeout 60 "$plan" "${config[@]}" --devices 4 --device-memory 1GB "${timed[@]}" >"$tmp/t.txt" 2>&1 ||
+  fail "timed search: $(cat "$tmp/t.txt")"
+grep -q "layouts of 4 devices fit 1.0 GB each; the first 5 by step time:" "$tmp/t.txt" ||
+  fail "$(cat "$tmp/t.txt")"
+for col in "step" "tokens/s" "MFU" "bound by"; do
+  sed -n 2p "$tmp/t.txt" | grep -qF "$col" || fail "no column '$col': $(cat "$tmp/t.txt")"
+done
+timeout 60 "$plan" "${config[@]}" --nodes 2 --devices-per-node 2 --device-memory 1GB \
+  "${timed[@]}" --inter-bw 40 --layout dp_replicate=2,tp=2 >"$tmp/t1.txt" 2>&1 ||
+  fail "timed layout: $(cat "$tmp/t1.txt")"
+for row in "compute" "dp_replicate all_reduce (hidden) DDP gradients" "tp all_gather TP activations" \
+  "exposed communication" "step" "MFU" "bound by"; do
+  grep -qF "  $row" "$tmp/t1.txt" || fail "no row '$row' in: $(cat "$tmp/t1.txt")"
+done
+# A measured busbw file in place of --intra-bw.
+echo '{"op": "all_reduce", "nranks": 2, "size": 1048576, "busbw": 5.0}' >"$tmp/busbw.json"
+timeout 60 "$plan" "${config[@]}" --devices 2 --device-memory 1GB --gemm-tflops 0.2 \
+  --busbw "$tmp/busbw.json" --layout dp_replicate=2 >"$tmp/t2.txt" 2>&1 ||
+  fail "busbw file: $(cat "$tmp/t2.txt")"
+grep -q "  step " "$tmp/t2.txt" || fail "$(cat "$tmp/t2.txt")"
 
 # Refusals: exit 1 and the reason.
 refuses() {  # refuses MESSAGE ARGS...
@@ -72,4 +102,29 @@ refuses "give --explain PRESET or --config FILE" --devices 4 --device-memory 1GB
 refuses "model.preset must be one of" --explain llama9
 refuses "--write-config goes with --config, not --explain" --explain llama3.1-8b \
   --write-config "$tmp/x.toml"
-echo "spmd-plan: search, layout, explain and 10 refusals as expected"
+m1=(--devices 4 --device-memory 1GB)
+refuses "--peak-tflops: must be positive, got 0" "${config[@]}" "${m1[@]}" --peak-tflops 0 \
+  --achievable 0.5 --intra-bw 1
+refuses "--achievable: must be at most 1, got 1.5" "${config[@]}" "${m1[@]}" --peak-tflops 1 \
+  --achievable 1.5 --intra-bw 1
+refuses "--intra-bw: must be a number, got 'fast'" "${config[@]}" "${m1[@]}" --gemm-tflops 1 \
+  --intra-bw fast
+refuses "--inter-latency: must be finite, got inf" "${config[@]}" "${m1[@]}" --gemm-tflops 1 \
+  --intra-bw 1 --inter-latency inf
+refuses "--peak-tflops 1 needs --achievable" "${config[@]}" "${m1[@]}" --peak-tflops 1 --intra-bw 1
+refuses "give --gemm-tflops (measured) or --achievable" "${config[@]}" "${m1[@]}" \
+  --peak-tflops 1 --achievable 0.5 --gemm-tflops 1 --intra-bw 1
+refuses "a step time needs the links within a node: --intra-bw GB/s or --busbw FILE" \
+  "${config[@]}" "${m1[@]}" --gemm-tflops 1
+refuses "a step time on 2 nodes needs the links between them" "${config[@]}" "${m1[@]}" \
+  --devices-per-node 2 --gemm-tflops 1 --intra-bw 1
+refuses "--devices 4 is not --nodes 3 x --devices-per-node 2 = 6" "${config[@]}" "${m1[@]}" \
+  --nodes 3 --devices-per-node 2
+refuses "--busbw \"$tmp/none.json\": cannot read it" "${config[@]}" "${m1[@]}" --gemm-tflops 1 \
+  --busbw "$tmp/none.json"
+echo '{"op": "all_reduce", "nranks": 2, "size": 1024, "busbw": 0}' >"$tmp/zero.json"
+refuses "line 1: busbw 0 GB/s at size 1024 over 2 ranks: a busbw must be above 0" "${config[@]}" \
+  "${m1[@]}" --gemm-tflops 1 --busbw "$tmp/zero.json"
+refuses "the measured busbw has no rows of all_gather" "${config[@]}" --devices 2 \
+  --device-memory 1GB --gemm-tflops 1 --busbw "$tmp/busbw.json" --layout dp_shard=2
+echo "spmd-plan: search, layout, explain, step time and 23 refusals as expected"

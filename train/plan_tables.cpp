@@ -1,0 +1,102 @@
+// spmd-plan's tables: the fits of a search with their memory and step time,
+// one memory plan (or two) term by term, and the refusal of a cluster that
+// no layout fits, naming the smallest need (planner.h).
+#include <algorithm>
+#include <cstdio>
+
+#include "runtime/error.h"
+#include "train/planner.h"
+
+namespace spmd::train {
+namespace {
+
+// The memory plan's terms, named as the planner prints them.
+std::vector<std::pair<std::string, uint64_t>> terms(const MemoryPlan& p) {
+  return {{"parameters (f32)", p.parameters},
+          {"gradients (f32)", p.gradients},
+          {"optimizer (AdamW, f32)", p.optimizer},
+          {"DDP buckets", p.ddp_buckets},
+          {"gathered FSDP units", p.gathered},
+          {"activations", p.activations},
+          {"logits", p.logits},
+          {"buffers (RoPE)", p.buffers}};
+}
+
+// "activations 61%": the largest term and its share of the peak.
+std::string dominant(const MemoryPlan& plan) {
+  std::pair<std::string, uint64_t> top{"", 0};
+  for (const auto& t : terms(plan))
+    if (t.second > top.second) top = t;
+  const std::string name = top.first.substr(0, top.first.find(" ("));
+  const double share = plan.peak() > 0 ? 100.0 * double(top.second) / double(plan.peak()) : 0;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " %.0f%%", share);
+  return name + buf;
+}
+
+std::string pad(std::string s, size_t width) {
+  // The layout names hold "·" (two bytes, one column).
+  size_t columns = 0;
+  for (unsigned char ch : s) columns += (ch & 0xC0) != 0x80;
+  s.append(columns < width ? width - columns : 1, ' ');  // at least one space between columns
+  return s;
+}
+
+}  // namespace
+
+std::string fits_table(const std::vector<Fit>& fits, size_t top) {
+  const bool timed = !fits.empty() && fits[0].time;
+  std::string out = pad("layout", 64) + pad("memory per device", 20) +
+                    (timed ? pad("dominated by", 28) + pad("step", 11) + pad("tokens/s", 12) +
+                                 pad("MFU", 8) + "bound by\n"
+                           : "dominated by\n");
+  for (size_t i = 0; i < std::min(top, fits.size()); ++i) {
+    const Fit& f = fits[i];
+    out += pad(describe(f.layout), 64) + pad(format_gb(f.plan.peak()), 20);
+    if (!f.time) {
+      out += dominant(f.plan) + "\n";
+      continue;
+    }
+    char rate[32], mfu[16];
+    std::snprintf(rate, sizeof rate, "%.0f", f.time->tokens_per_s);
+    std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * f.time->mfu);
+    out += pad(dominant(f.plan), 28) + pad(format_seconds(f.time->total), 11) + pad(rate, 12) +
+           pad(f.time->mfu > 0 ? mfu : "-", 8) + f.time->bound + "\n";
+  }
+  return out;
+}
+
+std::string terms_table(const std::vector<std::string>& heads,
+                        const std::vector<MemoryPlan>& plans) {
+  std::string out = pad("", 28);
+  for (const std::string& h : heads) out += pad(h, 24);
+  out += "\n";
+  for (size_t i = 0; i < terms(plans[0]).size(); ++i) {
+    uint64_t any = 0;
+    std::string row = pad("  " + terms(plans[0])[i].first, 28);
+    for (const MemoryPlan& p : plans) {
+      row += pad(format_gb(terms(p)[i].second), 24);
+      any += terms(p)[i].second;
+    }
+    if (any > 0) out += row + "\n";
+  }
+  std::string peak = pad("  peak per device", 28), shape = pad("  microbatches x rows x T", 28);
+  for (const MemoryPlan& p : plans) {
+    peak += pad(format_gb(p.peak()), 24);
+    shape += pad(str_cat(p.in_flight, " x ", p.microbatch_rows, " x ", p.tokens_per_row), 24);
+  }
+  return out + peak + "\n" + shape + "\n";
+}
+
+void check_some_layout_fits(const Search& search, const Cluster& cluster) {
+  SPMD_CHECK(search.layouts > 0, "no valid layout of ", cluster.devices,
+             " devices: the batch, heads, vocabulary, layers or sequence divide over none (tp "
+             "within a node of ",
+             cluster.devices_per_node, ")");
+  SPMD_CHECK(!search.fits.empty(), "no layout of ", cluster.devices, " devices fits ",
+             format_gb(cluster.device_memory), " per device: the smallest need is ",
+             format_gb(search.smallest->plan.peak()), " per device (",
+             describe(search.smallest->layout), ", ", dominant(search.smallest->plan), ")");
+}
+
+}  // namespace spmd::train

@@ -1,0 +1,338 @@
+// step_time(): the arithmetic of the slowest rank, each strategy's
+// collectives over its mesh axis's link, what hides behind what, and the
+// pipeline's bubble (step_time.h; the formulas and their sources are in
+// docs/planner.md, "Step time").
+#include "train/step_time.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "autograd/nn/transformer.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage.h"
+#include "runtime/error.h"
+#include "train/flops.h"
+
+namespace spmd::train {
+namespace {
+
+// Where an axis's ranks sit: `size` ranks `stride` apart in the mesh's
+// row-major order (pp outermost, tp innermost).
+struct Axis {
+  std::string name;
+  int64_t size = 1, stride = 1;
+};
+
+// Its ranks in each node it spans: all of them when stride x size fits a
+// node, one when the stride is a node or more, else a node's worth.
+int64_t per_node(const Axis& a, int64_t devices_per_node) {
+  if (a.stride * a.size <= devices_per_node) return a.size;
+  if (a.stride >= devices_per_node) return 1;
+  return devices_per_node / a.stride;
+}
+
+// The share of a buffer each rank's link carries in a ring (nccl-tests' busbw
+// factor), and the ring's hops, each paying the link's latency.
+double ring_factor(const std::string& op, int64_t n) {
+  if (op == "sendrecv") return 1;
+  const double share = double(n - 1) / double(n);
+  return op == "all_reduce" ? 2 * share : share;
+}
+int64_t ring_hops(const std::string& op, int64_t n) {
+  if (op == "sendrecv") return 1;
+  return op == "all_reduce" ? 2 * (n - 1) : n - 1;
+}
+
+// The hardware FLOPs per token of block `layer`'s forward: 2 per weight
+// (a multiply-add) and attention's q k^T and p v, 2 x C x T each.
+double block_forward_flops(const nn::TransformerConfig& t, int64_t layer) {
+  return 2 * block_weights(t, layer) + 4 * double(t.d_model) * double(t.max_seq_len);
+}
+
+// The FLOPs per token of the slowest pipeline rank, forward and backward
+// (backward = 2 x forward), the forward once more under full checkpointing.
+double rank_flops_per_token(const TrainConfig& config, const nn::TransformerConfig& t) {
+  const ParallelConfig& p = config.parallel;
+  const int v = int(p.pp_stages_per_rank), stages = int(p.pp) * v;
+  std::vector<int64_t> starts = {0};
+  if (p.pp > 1) starts = dist::pp::split_layers_interleaved(t.n_layers, int(p.pp), v);
+  if (p.pp > 1) starts.insert(starts.begin(), 0);
+  starts.push_back(t.n_layers);
+  const double passes = config.training.activation_checkpointing == "full" ? 4 : 3;
+  double slowest = 0;
+  for (int rank = 0; rank < int(p.pp); ++rank) {
+    double f = 0;
+    for (int s = rank; s < (p.pp > 1 ? stages : 1); s += int(p.pp)) {
+      for (int64_t l = starts[size_t(s)]; l < starts[size_t(s) + 1]; ++l)
+        f += passes * block_forward_flops(t, l);
+      if (s == (p.pp > 1 ? stages : 1) - 1) f += 6 * head_weights(t);
+    }
+    slowest = std::max(slowest, f);
+  }
+  return slowest;
+}
+
+// The blocks of the largest pipeline rank's stages.
+int64_t blocks_per_rank(const TrainConfig& config) {
+  const ParallelConfig& p = config.parallel;
+  return (config.model.n_layers + p.pp - 1) / p.pp;
+}
+
+}  // namespace
+
+double collective_seconds(const Cluster& cluster, const std::string& op, int64_t group,
+                          int64_t per_node, int64_t calls, double bytes) {
+  if (group <= 1 || calls == 0) return 0;
+  const bool within = per_node >= group;
+  const BusbwTable& table = within ? cluster.busbw_within : cluster.busbw_between;
+  double busbw = 0, latency = 0;
+  if (!table.empty()) {
+    busbw = table.busbw(op, group, bytes);  // its latency is in the measured figure
+  } else if (within) {
+    busbw = cluster.within.busbw;
+    latency = double(ring_hops(op, group)) * cluster.within.latency;
+  } else {
+    // Across nodes, a group with k ranks per node runs k rings at once, one
+    // per device's network link (NCCL's channels), at most the node's own.
+    busbw = std::min(double(per_node) * cluster.between.busbw,
+                     per_node > 1 ? cluster.within.busbw : cluster.between.busbw);
+    const double crossings = double(group / per_node);  // the ring enters each node once
+    const double hops = double(ring_hops(op, group));
+    const double slow = std::min(hops, crossings * hops / double(group - 1));
+    latency = slow * cluster.between.latency + (hops - slow) * cluster.within.latency;
+  }
+  SPMD_CHECK(busbw > 0, "step time: no bus bandwidth for ", op, " over ", group, " ranks ",
+             within ? "within a node" : "across nodes");
+  return double(calls) * (bytes * ring_factor(op, group) / busbw + latency);
+}
+
+namespace {
+
+// A rank's share of one step: the microbatches it runs and their tokens,
+// its blocks, the bytes of an activation's element.
+struct Share {
+  int64_t m = 1, v = 1, blocks = 0;
+  double tokens = 0;  // of one microbatch, on this rank
+  double act = 4;     // bytes of an activation's element: 2 under bf16
+  double C = 0, T = 0;
+  bool full = false;  // full activation checkpointing: forward again in backward
+};
+
+Share share_of(const TrainConfig& config) {
+  const ParallelConfig& p = config.parallel;
+  Share s;
+  s.m =
+      p.pp > 1 ? (p.pp_microbatches > 0 ? p.pp_microbatches : p.pp) : config.training.microbatches;
+  s.v = p.pp > 1 ? p.pp_stages_per_rank : 1;
+  const nn::TransformerConfig t = transformer_config(config.model);
+  s.C = double(t.d_model), s.T = double(t.max_seq_len);
+  const int64_t dp = p.dp_replicate * p.dp_shard;
+  s.tokens = double(config.training.global_batch / dp / s.m) * s.T / double(p.cp);
+  s.blocks = blocks_per_rank(config);
+  s.act = config.training.mixed_precision == "bf16" ? 2 : 4;
+  s.full = config.training.activation_checkpointing == "full";
+  return s;
+}
+
+// Each strategy's collectives in one step of the rank (the table of
+// docs/planner.md, "Communication"), each timed on its axis's link.
+std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& plan,
+                                  const Cluster& cluster, const Share& s) {
+  const ParallelConfig& p = config.parallel;
+  const int64_t fsdp = p.dp_shard * p.cp;
+  // The rank's parameters before FSDP cuts them (tp-local, its stages): the
+  // plan's gradients are the FSDP chunk padded to the full one.
+  const double local =
+      p.dp_shard > 1 ? double(plan.gradients) / 4 * double(fsdp) : double(plan.parameters) / 4;
+  const int64_t units = s.blocks + 1;  // each block an FSDP unit, and the root
+  std::vector<CommTerm> out;
+  const auto add = [&](Axis axis, const std::string& op, const std::string& what, int64_t calls,
+                       double bytes, bool overlapped) {
+    if (calls == 0 || axis.size <= 1) return;
+    const int64_t k = per_node(axis, cluster.devices_per_node);
+    CommTerm c{axis.name, op, what, axis.size, calls, bytes, overlapped, k >= axis.size};
+    // Under pp the gradients are reduced once, after the step's last
+    // backward (docs/train.md): nothing is left to hide them behind.
+    c.after_step = p.pp > 1 && what.find("gradient") != std::string::npos;
+    c.overlapped = overlapped && !c.after_step;
+    c.seconds = collective_seconds(cluster, op, axis.size, k, calls, bytes);
+    out.push_back(c);
+  };
+  // Each axis's stride: the product of the axes inside it.
+  const int64_t inner_rep = p.dp_shard * p.cp * p.tp, inner_pp = p.dp_replicate * inner_rep;
+
+  // Data parallel: FSDP over dp_shard x cp (HSDP: and an all_reduce of the
+  // shards over dp_replicate), or DDP over dp_replicate x cp.
+  if (p.dp_shard > 1) {
+    const Axis shard{p.cp > 1 ? "dp_shard x cp" : "dp_shard", fsdp, p.tp};
+    const bool split_backward =
+        p.pp > 1 && dist::pp::splits_backward(dist::pp::parse_schedule(p.pp_schedule));
+    const int64_t gathers = p.fsdp_reshard_after_forward && !split_backward ? 2 * s.m : 1;
+    const double unit = local / double(units);
+    add(shard, "all_gather", "FSDP parameters", s.blocks * gathers + 1, unit * s.act, true);
+    add(shard, "reduce_scatter", "FSDP gradients", units, unit * 4, true);
+    add({"dp_replicate", p.dp_replicate, inner_rep}, "all_reduce", "HSDP gradient shards", units,
+        unit * 4 / double(fsdp), true);
+  } else {
+    const Axis replicas{p.cp > 1 ? "dp_replicate x cp" : "dp_replicate", p.dp_replicate * p.cp,
+                        p.tp};
+    const double bytes = local * 4, bucket = 25e6;  // DDP's bucket_cap_mb
+    const int64_t buckets = std::max<int64_t>(1, int64_t(std::ceil(bytes / bucket)));
+    add(replicas, "all_reduce", "DDP gradients", buckets, bytes / double(buckets), true);
+  }
+  const int64_t passes = s.full ? 3 : 2;  // forward, backward, and forward again
+  // Tensor parallel: per block and pass, two all_gathers and two
+  // reduce_scatters of the microbatch's (b, T, C) under sequence parallelism
+  // (two all_reduces without), and the embedding's and head's.
+  if (p.tp > 1) {
+    const bool sp = p.sequence_parallel;
+    const int64_t per_pass = sp ? 4 : 2;
+    const int64_t ends = sp ? 4 : 2;  // the embedding's and the head's, forward and backward
+    add({"tp", p.tp, 1}, sp ? "all_gather" : "all_reduce", "TP activations",
+        s.m * (s.blocks * per_pass * passes + ends), s.tokens * s.C * s.act, false);
+  }
+  // Context parallel: ring attention passes K and V (repeated to all heads)
+  // cp - 1 times forward, and K, V and their gradients back.
+  add({"cp", p.cp, p.tp}, "sendrecv", "CP ring K, V (and dK, dV)",
+      s.m * s.blocks * ((passes - 1) * (p.cp - 1) + 2 * p.cp - 1), s.tokens * 2 * s.C * s.act,
+      true);
+  // Pipeline: each microbatch's activation forward and its gradient back.
+  add({"pp", p.pp, inner_pp}, "sendrecv", "PP activations", 2 * s.m * s.v, s.tokens * s.C * s.act,
+      false);
+  return out;
+}
+
+// The schedule's bubble, in microbatch times per stage but the first:
+// 1 for GPipe and 1F1B, 1/v interleaved over v stages per rank, 1/3 ZB-H1.
+double bubble_share(const ParallelConfig& p) {
+  const auto kind = dist::pp::parse_schedule(p.pp_schedule);
+  if (kind == dist::pp::ScheduleKind::kInterleaved1F1B) return 1.0 / double(p.pp_stages_per_rank);
+  if (kind == dist::pp::ScheduleKind::kZeroBubbleH1) return 1.0 / 3;
+  return 1.0;
+}
+
+// "compute 82%": the largest share of the step, of compute, the bubble, and
+// each axis's exposed communication.
+std::string bound_of(const StepTime& st) {
+  std::pair<std::string, double> top{"compute", st.compute};
+  if (st.bubble > top.second) top = {"bubble", st.bubble};
+  for (const CommTerm& c : st.comm) {
+    double axis_total = 0;
+    for (const CommTerm& d : st.comm)
+      if (d.axis == c.axis) axis_total += d.exposed;
+    if (axis_total > top.second) top = {c.axis + " comm", axis_total};
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " %.0f%%", 100 * top.second / st.total);
+  return top.first + buf;
+}
+
+}  // namespace
+
+StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Cluster& cluster) {
+  const ParallelConfig& p = config.parallel;
+  const nn::TransformerConfig t = transformer_config(config.model);
+  const Share s = share_of(config);
+  StepTime st;
+  st.comm = collectives(config, plan, cluster, s);
+  // Compute, and the attention in it that CP's ring hides behind (q k^T
+  // and p v, 4 C T FLOPs a token forward, in every pass).
+  const double per_token = rank_flops_per_token(config, t) / double(p.tp) / cluster.flops;
+  st.compute = double(s.m) * s.tokens * per_token;
+  const double attention = double(s.m) * s.tokens * double(s.blocks) * (s.full ? 4 : 3) * 4 * s.C *
+                           s.T / double(p.tp) / cluster.flops;
+  // What the step waits for: the blocking collectives (in every
+  // microbatch), CP's beyond its attention, the gradients' reductions after
+  // a pipeline's step; FSDP's and DDP's traffic only beyond all the compute.
+  double blocking = 0, hidden = 0, after = 0;
+  for (CommTerm& c : st.comm) {
+    if (c.after_step) {
+      after += c.exposed = c.seconds;
+    } else if (!c.overlapped || !cluster.overlap) {
+      blocking += c.exposed = c.seconds;
+    } else if (c.axis == "cp") {
+      blocking += c.exposed = std::max(0.0, c.seconds - attention);
+    } else {
+      hidden += c.seconds;
+    }
+  }
+  const double unhidden = std::max(0.0, hidden - st.compute);
+  for (CommTerm& c : st.comm)
+    if (c.overlapped && cluster.overlap && c.axis != "cp" && !c.after_step)
+      c.exposed = hidden > 0 ? unhidden * c.seconds / hidden : 0;  // shared in proportion
+  if (p.pp > 1)
+    st.bubble = double(p.pp - 1) * (st.compute + blocking) / double(s.m) * bubble_share(p);
+  st.exposed = blocking + after + unhidden;
+  st.total = st.compute + st.bubble + st.exposed;
+  const double step_tokens = double(config.training.global_batch) * s.T;
+  st.tokens_per_s = step_tokens / st.total;
+  if (cluster.peak_flops > 0)
+    st.mfu = flops_per_token(t) * step_tokens /
+             (st.total * double(cluster.devices) * cluster.peak_flops);
+  st.bound = bound_of(st);
+  return st;
+}
+
+std::string time_table(const std::vector<std::string>& heads, const std::vector<StepTime>& times) {
+  const auto pad = [](std::string s, size_t width) {
+    s.append(s.size() < width ? width - s.size() : 1, ' ');
+    return s;
+  };
+  // Rows: compute, every collective any column has (in order of first
+  // appearance), the bubble, then the totals.
+  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
+  const auto row = [&](const std::string& name, size_t column, const std::string& value) {
+    auto it =
+        std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == name; });
+    if (it == rows.end())
+      it = rows.insert(rows.end(), {name, std::vector<std::string>(times.size())});
+    it->second[column] = value;
+  };
+  const auto name_of = [](const CommTerm& c) {
+    return str_cat(c.axis, " ", c.op,
+                   c.after_step   ? " (after the step)"
+                   : c.overlapped ? " (hidden)"
+                                  : "",
+                   " ", c.what);
+  };
+  for (size_t i = 0; i < times.size(); ++i) row("compute", i, format_seconds(times[i].compute));
+  for (size_t i = 0; i < times.size(); ++i)
+    for (const CommTerm& c : times[i].comm)
+      row(name_of(c), i, str_cat(format_seconds(c.seconds), " (", c.calls, ")"));
+  for (size_t i = 0; i < times.size(); ++i) {
+    const StepTime& t = times[i];
+    char rate[32], mfu[16];
+    std::snprintf(rate, sizeof rate, "%.0f", t.tokens_per_s);
+    std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * t.mfu);
+    row("bubble", i, t.bubble > 0 ? format_seconds(t.bubble) : "0");
+    row("exposed communication", i, format_seconds(t.exposed));
+    row("step", i, format_seconds(t.total));
+    row("tokens/s", i, rate);
+    row("MFU", i, t.mfu > 0 ? mfu : "-");
+    row("bound by", i, t.bound);
+  }
+  std::string out = pad("per step, seconds (calls)", 64);
+  for (const std::string& h : heads) out += pad(h, 24);
+  out += "\n";
+  for (const auto& [name, values] : rows) {
+    std::string line = pad("  " + name, 64);
+    for (const std::string& v : values) line += pad(v.empty() ? "0" : v, 24);
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s >= 1) {
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  } else if (s >= 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  }
+  return buf;
+}
+
+}  // namespace spmd::train
