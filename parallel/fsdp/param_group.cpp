@@ -98,12 +98,12 @@ ParamGroup::ParamGroup(std::vector<std::pair<std::string, Tensor*>> slots, const
 
 // A unit sharded on the meta device follows its shards once they have bytes
 // (parallel/materialize.h): its buffers are made on their device, and the
-// full parameters, still without bytes, take it too.
+// full parameters, still without bytes, take it too. Shards still on meta
+// keep the unit there: a dry run's step (train/dry_run.h), shapes only.
 void ParamGroup::follow_materialized_shards() {
   if (!device_.is_meta()) return;
   device_ = params_[0].shard.device();
-  SPMD_CHECK(!device_.is_meta(), "fully_shard(", name_, "): ", params_[0].name,
-             " is still on the meta device: materialize the shards before the first forward");
+  if (device_.is_meta()) return;
   for (Param& p : params_) ops::materialize_(p.full, device_);
 }
 
