@@ -190,6 +190,9 @@ std::string dry_run_report(const DryRun& run, const MemoryPlan& plan) {
   row("optimizer state", run.optimizer, plan.optimizer);
   row("activations (peak, + gathered)", run.activation_peak,
       plan.activations + plan.logits + plan.gathered);
+  out += str_cat("  (the plan's: activations ", format_gb(plan.activations), " for ",
+                 plan.in_flight, " microbatches in flight, logits ", format_gb(plan.logits),
+                 ", gathered ", format_gb(plan.gathered), ")\n");
   out += "communication of this rank per step (payload bytes, as CommStats counts them)\n";
   if (run.traffic.empty()) out += "  none\n";
   for (const AxisTraffic& t : run.traffic) {
