@@ -40,21 +40,6 @@ uint64_t storage_bytes(const std::vector<Tensor>& tensors, std::unordered_set<ui
   return bytes;
 }
 
-// One training step as spmd-train's loop runs it (train/trainer.cpp), on
-// this rank's rows of the global batch, as meta tensors.
-void run_step(Parallelized& par, const TrainConfig& config) {
-  const int64_t rows = config.training.global_batch / par.dp_size();
-  const Shape shape{rows, config.model.seq_len};
-  const Tensor x = ops::empty(shape, {DType::kI64, Device::meta()});
-  const Tensor y = ops::empty(shape, {DType::kI64, Device::meta()});
-  par.zero_grad();
-  const double loss = par.forward_backward(x, y);
-  par.sync_gradients();
-  par.clip_grad_norm(config.training.grad_clip);
-  par.batch_loss(loss);
-  par.optimizer_step(config.optimizer.lr);
-}
-
 // The mesh axes (of size > 1) whose line through `rank` holds exactly
 // `members`, joined by "×"; else "<n> ranks of <the smallest line holding
 // them>" (an expert-parallel group within the data axes); else the group's name.
@@ -126,6 +111,16 @@ std::string grouped(uint64_t n) {
 
 }  // namespace
 
+void train_one_step(Parallelized& par, const TrainConfig& config, const Tensor& x,
+                    const Tensor& y) {
+  par.zero_grad();
+  const double loss = par.forward_backward(x, y);
+  par.sync_gradients();
+  par.clip_grad_norm(config.training.grad_clip);
+  par.batch_loss(loss);
+  par.optimizer_step(config.optimizer.lr);
+}
+
 void check_dry_run(const TrainConfig& config, int64_t world, int64_t rank) {
   const int64_t kMaxWorld = std::numeric_limits<int32_t>::max();
   std::string e = flags::count_error(std::to_string(world), 1, kMaxWorld);
@@ -156,7 +151,9 @@ DryRun dry_run(const TrainConfig& config, int64_t world_size, int64_t rank) {
   const Clock::time_point step_start = Clock::now();
   world->log()->clear_calls();  // the layout's own set-up (DDP's broadcast) is not the step's
   MetaAllocationLog allocations;
-  run_step(par, config);
+  const Shape rows{config.training.global_batch / par.dp_size(), config.model.seq_len};
+  const Tensor x = ops::empty(rows, {DType::kI64, Device::meta()});
+  train_one_step(par, config, x, x);  // this rank's rows, as meta tensors
   r.step_seconds = seconds_since(step_start);
 
   std::vector<Tensor> params, grads, state;
@@ -170,6 +167,7 @@ DryRun dry_run(const TrainConfig& config, int64_t world_size, int64_t rank) {
   r.optimizer = storage_bytes(state, held);
   r.activation_peak = allocations.peak_excluding(held);
   r.traffic = traffic_by_axis(*world->log(), config.parallel, int(rank));
+  r.calls = world->log()->calls();
   return r;
 }
 

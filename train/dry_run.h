@@ -24,8 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "parallel/comm/fake/fake_process_group.h"
 #include "train/config.h"
 #include "train/memory_plan.h"
+#include "train/parallelize.h"
 
 namespace spmd::train {
 
@@ -43,8 +45,14 @@ struct DryRun {
   uint64_t parameters = 0, gradients = 0, optimizer = 0;  // the storages' bytes
   uint64_t activation_peak = 0;  // the most the step held at once beside the three
   std::vector<AxisTraffic> traffic;
+  std::vector<dist::FakeCall> calls;  // the step's, in issue order
   double build_seconds = 0, step_seconds = 0;
 };
+
+// One training step as spmd-train's loop runs it (train/trainer.cpp) on
+// this rank's rows x, y: zero_grad, forward_backward, sync_gradients,
+// clip_grad_norm, batch_loss, optimizer_step. Collective over the world.
+void train_one_step(Parallelized& par, const TrainConfig& config, const Tensor& x, const Tensor& y);
 
 // Checks that `rank` is a rank of a world of `world` ranks and that the
 // layout fits it (check_layout). Throws InvalidArgument naming the flag,
