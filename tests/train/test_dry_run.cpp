@@ -12,11 +12,15 @@
 //    one step (the process group's own accounting, CommStats) equal what
 //    the fake group logged for the same rank and layout;
 //
-// and its refusals: a world the layout's dims do not multiply to, a rank
-// outside the world.
+// and MoE's stand-in routing on meta (uniform), and the refusals: a world
+// the layout's dims do not multiply to, a rank outside the world, in the
+// library and on spmd-train's command line.
 #include <catch2/catch.hpp>
 #include <map>
 
+#include "autograd/nn/moe.h"
+#include "tensor/meta_memory.h"
+#include "tests/run_command.h"
 #include "tests/train/trainer_test_util.h"
 #include "train/dry_run.h"
 #include "train/memory_plan.h"
@@ -232,4 +236,39 @@ TEST_CASE("dry run: a world the layout does not fill and a rank outside it are r
   CHECK_THAT(rank, Catch::Contains("at most 3"));
   CHECK_THAT(error_of([&] { dry_run(c, 4, -1); }), Catch::Contains("--rank"));
   CHECK_THAT(error_of([&] { dry_run(c, 0, 0); }), Catch::Contains("--world"));
+}
+
+TEST_CASE("dry run: on meta tensors MoE routes uniformly, every expert taking N k / E",
+          "[train][dry_run]") {
+  DefaultDeviceGuard meta(Device::meta());
+  nn::MoE moe({.d_model = 16, .hidden = 32, .n_experts = 8, .top_k = 2});
+  const Tensor x = ops::empty({3, 40, 16}, {DType::kF32, Device::meta()});  // N = 120 tokens
+  MetaReadsAsZeros stand_in;  // the balancing loss's counts
+  moe(x);
+  CHECK(moe.stats().tokens_per_expert == std::vector<int64_t>(8, 120 * 2 / 8));
+}
+
+TEST_CASE("dry run: spmd-train refuses --world and --rank out of range, naming the limit",
+          "[train][dry_run]") {
+  const char* build = std::getenv("SPMD_BINARY_DIR");
+  REQUIRE(build != nullptr);
+  const std::string train = std::string(build) + "/train/spmd-train";
+  const auto [ok, report] =
+      test::run_command(train + " --dry-run --world 4 --rank 3 --parallel.dp_shard=4");
+  CHECK(ok == 0);
+  CHECK_THAT(report, Catch::Contains("rank 3 of 4"));
+  CHECK_THAT(report, Catch::Contains("dp_shard"));
+  const auto [world_rc, world] = test::run_command(train + " --dry-run --world 0");
+  CHECK(world_rc == 1);
+  CHECK_THAT(world, Catch::Contains("--world: must be at least 1, got 0"));
+  const auto [rank_rc, rank] = test::run_command(train + " --dry-run --world 4 --rank 4");
+  CHECK(rank_rc == 1);
+  CHECK_THAT(rank, Catch::Contains("--rank: must be at most 3, got 4"));
+  const auto [fill_rc, fill] =
+      test::run_command(train + " --dry-run --world 6 --parallel.dp_shard=4");
+  CHECK(fill_rc == 1);
+  CHECK_THAT(fill, Catch::Contains("the world has 6"));
+  const auto [alone_rc, alone] = test::run_command(train + " --world 4");
+  CHECK(alone_rc == 1);
+  CHECK_THAT(alone, Catch::Contains("--world and --rank belong to --dry-run"));
 }
