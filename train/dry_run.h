@@ -14,6 +14,9 @@
 // each mesh axis's communication volume per step. The planner's memory plan
 // (train/memory_plan.h) is checked against it at full scale.
 //
+// Every tensor is on meta whatever training.device says, and no data is
+// read: the rows are meta tensors of the batch's shape.
+//
 // Stand-ins where real code reads values: a meta tensor's values read as
 // zeros (the loss, the norm), and MoE routing is uniform (token n's k
 // choices are experts nk .. nk+k-1 mod E), so every expert receives the
