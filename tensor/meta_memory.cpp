@@ -70,10 +70,18 @@ std::vector<MetaEvent> MetaAllocationLog::events() const {
   return *g_log;
 }
 
-uint64_t MetaAllocationLog::peak_excluding(const std::unordered_set<uint64_t>& excluded) const {
+size_t MetaAllocationLog::size() const {
+  std::lock_guard lock(g_log_mu);
+  return g_log->size();
+}
+
+uint64_t MetaAllocationLog::peak_excluding(const std::unordered_set<uint64_t>& excluded,
+                                           size_t from, size_t to) const {
   std::unordered_set<uint64_t> logged;  // allocated while logging: a free of another is not ours
+  const std::vector<MetaEvent> all = events();
   int64_t live = 0, peak = 0;
-  for (const MetaEvent& e : events()) {
+  for (size_t i = 0; i < all.size() && i < to; ++i) {
+    const MetaEvent& e = all[i];
     if (excluded.count(e.block)) continue;
     if (e.bytes > 0) {
       logged.insert(e.block);
@@ -81,7 +89,7 @@ uint64_t MetaAllocationLog::peak_excluding(const std::unordered_set<uint64_t>& e
       continue;
     }
     live += e.bytes;
-    peak = std::max(peak, live);
+    if (i + 1 >= from) peak = std::max(peak, live);
   }
   return uint64_t(peak);
 }

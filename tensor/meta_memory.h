@@ -56,9 +56,13 @@ class MetaAllocationLog {
   MetaAllocationLog& operator=(const MetaAllocationLog&) = delete;
 
   std::vector<MetaEvent> events() const;
+  // How many events so far: a mark between two phases of what is logged.
+  size_t size() const;
   // The most bytes live at once among the blocks allocated while logging,
-  // leaving out the blocks in `excluded`: the events replayed in order.
-  uint64_t peak_excluding(const std::unordered_set<uint64_t>& excluded) const;
+  // leaving out the blocks in `excluded`: the events replayed in order, the
+  // peak taken over events [from, to) (every event by default).
+  uint64_t peak_excluding(const std::unordered_set<uint64_t>& excluded, size_t from = 0,
+                          size_t to = SIZE_MAX) const;
 };
 
 // While one lives on this thread, a meta tensor's values copied out of it

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "autograd/nn/transformer.h"
+#include "autograd/variable.h"
 #include "parallel/comm/fake/fake_process_group.h"
 #include "parallel/device_mesh.h"
 #include "runtime/flag_checks.h"
@@ -111,10 +112,11 @@ std::string grouped(uint64_t n) {
 
 }  // namespace
 
-void train_one_step(Parallelized& par, const TrainConfig& config, const Tensor& x,
-                    const Tensor& y) {
+void train_one_step(Parallelized& par, const TrainConfig& config, const Tensor& x, const Tensor& y,
+                    const std::function<void()>& after_backward) {
   par.zero_grad();
   const double loss = par.forward_backward(x, y);
+  if (after_backward) after_backward();
   par.sync_gradients();
   par.clip_grad_norm(config.training.grad_clip);
   par.batch_loss(loss);
@@ -148,12 +150,23 @@ DryRun dry_run(const TrainConfig& config, int64_t world_size, int64_t rank) {
   Parallelized par = parallelize(std::move(model), mesh, config, Device::meta());
   r.build_seconds = seconds_since(start);
 
+  // Every block that held a parameter's gradient during the step: with
+  // several microbatches a gradient may be re-made as it accumulates, and
+  // each such block is gradient, not activation.
+  std::unordered_set<uint64_t> grad_blocks;
+  for (const auto& [name, p] : par.named_parameters())
+    if (p.requires_grad() && p.is_leaf())
+      register_post_accumulate_grad_hook(p, [&grad_blocks](const Tensor& leaf) {
+        grad_blocks.insert(meta_block_id(*leaf.grad().storage()));
+      });
+
   const Clock::time_point step_start = Clock::now();
   world->log()->clear_calls();  // the layout's own set-up (DDP's broadcast) is not the step's
   MetaAllocationLog allocations;
   const Shape rows{config.training.global_batch / par.dp_size(), config.model.seq_len};
   const Tensor x = ops::empty(rows, {DType::kI64, Device::meta()});
-  train_one_step(par, config, x, x);  // this rank's rows, as meta tensors
+  size_t backward_end = 0;  // this rank's rows, as meta tensors
+  train_one_step(par, config, x, x, [&] { backward_end = allocations.size(); });
   r.step_seconds = seconds_since(step_start);
 
   std::vector<Tensor> params, grads, state;
@@ -165,7 +178,9 @@ DryRun dry_run(const TrainConfig& config, int64_t world_size, int64_t rank) {
   r.parameters = storage_bytes(params, held);
   r.gradients = storage_bytes(grads, held);
   r.optimizer = storage_bytes(state, held);
-  r.activation_peak = allocations.peak_excluding(held);
+  held.insert(grad_blocks.begin(), grad_blocks.end());
+  r.activation_peak = allocations.peak_excluding(held, 0, backward_end);
+  r.update_peak = allocations.peak_excluding(held, backward_end);
   r.traffic = traffic_by_axis(*world->log(), config.parallel, int(rank));
   r.calls = world->log()->calls();
   return r;
@@ -188,6 +203,8 @@ std::string dry_run_report(const DryRun& run, const MemoryPlan& plan) {
   row("optimizer state", run.optimizer, plan.optimizer);
   row("activations (peak, + gathered)", run.activation_peak,
       plan.activations + plan.logits + plan.gathered);
+  out += str_cat("  after the backwards (sync, clip, AdamW): a peak of ",
+                 format_gb(run.update_peak), " beside the three, which the plan does not count\n");
   out += str_cat("  (the plan's: activations ", format_gb(plan.activations), " for ",
                  plan.in_flight, " microbatches in flight, logits ", format_gb(plan.logits),
                  ", gathered ", format_gb(plan.gathered), ")\n");

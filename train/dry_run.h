@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,10 @@ struct AxisTraffic {
 struct DryRun {
   int64_t rank = 0, world = 1;
   uint64_t parameters = 0, gradients = 0, optimizer = 0;  // the storages' bytes
-  uint64_t activation_peak = 0;  // the most the step held at once beside the three
+  // The most the step held at once beside the three: in its forwards and
+  // backwards (what the plan's activation terms count), and after them (the
+  // sync, the clip and AdamW's temporaries, which the plan does not count).
+  uint64_t activation_peak = 0, update_peak = 0;
   std::vector<AxisTraffic> traffic;
   std::vector<dist::FakeCall> calls;  // the step's, in issue order
   double build_seconds = 0, step_seconds = 0;
@@ -55,7 +59,9 @@ struct DryRun {
 // One training step as spmd-train's loop runs it (train/trainer.cpp) on
 // this rank's rows x, y: zero_grad, forward_backward, sync_gradients,
 // clip_grad_norm, batch_loss, optimizer_step. Collective over the world.
-void train_one_step(Parallelized& par, const TrainConfig& config, const Tensor& x, const Tensor& y);
+// `after_backward`, when given, runs between forward_backward and the rest.
+void train_one_step(Parallelized& par, const TrainConfig& config, const Tensor& x, const Tensor& y,
+                    const std::function<void()>& after_backward = {});
 
 // Checks that `rank` is a rank of a world of `world` ranks and that the
 // layout fits it (check_layout). Throws InvalidArgument naming the flag,
