@@ -9,7 +9,6 @@
 #include <unordered_set>
 
 #include "autograd/nn/transformer.h"
-#include "autograd/variable.h"
 #include "parallel/comm/fake/fake_process_group.h"
 #include "parallel/device_mesh.h"
 #include "runtime/flag_checks.h"
@@ -150,16 +149,6 @@ DryRun dry_run(const TrainConfig& config, int64_t world_size, int64_t rank) {
   Parallelized par = parallelize(std::move(model), mesh, config, Device::meta());
   r.build_seconds = seconds_since(start);
 
-  // Every block that held a parameter's gradient during the step: with
-  // several microbatches a gradient may be re-made as it accumulates, and
-  // each such block is gradient, not activation.
-  std::unordered_set<uint64_t> grad_blocks;
-  for (const auto& [name, p] : par.named_parameters())
-    if (p.requires_grad() && p.is_leaf())
-      register_post_accumulate_grad_hook(p, [&grad_blocks](const Tensor& leaf) {
-        grad_blocks.insert(meta_block_id(*leaf.grad().storage()));
-      });
-
   const Clock::time_point step_start = Clock::now();
   world->log()->clear_calls();  // the layout's own set-up (DDP's broadcast) is not the step's
   MetaAllocationLog allocations;
@@ -178,7 +167,6 @@ DryRun dry_run(const TrainConfig& config, int64_t world_size, int64_t rank) {
   r.parameters = storage_bytes(params, held);
   r.gradients = storage_bytes(grads, held);
   r.optimizer = storage_bytes(state, held);
-  held.insert(grad_blocks.begin(), grad_blocks.end());
   r.activation_peak = allocations.peak_excluding(held, 0, backward_end);
   r.update_peak = allocations.peak_excluding(held, backward_end);
   r.traffic = traffic_by_axis(*world->log(), config.parallel, int(rank));
