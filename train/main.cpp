@@ -4,7 +4,7 @@
 //   spmd-train --config configs/fsdp.toml --training.steps=100 --print-config
 //   spmd-train export --config configs/fsdp.toml --out model.safetensors [--with-logits]
 //   spmd-train export --config configs/fsdp.toml --format hf --out gpt2-folder
-//   spmd-train --dry-run --world 16384 --rank 0 --model.preset='"llama3.1-405b"' --parallel.tp=8 ...
+//   spmd-train --dry-run --world 16384 --rank 0 --model.preset='"llama3.1-405b"' ...
 //
 // Every `--section.key=value` (or `--section.key value`) overrides the file.
 // export loads the latest checkpoint of checkpoint.folder (saved under any
