@@ -9,16 +9,21 @@
 //    everything else, in f32, with and without full checkpointing; under
 //    bf16, and where its terms peak at different times, it is an upper bound;
 //  - a real run: on 4 TCP ranks, every group's calls and bytes per op in
-//    one step (the process group's own accounting, CommStats) equal what
-//    the fake group logged for the same rank and layout;
+//    one step, as the process groups count them (CommStats) and as the comm
+//    trace records them (SPMD_TRACE's file), equal what the fake group
+//    logged for the same rank and layout;
 //
 // and MoE's stand-in routing on meta (uniform), and the refusals: a world
 // the layout's dims do not multiply to, a rank outside the world, in the
 // library and on spmd-train's command line.
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "autograd/nn/moe.h"
+#include "runtime/trace.h"
 #include "tensor/meta_memory.h"
 #include "tests/run_command.h"
 #include "tests/train/trainer_test_util.h"
@@ -152,9 +157,28 @@ namespace {
 // (group name, op) -> (calls, bytes).
 using Traffic = std::map<std::pair<std::string, std::string>, std::pair<uint64_t, uint64_t>>;
 
+// The step's collectives and messages as the comm trace recorded them
+// (SPMD_TRACE's file, parallel/comm/comm_trace.h): each interval's group, op
+// and bytes.
+Traffic traced(const std::string& path) {
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  Traffic t;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    if (e["ph"] != "b" || e["cat"] != "comm") continue;
+    auto& [calls, bytes] =
+        t[{e["args"]["group"].get<std::string>(), e["args"]["op"].get<std::string>()}];
+    calls += 1, bytes += e["args"]["bytes"].get<uint64_t>();
+  }
+  return t;
+}
+
 // One real step of `c` on this rank; every strategy group's calls and
-// bytes per op in it, from the group's own accounting.
-Traffic real_step(const TrainConfig& c, dist::ProcessGroup& world) {
+// bytes per op in it, from the groups' own accounting, and (into `trace`)
+// from the comm trace written to `trace_dir`.
+Traffic real_step(const TrainConfig& c, dist::ProcessGroup& world, const std::string& trace_dir,
+                  Traffic& trace) {
   dist::DeviceMesh mesh = build_mesh(dist::testing::borrow(world), c.parallel);
   std::shared_ptr<nn::Transformer> model;
   {
@@ -170,7 +194,10 @@ Traffic real_step(const TrainConfig& c, dist::ProcessGroup& world) {
   Generator gen(7);
   const Shape shape{c.training.global_batch / par.dp_size(), c.model.seq_len};
   const Tensor x = ops::randint(0, c.model.vocab_size, shape, {DType::kI64}, &gen);
+  trace_start(trace_dir, world.rank());  // from here on: the step's operations
   train_one_step(par, c, x, x);
+  trace_flush();
+  trace = traced(trace_path());
   Traffic t;
   for (size_t i = 0; i < groups.size(); ++i) {
     const dist::CommStats after = groups[i]->stats();
@@ -210,19 +237,24 @@ TEST_CASE("dry run: the fake group logs the calls and bytes a real 4-rank step m
        "model.tie_embeddings=false"},
       {"parallel.dp_shard=2", "parallel.cp=2"},
   };
+  const std::string trace_dir = "/tmp/spmd_test_dry_run_trace_" + std::to_string(::getpid());
   for (const auto& layout : layouts) {
     const TrainConfig c = base(1, layout);
     run_world(
         4,
         [&](dist::ProcessGroup& world) {
-          const Traffic real = real_step(c, world);
+          Traffic trace;
+          const Traffic real = real_step(c, world, trace_dir, trace);
           const Traffic fake = fake_step(c, world.size(), world.rank());
           expect(!real.empty(), "the real step communicated nothing");
           expect(real == fake, "rank ", world.rank(), ": the real step's traffic\n", describe(real),
                  "differs from the fake group's\n", describe(fake));
+          expect(trace == fake, "rank ", world.rank(), ": the real step's comm trace\n",
+                 describe(trace), "differs from the fake group's log\n", describe(fake));
         },
         std::chrono::seconds(120));
   }
+  std::filesystem::remove_all(trace_dir);
 }
 
 TEST_CASE("dry run: a world the layout does not fill and a rank outside it are refused",
