@@ -1,5 +1,7 @@
 // DeviceMesh: the grid arithmetic first (pure functions), then the mesh,
-// whose groups are world->split() calls colored by that arithmetic.
+// whose groups are the world's splits along that arithmetic (split_known:
+// every rank works out its line's members itself, so no rank waits on the
+// store for the others' colors).
 #include "parallel/device_mesh.h"
 
 #include <algorithm>
@@ -97,7 +99,7 @@ DeviceMesh::DeviceMesh(std::shared_ptr<ProcessGroup> world, std::vector<int64_t>
   // their coordinate along it.
   for (int a = 0; a < ndim(); ++a) {
     const int color = int(index_over(shape_, coordinate_, {a}, /*in=*/false));
-    groups_[names_[a]] = world_->split(color, int(coordinate_[a]));
+    groups_[names_[a]] = world_->split_known(color, mesh_line_ranks(shape_, world_->rank(), {a}));
   }
 }
 
@@ -162,7 +164,7 @@ DeviceMesh DeviceMesh::flatten(const std::vector<std::string>& axes, const std::
     groups_[name] = groups_.at(axes[0]);
   } else {
     const int color = int(index_over(shape_, coordinate_, indices, /*in=*/false));
-    groups_[name] = world_->split(color, int(index_over(shape_, coordinate_, indices, true)));
+    groups_[name] = world_->split_known(color, mesh_line_ranks(shape_, world_->rank(), indices));
   }
   flattened_[name] = axes;
   return (*this)[name];

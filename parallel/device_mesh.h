@@ -54,7 +54,7 @@ void check_mesh_shape(const std::vector<int64_t>& shape, const std::vector<std::
 class DeviceMesh {
  public:
   // Lays the world's ranks out as `shape` with `axis_names` (outermost
-  // first) and makes one group per axis through world->split(). Collective:
+  // first) and makes one group per axis through world->split_known(). Collective:
   // every rank of the world calls it with the same shape and names.
   DeviceMesh(std::shared_ptr<ProcessGroup> world, std::vector<int64_t> shape,
              std::vector<std::string> axis_names);

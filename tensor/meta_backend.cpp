@@ -1,18 +1,21 @@
 // MetaBackend: every method of backend.h, doing nothing (meta_backend.h).
 #include "tensor/meta_backend.h"
 
+#include "tensor/meta_memory.h"
+
 namespace spmd {
 namespace {
 
 class MetaBackend final : public Backend {
  public:
-  // No bytes: the storage keeps its size and a null pointer.
-  DataPtr allocate(size_t, Device) override {
-    return DataPtr(nullptr, [](void*) {});
-  }
+  // No bytes: a token that counts them (meta_memory.h).
+  DataPtr allocate(size_t nbytes, Device) override { return meta_allocate(nbytes); }
   void copy(const Tensor& src, const Tensor& dst) override {
-    SPMD_CHECK(dst.device().is_meta(), "cannot copy a meta tensor (shape ", src.shape(), ") to ",
-               dst.device(), ": it has no values until it is materialized ", "(tensor/deferred.h)");
+    if (dst.device().is_meta()) return;
+    SPMD_CHECK(MetaReadsAsZeros::active(), "cannot copy a meta tensor (shape ", src.shape(),
+               ") to ", dst.device(), ": it has no values until it is materialized ",
+               "(tensor/deferred.h)");
+    backend_for(dst.device()).fill(dst, 0);  // a dry run's stand-in (meta_memory.h)
   }
 
   void fill(const Tensor&, double) override {}

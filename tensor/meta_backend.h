@@ -8,7 +8,9 @@
 // views, clones and concatenations, whose shapes come out right on meta.
 //
 // A copy into a meta tensor is a no-op; a copy out of one (its values asked
-// for) throws, as does reading its elements (Tensor::raw_data).
+// for) throws, as does reading its elements (Tensor::raw_data), except in
+// a dry run, where it reads zeros (MetaReadsAsZeros, meta_memory.h). An
+// allocation makes no bytes but is counted (meta_memory.h).
 #pragma once
 
 #include "tensor/backend.h"

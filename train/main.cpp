@@ -4,6 +4,7 @@
 //   spmd-train --config configs/fsdp.toml --training.steps=100 --print-config
 //   spmd-train export --config configs/fsdp.toml --out model.safetensors [--with-logits]
 //   spmd-train export --config configs/fsdp.toml --format hf --out gpt2-folder
+//   spmd-train --dry-run --world 16384 --rank 0 --model.preset='"llama3.1-405b"' ...
 //
 // Every `--section.key=value` (or `--section.key value`) overrides the file.
 // export loads the latest checkpoint of checkpoint.folder (saved under any
@@ -13,6 +14,10 @@
 // model.init_from = "hf:FOLDER" reads back. --with-logits also writes the
 // model's logits for a fixed batch of ids (<out>.logits.safetensors, or
 // <out>/logits.safetensors with --format hf), for checking a port of the model.
+// --dry-run runs one step of rank --rank of a world of --world ranks alone,
+// on meta tensors through a fake process group, and prints that rank's
+// counted memory beside its plan and each mesh axis's traffic
+// (train/dry_run.h).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,8 +26,11 @@
 
 #include "parallel/comm/init.h"
 #include "runtime/env.h"
+#include "runtime/flag_checks.h"
 #include "runtime/hash_store.h"
 #include "train/config.h"
+#include "train/dry_run.h"
+#include "train/memory_plan.h"
 #include "train/trainer.h"
 
 using namespace spmd;
@@ -33,6 +41,7 @@ constexpr const char* kUsage =
     "usage: spmd-train --config FILE [--section.key=value ...] [--print-config]\n"
     "       spmd-train export --config FILE --out FILE.safetensors [--with-logits] [...]\n"
     "       spmd-train export --config FILE --format hf --out FOLDER [--with-logits] [...]\n"
+    "       spmd-train --dry-run --world N --rank R --config FILE [--section.key=value ...]\n"
     "  Runs under spmdrun (or with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set); alone,\n"
     "  it is a world of one. --print-config prints the resolved config and exits.\n";
 
@@ -43,7 +52,17 @@ struct Args {
   bool do_export = false, with_logits = false;
   std::string out;
   train::ExportFormat format = train::ExportFormat::kSpmd;
+  bool dry_run = false;
+  int64_t world = -1, rank = -1;  // --dry-run's; -1: not given
 };
+
+// The value of a whole-number flag (--world, --rank) in [min, max], or an
+// error naming the flag, the value and the limit.
+int64_t count_flag(const std::string& flag, const std::string& text, int64_t min, int64_t max) {
+  const std::string e = flags::count_error(text, min, max);
+  SPMD_CHECK(e.empty(), flag, ": ", e);
+  return std::stoll(text);
+}
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -65,6 +84,12 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    } else if (arg == "--dry-run") {
+      a.dry_run = true;
+    } else if (arg == "--world" || arg == "--rank") {
+      SPMD_CHECK(i + 1 < argc, arg, " needs a whole number");
+      const int64_t v = count_flag(arg, argv[++i], arg == "--world" ? 1 : 0, INT32_MAX);
+      (arg == "--world" ? a.world : a.rank) = v;
     } else if (arg == "--print-config") {
       a.print = true;
     } else if (arg == "--config" || arg.rfind("--config=", 0) == 0) {
@@ -89,7 +114,22 @@ Args parse_args(int argc, char** argv) {
       SPMD_THROW(InvalidArgument, "unknown argument '", arg, "'\n", kUsage);
     }
   }
+  SPMD_CHECK(a.dry_run || (a.world < 0 && a.rank < 0),
+             "--world and --rank belong to --dry-run (a real run takes them from its launcher)");
+  if (a.dry_run) {
+    SPMD_CHECK(!a.do_export, "--dry-run does not export; drop one of the two");
+    SPMD_CHECK(a.world >= 1, "--dry-run needs --world N, the ranks of the layout");
+    if (a.rank < 0) a.rank = 0;
+  }
   return a;
+}
+
+// --dry-run: the rank's plan, then its step on meta tensors beside it.
+void run_dry(const train::TrainConfig& config, int64_t world, int64_t rank) {
+  train::check_dry_run(config, world, rank);
+  const train::MemoryPlan plan = train::plan_memory(config, rank);
+  const train::DryRun run = train::dry_run(config, world, rank);
+  std::fputs(train::dry_run_report(run, plan).c_str(), stdout);
 }
 
 }  // namespace
@@ -100,6 +140,10 @@ int main(int argc, char** argv) {
     const train::TrainConfig config = train::load_config(args.config, args.overrides);
     if (args.print) {
       std::fputs(train::to_toml(config).c_str(), stdout);
+      return 0;
+    }
+    if (args.dry_run) {
+      run_dry(config, args.world, args.rank);
       return 0;
     }
     if (args.do_export) {

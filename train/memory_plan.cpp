@@ -237,9 +237,12 @@ double block_floats_selective(const nn::TransformerConfig& c, int64_t tp, double
 }
 
 // Bytes one microbatch of `rows` leaves saved on stage s (its blocks, and the
-// embeddings or head around them), and its logits (last stage).
+// embeddings or head around them), its logits (last stage), and, under
+// checkpointing, the block its backward recomputes, held during that
+// backward only (one microbatch's at a time, whatever the schedule keeps
+// in flight).
 struct StageBytes {
-  uint64_t activations = 0, logits = 0;
+  uint64_t activations = 0, logits = 0, recompute = 0;
 };
 StageBytes stage_bytes(const TrainConfig& config, const Place& at, int s, int64_t rows) {
   const nn::TransformerConfig c = transformer_config(config.model);
@@ -269,8 +272,8 @@ StageBytes stage_bytes(const TrainConfig& config, const Place& at, int s, int64_
       floats += double(c.d_model) * stream, recomputes = true;
     }
   }
-  if (recomputes) floats += largest_block;  // the block being recomputed in backward
   StageBytes out;
+  if (recomputes) out.recompute = uint64_t(tokens * largest_block) * kF32;
   if (s == at.num_stages - 1) {
     floats += double(c.d_model) + 4;  // the final norm's output (the head's input) and statistics
     out.logits = uint64_t(2 * tokens * double(c.vocab_size / p.tp)) * kF32;  // and the gradient
@@ -295,7 +298,8 @@ const dist::pp::Schedule& schedule_of(dist::pp::ScheduleKind kind, int pp, int m
 // The most bytes of activations (and of logits) the rank's stages hold at
 // once: one microbatch without a pipeline; with one, walked through this
 // rank's action list (a microbatch's tensors live from its forward to its
-// backward, or to its weight pass when the backward is split).
+// backward, or to its weight pass when the backward is split; a recomputed
+// block lives during its microbatch's backward).
 void plan_activations(const TrainConfig& config, const Place& at, MemoryPlan& plan) {
   const ParallelConfig& p = config.parallel;
   const TrainingConfig& t = config.training;
@@ -304,7 +308,7 @@ void plan_activations(const TrainConfig& config, const Place& at, MemoryPlan& pl
   plan.tokens_per_row = config.model.seq_len / p.cp;
   if (p.pp == 1) {
     const StageBytes b = stage_bytes(config, at, 0, plan.microbatch_rows);
-    plan.activations = b.activations, plan.logits = b.logits, plan.in_flight = 1;
+    plan.activations = b.activations + b.recompute, plan.logits = b.logits, plan.in_flight = 1;
     return;
   }
   const auto kind = dist::pp::parse_schedule(p.pp_schedule);
@@ -323,8 +327,14 @@ void plan_activations(const TrainConfig& config, const Place& at, MemoryPlan& pl
       plan.activations = std::max(plan.activations, act);
       plan.logits = std::max(plan.logits, logits);
       plan.in_flight = std::max<int64_t>(plan.in_flight, int64_t(live.size()));
-    } else if (ends && live.erase({a.stage, a.microbatch})) {
-      act -= b.activations, logits -= b.logits;
+    } else {
+      const bool held = live.count({a.stage, a.microbatch}) > 0;
+      if (a.type == dist::pp::Action::Type::kBackward && held)  // recomputes one block
+        plan.activations = std::max(plan.activations, act + b.recompute);
+      if (ends && held) {
+        live.erase({a.stage, a.microbatch});
+        act -= b.activations, logits -= b.logits;
+      }
     }
   }
 }

@@ -230,8 +230,14 @@ dist::DeviceMesh fsdp_mesh(dist::DeviceMesh& mesh, const ParallelConfig& p) {
 // each a piece or whole) given bytes on `device` and the values the
 // one-process model holds there; the parameters it does not hold stay on
 // meta. The buffers (RoPE tables, built on the CPU) move to the device.
+// On the meta device itself (a dry run, train/dry_run.h) every piece stays
+// as it is, shapes only.
 void materialize_pieces(nn::Transformer& model, const Parallelized::Pipeline& pipeline,
                         const Device& device) {
+  if (device.is_meta()) {
+    model.buffers_to(device);
+    return;
+  }
   std::vector<std::pair<std::string, Tensor>> named;
   if (pipeline.on()) {
     for (const auto& st : pipeline.stages)

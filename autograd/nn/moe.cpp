@@ -79,6 +79,20 @@ Routing route(const std::vector<double>& p, int64_t N, int64_t E, int64_t k, dou
   return r;
 }
 
+// The router's probabilities (N, E) as the host reads them to route. A
+// meta tensor has none (a dry run, train/dry_run.h): its stand-in routes
+// uniformly, token n preferring experts nk, nk + 1, ..., nk + k - 1 (mod
+// E) in that order, so that every expert takes N k / E of the slots.
+std::vector<double> routing_probs(const Tensor& probs, int64_t k) {
+  if (!probs.device().is_meta()) return ops::to_vector<double>(probs);
+  const int64_t N = probs.size(0), E = probs.size(1);
+  std::vector<double> p(size_t(N * E));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < E; ++e)  // rank of e among token n's choices: (e - nk) mod E
+      p[size_t(n * E + e)] = 1.0 / double(1 + ((e - n * k) % E + E) % E);
+  return p;
+}
+
 Tensor index_tensor(const std::vector<int64_t>& v, Device device) {
   return ops::from_vector(v, Shape{int64_t(v.size())}, device);
 }
@@ -150,7 +164,7 @@ Tensor MoE::forward(const Tensor& x) {
 
   // 1. Route: each token's top k, then capacity (host-side decisions).
   const Routing r =
-      route(ops::to_vector<double>(probs), N, options.n_experts, k, options.capacity_factor);
+      route(routing_probs(probs, k), N, options.n_experts, k, options.capacity_factor);
   Tensor gates = gather(probs, 1, ops::from_vector(r.choice, {N, k}, x.device()));  // (N, k)
   if (k > 1) gates = div(gates, sum(gates, {1}, /*keepdim=*/true));  // renormalized over the k
   aux_loss_ = balance_loss(probs, r.chosen, k, *dispatcher_);

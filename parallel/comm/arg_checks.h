@@ -38,18 +38,22 @@ inline void check_pair(const Tensor& out, const Tensor& in, std::string_view op)
              in.device());
 }
 
+// Where a tensor's first byte lies in its storage. Two views of one storage
+// are compared by it rather than by address, so that the checks below hold
+// for meta tensors too (which have a shape and no bytes: tensor/meta_backend.h).
+inline size_t byte_offset(const Tensor& t) { return size_t(t.offset()) * element_size(t.dtype()); }
+
 // Whether two contiguous tensors share any byte.
 inline bool overlap(const Tensor& a, const Tensor& b) {
   if (a.storage() != b.storage() || a.numel() == 0 || b.numel() == 0) return false;
-  const char* a0 = static_cast<const char*>(a.raw_data());
-  const char* b0 = static_cast<const char*>(b.raw_data());
+  const size_t a0 = byte_offset(a), b0 = byte_offset(b);
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
 // Whether `part` is exactly block k (of part's size) of `whole`.
 inline bool is_block(const Tensor& whole, const Tensor& part, int k) {
   return whole.storage() == part.storage() &&
-         static_cast<const char*>(whole.raw_data()) + size_t(k) * part.nbytes() == part.raw_data();
+         byte_offset(whole) + size_t(k) * part.nbytes() == byte_offset(part);
 }
 
 // Where each block starts when blocks of these sizes lie back to back.

@@ -2,6 +2,9 @@
 // process group over it.
 #include "parallel/comm/init.h"
 
+#include <cstdlib>
+
+#include "parallel/comm/fake/fake_process_group.h"
 #include "parallel/comm/host/host_process_group.h"
 #include "runtime/env.h"
 #include "runtime/error.h"
@@ -33,9 +36,26 @@ std::string route_hint(const std::string& init_method) {
   return "";
 }
 
+// The fake backend's world: the rank and size given, else the launch
+// environment's (RANK, WORLD_SIZE), with no rendezvous: no peer exists.
+std::shared_ptr<ProcessGroup> fake_world(const InitOptions& options) {
+  int rank = options.rank, world_size = options.world_size;
+  if (rank < 0 || world_size < 1) {
+    const LaunchEnv env = launch_env_from_environment();
+    rank = env.rank, world_size = env.world_size;
+  }
+  return FakeProcessGroup::create(rank, world_size, {options.group_name, options.timeout, {}});
+}
+
 }  // namespace
 
+CommBackend backend_from_environment(CommBackend backend) {
+  const char* name = std::getenv("SPMD_BACKEND");
+  return name && *name ? parse_backend(name) : backend;
+}
+
 std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
+  if (backend_from_environment(options.backend) == CommBackend::kFake) return fake_world(options);
   std::shared_ptr<Store> store = options.store;
   int rank = options.rank, world_size = options.world_size, local_rank = options.rank;
   std::string hint;
@@ -53,7 +73,7 @@ std::shared_ptr<ProcessGroup> init_process_group(const InitOptions& options) {
     hint = route_hint(options.init_method);
   }
   GroupOptions group{options.group_name, options.timeout, {}};
-  if (options.backend == CommBackend::kTcp) {
+  if (backend_from_environment(options.backend) == CommBackend::kTcp) {
     return HostProcessGroup::create(store, rank, world_size, std::move(group), hint);
   }
 #if SPMD_WITH_NCCL

@@ -45,6 +45,13 @@ struct InitOptions {
   int device = -1;
 };
 
+// SPMD_BACKEND ("tcp", "gloo", "nccl" or "fake") when set, else `backend`:
+// what init_process_group runs on. With "fake" (fake/fake_process_group.h)
+// the process is one rank of a world that is not there: rank and
+// world_size from the options, else from RANK and WORLD_SIZE, and no
+// rendezvous.
+CommBackend backend_from_environment(CommBackend backend);
+
 // Joins the job and returns the world process group (every rank calls it).
 // Throws InvalidArgument for a bad method or missing rank, TimeoutError naming
 // the ranks that never joined, Error when the backend is not built in.

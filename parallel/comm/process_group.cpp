@@ -87,8 +87,8 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Gro
              "ProcessGroup: ", options_.global_ranks.size(), " global ranks for ", size_, " ranks");
   SPMD_CHECK(options_.timeout.count() > 0, "ProcessGroup: the timeout must be positive");
   if (DesyncCheck::enabled_by_env()) {
-    desync_ = std::make_shared<DesyncCheck>(store_, key(""), name(), rank_, size_,
-                                            options_.global_ranks);
+    desync_ =
+        std::make_shared<DesyncCheck>(store_, key(""), name(), rank_, size_, options_.global_ranks);
   }
   if (FlightRecorder::enabled_by_env()) {
     recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::capacity_from_env());
@@ -230,8 +230,7 @@ Work ProcessGroup::all_gather(const Tensor& output, const Tensor& input) {
   check_pair(output, input, "all_gather");
   SPMD_CHECK(output.numel() == size_ * input.numel(), "all_gather: output has ", output.numel(),
              " elements but the group of ", size_, " ranks gathers ", size_, " x ", input.numel());
-  const char* slot = static_cast<const char*>(output.raw_data()) + rank_ * input.nbytes();
-  SPMD_CHECK(!overlap(output, input) || slot == input.raw_data(),
+  SPMD_CHECK(!overlap(output, input) || detail::is_block(output, input, rank_),
              "all_gather: the input overlaps the output other than as this rank's block");
   CommOp op = collective(OpType::kAllGather, "all_gather");
   op.tensor = output;
@@ -246,8 +245,7 @@ Work ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, Red
   check_reduce_op(reduce_op, input.dtype(), "reduce_scatter");
   SPMD_CHECK(input.numel() == size_ * output.numel(), "reduce_scatter: input has ", input.numel(),
              " elements, which is not the group size ", size_, " x output's ", output.numel());
-  const char* segment = static_cast<const char*>(input.raw_data()) + rank_ * output.nbytes();
-  SPMD_CHECK(!overlap(output, input) || segment == output.raw_data(),
+  SPMD_CHECK(!overlap(output, input) || detail::is_block(input, output, rank_),
              "reduce_scatter: the output overlaps the input other than as this rank's segment");
   CommOp op = collective(OpType::kReduceScatter, "reduce_scatter");
   op.tensor = output;
@@ -338,6 +336,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key) {
   std::sort(same.begin(), same.end());
   std::vector<int> members;
   for (auto& [kk, r, c] : same) members.push_back(r);
+  return make_subgroup(members, str_cat("split", k, ".", color));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split_known(int color,
+                                                        const std::vector<int>& members) {
+  const uint64_t k = next_subgroup_++;  // as split() counts it
+  SPMD_CHECK(color >= 0, "split_known: color ", color, " must be at least 0");
+  SPMD_CHECK(std::find(members.begin(), members.end(), rank_) != members.end(),
+             "split_known: rank ", rank_, " of group ", name(), " is not among its members");
+  for (int r : members)
+    SPMD_CHECK(r >= 0 && r < size_, "split_known: member ", r, " is not a rank of group ", name(),
+               " (size ", size_, ")");
   return make_subgroup(members, str_cat("split", k, ".", color));
 }
 

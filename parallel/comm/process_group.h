@@ -167,6 +167,14 @@ class ProcessGroup {
   // split: ranks that pass the same color form a group, ordered by (key,
   // rank); a negative color joins no group (nullptr).
   std::shared_ptr<ProcessGroup> split(int color, int key = 0);
+  // split() for a caller that knows every rank's color and key by
+  // arithmetic (a DeviceMesh): `members`, the ranks of this rank's color in
+  // split()'s order (by key, then rank), form the group that
+  // split(color, key) would make, with nothing posted to or read from the
+  // store, so it needs no peer to answer (the fake backend's subgroups).
+  // REQUIRES: every rank of this group calls it, in the same order relative
+  // to split() and new_group(), each with its own color's members.
+  std::shared_ptr<ProcessGroup> split_known(int color, const std::vector<int>& members);
 
   // Calls and payload bytes per op type so far (a consistent snapshot only
   // when no other thread issues operations meanwhile).

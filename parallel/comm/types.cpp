@@ -52,14 +52,23 @@ std::string_view op_name(OpType op) {
 }
 
 std::string_view backend_name(CommBackend backend) {
-  return backend == CommBackend::kTcp ? "tcp" : "nccl";
+  switch (backend) {
+    case CommBackend::kTcp:
+      return "tcp";
+    case CommBackend::kNccl:
+      return "nccl";
+    case CommBackend::kFake:
+      return "fake";
+  }
+  return "?";
 }
 
 CommBackend parse_backend(std::string_view name) {
   if (name == "tcp" || name == "gloo") return CommBackend::kTcp;
   if (name == "nccl") return CommBackend::kNccl;
+  if (name == "fake") return CommBackend::kFake;
   SPMD_THROW(InvalidArgument, "init_process_group: unknown backend '", name,
-             "'; expected 'tcp' (or its PyTorch name 'gloo') or 'nccl'");
+             "'; expected 'tcp' (or its PyTorch name 'gloo'), 'nccl' or 'fake'");
 }
 
 bool is_comm_dtype(DType dtype) {

@@ -38,14 +38,15 @@ enum class OpType : uint8_t {
   kAllToAllv = 12,
 };
 
-// The transports a process group can run over.
-enum class CommBackend : uint8_t { kTcp, kNccl };
+// The transports a process group can run over; kFake moves nothing and
+// records what would have moved (fake/fake_process_group.h).
+enum class CommBackend : uint8_t { kTcp, kNccl, kFake };
 
 // "sum", "all_reduce", "tcp": for messages.
 std::string_view reduce_op_name(ReduceOp op);
 std::string_view op_name(OpType op);
 std::string_view backend_name(CommBackend backend);
-// Parses "tcp" / "gloo" (its PyTorch equivalent) and "nccl"; throws
+// Parses "tcp" / "gloo" (its PyTorch equivalent), "nccl" and "fake"; throws
 // InvalidArgument naming the accepted values otherwise.
 CommBackend parse_backend(std::string_view name);
 

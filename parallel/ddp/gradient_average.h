@@ -13,7 +13,8 @@ namespace spmd::dist {
 // Every parameter's gradient (zeros where backward never reached it, as on
 // a rank whose stage or experts a parameter's gradient does not flow
 // through) times `scale`, averaged over `group` (null or one rank: only
-// scaled), as one flat buffer in one all_reduce. Collective over `group`:
+// scaled, in place), as one flat buffer in one all_reduce (a copy of all
+// the gradients while it runs). Collective over `group`:
 // every rank passes the same parameters' shapes in the same order.
 void average_gradients(const std::vector<Tensor>& params, ProcessGroup* group, double scale = 1.0);
 

@@ -48,6 +48,20 @@ bool is_identity(const std::vector<int64_t>& order) {
   return true;
 }
 
+// The counts the peers sent (ranks, L) as the host reads them. On the
+// meta device (a dry run, train/dry_run.h, whose routing is uniform) every
+// peer routes as this rank does, so each sends for expert l of this rank
+// what this rank keeps for it: counts[rank * L + l].
+std::vector<int64_t> received_counts(const Tensor& recv_counts, const std::vector<int64_t>& counts,
+                                     int rank) {
+  if (!recv_counts.device().is_meta()) return ops::to_vector<int64_t>(recv_counts);
+  const int64_t ranks = recv_counts.size(0), L = recv_counts.size(1);
+  std::vector<int64_t> received(size_t(ranks * L));
+  for (int64_t s = 0; s < ranks; ++s)
+    for (int64_t l = 0; l < L; ++l) received[size_t(s * L + l)] = counts[size_t(rank * L + l)];
+  return received;
+}
+
 Tensor rows_of(const Tensor& t, const std::vector<int64_t>& order) {
   return index_select(t, 0, ops::from_vector(order, Shape{int64_t(order.size())}, t.device()));
 }
@@ -64,7 +78,7 @@ Tensor AllToAllDispatcher::run(nn::MoE& moe, const Tensor& x, const std::vector<
   const Tensor send_counts = ops::from_vector(counts, {ranks, L}, x.device());
   Tensor recv_counts = ops::empty({ranks, L}, {DType::kI64, x.device()});
   ep_->wait(ep_->all_to_all(recv_counts, send_counts), OpType::kAllToAll);
-  const std::vector<int64_t> received = ops::to_vector<int64_t>(recv_counts);
+  const std::vector<int64_t> received = received_counts(recv_counts, counts, ep_->rank());
   const std::vector<int64_t> send_rows = per_rank(counts, ranks, L);
   const std::vector<int64_t> recv_rows = per_rank(received, ranks, L);
   last_ = {send_rows, received, x.size(1) * int64_t(element_size(x.dtype()))};

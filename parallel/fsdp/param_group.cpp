@@ -9,6 +9,7 @@
 #include "runtime/trace.h"
 #include "tensor/autograd_meta.h"
 #include "tensor/deferred.h"
+#include "tensor/meta_memory.h"
 #include "tensor/ops.h"
 
 namespace spmd::dist {
@@ -98,10 +99,13 @@ ParamGroup::ParamGroup(std::vector<std::pair<std::string, Tensor*>> slots, const
 
 // A unit sharded on the meta device follows its shards once they have bytes
 // (parallel/materialize.h): its buffers are made on their device, and the
-// full parameters, still without bytes, take it too.
+// full parameters, still without bytes, take it too. Shards still on meta
+// keep the unit there only in a dry run's step (train/dry_run.h: shapes
+// only, under MetaReadsAsZeros); anywhere else they were forgotten.
 void ParamGroup::follow_materialized_shards() {
   if (!device_.is_meta()) return;
   device_ = params_[0].shard.device();
+  if (device_.is_meta() && MetaReadsAsZeros::active()) return;
   SPMD_CHECK(!device_.is_meta(), "fully_shard(", name_, "): ", params_[0].name,
              " is still on the meta device: materialize the shards before the first forward");
   for (Param& p : params_) ops::materialize_(p.full, device_);

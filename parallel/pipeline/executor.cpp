@@ -44,7 +44,7 @@ PipelineExecutor::PipelineExecutor(std::vector<TransformerStage*> stages, Proces
   }
   SPMD_CHECK(num_microbatches >= 1, "PipelineExecutor: ", num_microbatches,
              " microbatches; at least 1 is needed");
-  SPMD_CHECK(v == 1 || p == 1 || group.backend() == CommBackend::kTcp, "PipelineExecutor: ", v,
+  SPMD_CHECK(v == 1 || p == 1 || group.backend() != CommBackend::kNccl, "PipelineExecutor: ", v,
              " stages per rank need the TCP backend: their messages between two ranks need not "
              "come in the same order on both sides, and NCCL matches them by order");
   schedule_ = make_schedule(kind, p, num_microbatches, v);
@@ -59,8 +59,7 @@ double PipelineExecutor::step(const Tensor& ids, const Tensor& targets) {
   const int64_t split = activation_sequence_split;
   SPMD_CHECK(split >= 1 && T % split == 0, "PipelineExecutor: a sequence of ", T,
              " tokens does not divide into activation_sequence_split ", split);
-  activation_shape_ =
-      Shape{B / num_microbatches_, T / split, stages_[0]->model().config.d_model};
+  activation_shape_ = Shape{B / num_microbatches_, T / split, stages_[0]->model().config.d_model};
   check_neighbours(ids.device());
   in_flight_.clear();
   in_flight_.resize(stages_.size());
