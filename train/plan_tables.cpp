@@ -19,7 +19,8 @@ std::vector<std::pair<std::string, uint64_t>> terms(const MemoryPlan& p) {
           {"gathered FSDP units", p.gathered},
           {"activations", p.activations},
           {"logits", p.logits},
-          {"buffers (RoPE)", p.buffers}};
+          {"buffers (RoPE)", p.buffers},
+          {"checkpoint staging", p.staging}};
 }
 
 // "activations 61%": the largest term and its share of the peak.
