@@ -120,12 +120,10 @@ void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
       if (Clock::now() >= deadline)
         SPMD_THROW(TimeoutError, "cannot reach the store at ", store_host_, ":", store_port_,
                    " within ", options_.rdzv_timeout_s, " s (", e.what(), "); ",
-                   interface_ ? str_cat(interface_->describe(),
-                                        " is the address this launcher "
-                                        "reaches the store from: can it reach ",
-                                        store_host_, "? Otherwise ")
-                              : "",
-                   "is node 0's launcher running, and are the address and port right?");
+                   interface_ ? str_cat("this launcher connects from ", interface_->describe(),
+                                        ": can that address reach ", store_host_, "? Is")
+                              : std::string("is"),
+                   " node 0's launcher running, and are the address and port right?");
     }
   }
   // --rdzv-conf read_timeout bounds each store operation (60 s unless set,

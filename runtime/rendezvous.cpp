@@ -100,9 +100,9 @@ std::shared_ptr<Store> tcp_store(const std::string& host, int port, bool serve,
     return std::make_shared<TCPStore>(o);
   } catch (const TimeoutError& e) {
     if (!named) throw;
-    SPMD_THROW(TimeoutError, e.what(), "; ", named->describe(),
-               " is the address this process reaches the store from: can ", named->address,
-               " reach ", host, "? (unset ", named->variable, " to let the routes choose)");
+    SPMD_THROW(TimeoutError, e.what(), "; this process connects from ", named->describe(),
+               ": can that address reach ", host, "? (unset ", named->variable,
+               " to let the routes choose)");
   }
 }
 
