@@ -1,7 +1,9 @@
 // TCP sockets as the store and the launcher use them: listen (port 0 picks a
-// free port), connect with retry until a deadline, and exact-length send and
-// receive that end in a TimeoutError or CommError instead of blocking forever.
-// An owned file descriptor is a Socket (closed by its destructor).
+// free port), connect with retry until a deadline (from a chosen source
+// address when asked), and exact-length send and receive that end in a
+// TimeoutError or CommError instead of blocking forever. An owned file
+// descriptor is a Socket (closed by its destructor). Also the address of an
+// interface a user names by an environment variable (SPMD_SOCKET_IFNAME).
 //
 // Not here: the framing of store messages (runtime/store_wire.h) and the
 // collective transports of parallel/comm/, which have their own needs.

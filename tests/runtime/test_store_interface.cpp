@@ -41,10 +41,11 @@ TEST_CASE("connect_tcp leaves from the source address it is given", "[socket]") 
   CHECK(net::local_ip(net::connect_tcp("127.0.0.1", port, 2s).fd()) == "127.0.0.1");
   CHECK(net::local_ip(net::connect_tcp("127.0.0.1", port, 2s, "127.0.0.2").fd()) == "127.0.0.2");
   CHECK(net::local_ip(net::connect_tcp("localhost", port, 2s, "127.0.0.3").fd()) == "127.0.0.3");
-  // 192.0.2.1 (TEST-NET-1) is no address of this machine: refused at once, not retried.
+  // 203.0.113.77 (TEST-NET-3, documentation only) is no address of this
+  // machine: refused at once, not retried.
   const auto t0 = net::Clock::now();
-  CHECK_THROWS_WITH(net::connect_tcp("127.0.0.1", port, 5s, "192.0.2.1"),
-                    Catch::Contains("cannot use 192.0.2.1 as a source"));
+  CHECK_THROWS_WITH(net::connect_tcp("127.0.0.1", port, 5s, "203.0.113.77"),
+                    Catch::Contains("cannot use 203.0.113.77 as a source"));
   CHECK(net::Clock::now() - t0 < 1s);
   CHECK_THROWS_AS(net::connect_tcp("127.0.0.1", port, 1s, "not-an-address"), InvalidArgument);
 }

@@ -165,10 +165,11 @@ MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int s
                          size_t send_buffer) {
   MeshSockets mesh{std::vector<int>(size, -1), std::vector<int>(size, -1)};
   if (size == 1) return mesh;
-  const std::string ip = advertised_address(route_hint);
   // An interface the user named is also where this rank's connections leave
   // from, so a peer that cannot answer that address fails here, not later.
-  const std::string source = named_interface() ? ip : "";
+  const std::optional<net::NamedInterface> named = named_interface();
+  const std::string ip = named ? named->address : advertised_address(route_hint);
+  const std::string source = named ? ip : "";
   net::Socket listener = net::listen_tcp(ip, 0, 2 * size + 16);
   store.set(addr_key(group, rank), str_cat(ip, ":", net::local_port(listener.fd())));
   try {
