@@ -3,6 +3,7 @@
 // seen at once, and the whole wait is bounded by --rdzv-timeout.
 #include "launcher/node_rendezvous.h"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,18 +44,21 @@ std::chrono::milliseconds store_linger(const LaunchOptions& o) {
 }  // namespace
 
 NodeRendezvous::NodeRendezvous(const LaunchOptions& options, std::function<void()> check_interrupt)
-    : options_(options), check_interrupt_(std::move(check_interrupt)) {
+    : options_(options),
+      check_interrupt_(std::move(check_interrupt)),
+      interface_(net::interface_from_env({net::kSocketIfnameVar})) {
   bool bound_all = false;
   net::Socket listener = claim_endpoint(&bound_all);
   connect(std::move(listener), bound_all);
   store_ = std::make_shared<PrefixStore>("spmdrun/" + options.run_id, tcp_);
-  SPMD_LOG_INFO("store at ", store_host_, ":", store_port_, hosting() ? " (hosted here)" : "");
+  SPMD_LOG_INFO("store at ", store_host_, ":", store_port_, hosting() ? " (hosted here)" : "",
+                interface_ ? ", reached from " + interface_->describe() : "");
 }
 
 net::Socket NodeRendezvous::claim_endpoint(bool* bound_all) {
   if (options_.standalone) {  // bound now: no other process can take the port
-    net::Socket listener = net::listen_tcp("127.0.0.1", 0);
-    store_host_ = "127.0.0.1";
+    store_host_ = interface_ ? interface_->address : "127.0.0.1";
+    net::Socket listener = net::listen_tcp(store_host_, 0);
     store_port_ = net::local_port(listener.fd());
     return listener;
   }
@@ -66,9 +70,11 @@ net::Socket NodeRendezvous::claim_endpoint(bool* bound_all) {
   store_port_ = hp.port;
   node_rank_ = options_.node_rank >= 0 ? options_.node_rank : (options_.nnodes == 1 ? 0 : -1);
   if (node_rank_ == 0) {
+    if (interface_) check_store_host(hp.host);
     try {
-      *bound_all = true;
-      return net::listen_tcp("", hp.port);
+      *bound_all = !interface_;
+      if (interface_) store_host_ = interface_->address;
+      return net::listen_tcp(interface_ ? interface_->address : "", hp.port);
     } catch (const CommError& e) {
       SPMD_THROW(CommError, "cannot host the store: ", e.what(),
                  " (another job? pick another --master-port, or --standalone for a free one)");
@@ -83,6 +89,17 @@ net::Socket NodeRendezvous::claim_endpoint(bool* bound_all) {
   return net::Socket();
 }
 
+void NodeRendezvous::check_store_host(const std::string& host) const {
+  // Only an address can be compared: a host name may resolve differently
+  // here and on the other nodes (Debian maps its own name to 127.0.1.1).
+  in_addr ignored{};
+  if (options_.nnodes == 1 || ::inet_pton(AF_INET, host.c_str(), &ignored) != 1) return;
+  SPMD_CHECK(host == interface_->address, "cannot host the store: ", interface_->describe(),
+             " puts it on ", interface_->address, ", but the other nodes look for it at ", host,
+             " (--master-addr or --rdzv-endpoint); name the interface that has ", host,
+             ", or give ", interface_->address, " to every node");
+}
+
 void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
   bool hosting = listener.valid();
   TCPStoreOptions o;
@@ -90,6 +107,7 @@ void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
   o.port = static_cast<uint16_t>(store_port_);
   o.is_server = hosting;
   o.listen_fd = listener.release();
+  o.source = interface_ ? interface_->address : "";
   o.timeout = kSlice;  // short attempts, so that signals are seen between them
   o.linger = store_linger(options_);
   auto deadline = Clock::now() + seconds(options_.rdzv_timeout_s);
@@ -101,8 +119,11 @@ void NodeRendezvous::connect(net::Socket listener, bool bound_all) {
       check_interrupt_();
       if (Clock::now() >= deadline)
         SPMD_THROW(TimeoutError, "cannot reach the store at ", store_host_, ":", store_port_,
-                   " within ", options_.rdzv_timeout_s, " s (", e.what(),
-                   "); is node 0's launcher running, and are the address and port right?");
+                   " within ", options_.rdzv_timeout_s, " s (", e.what(), "); ",
+                   interface_ ? str_cat("this launcher connects from ", interface_->describe(),
+                                        ": can that address reach ", store_host_, "? Is")
+                              : std::string("is"),
+                   " node 0's launcher running, and are the address and port right?");
     }
   }
   // --rdzv-conf read_timeout bounds each store operation (60 s unless set,
@@ -194,8 +215,9 @@ std::string NodeRendezvous::choose_worker_master() {
   if (hosting()) return port;
   // Node 0 is not the store's host: its address is this end of a connection
   // to the store, which the other nodes reach too.
-  net::Socket probe = net::connect_tcp(store_host_, static_cast<uint16_t>(store_port_),
-                                       seconds(options_.rdzv_timeout_s));
+  net::Socket probe =
+      net::connect_tcp(store_host_, static_cast<uint16_t>(store_port_),
+                       seconds(options_.rdzv_timeout_s), interface_ ? interface_->address : "");
   return str_cat(port, " ", net::local_ip(probe.fd()));
 }
 

@@ -54,9 +54,14 @@ class NodeRendezvous {
  public:
   // Hosts or connects to the store the options name. `check_interrupt` is
   // called between short waits and may throw (the launcher's signals), so a
-  // long wait can always be cut short.
+  // long wait can always be cut short. With SPMD_SOCKET_IFNAME set, the store
+  // hosted here listens on that interface's address alone, and every
+  // connection to the store leaves from it.
   // Throws CommError when the port to host is taken ("already in use"),
-  // TimeoutError when the store is unreachable within --rdzv-timeout.
+  // TimeoutError when the store is unreachable within --rdzv-timeout (naming
+  // the variable when it chose the source address), InvalidArgument when the
+  // variable names no interface, or when node 0 would host the store on an
+  // address other than the --master-addr that the other nodes are given.
   NodeRendezvous(const LaunchOptions& options, std::function<void()> check_interrupt);
   ~NodeRendezvous();
 
@@ -74,7 +79,9 @@ class NodeRendezvous {
   void mark_done(int round, int group_rank);
   bool all_done(int round);
 
-  // The store's address as workers should reach it (their SPMD_AGENT_STORE).
+  // The store's address as workers should reach it (their SPMD_AGENT_STORE);
+  // when this launcher hosts it with SPMD_SOCKET_IFNAME set, that interface's
+  // address.
   const std::string& store_host() const { return store_host_; }
   int store_port() const { return store_port_; }
   bool hosting() const;
@@ -86,6 +93,10 @@ class NodeRendezvous {
   // Binds the endpoint when this launcher is to host the store (sets
   // store_host_/store_port_ either way); an invalid socket otherwise.
   net::Socket claim_endpoint(bool* bound_all);
+  // With SPMD_SOCKET_IFNAME set and several nodes: throws InvalidArgument
+  // when `host`, the endpoint the other nodes are given, is an IPv4 address
+  // that is not the interface's (they would look for the store where it is not).
+  void check_store_host(const std::string& host) const;
   // Starts the server on `listener` when valid, then connects, retrying in
   // short slices until --rdzv-timeout.
   void connect(net::Socket listener, bool bound_all);
@@ -97,6 +108,9 @@ class NodeRendezvous {
 
   const LaunchOptions& options_;
   std::function<void()> check_interrupt_;
+  // The interface SPMD_SOCKET_IFNAME names: the store listens on its address
+  // (when hosted here) and this launcher connects from it.
+  std::optional<net::NamedInterface> interface_;
   std::string store_host_;
   int store_port_ = 0;
   int node_rank_ = -1;  // fixed by --node-rank; -1: taken by arrival order

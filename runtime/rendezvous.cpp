@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "runtime/env.h"
@@ -79,17 +80,30 @@ int take_inherited_listener(uint16_t port) {
   return fd;
 }
 
+// The job's TCPStore at host:port, hosted here when `serve`. With
+// SPMD_SOCKET_IFNAME set, the server listens on that interface's address
+// alone and this client connects from it.
 std::shared_ptr<Store> tcp_store(const std::string& host, int port, bool serve,
                                  Store::Duration timeout) {
   SPMD_CHECK(port >= 1 && port <= 65535, "rendezvous: port ", port, " of ", host,
              " is not in 1..65535");
+  const std::optional<net::NamedInterface> named = net::interface_from_env({net::kSocketIfnameVar});
   TCPStoreOptions o;
   o.host = host;
   o.port = static_cast<uint16_t>(port);
   o.is_server = serve;
   o.listen_fd = serve ? take_inherited_listener(o.port) : -1;
+  o.listen_host = named ? named->address : "";
+  o.source = named ? named->address : "";
   o.timeout = timeout;
-  return std::make_shared<TCPStore>(o);
+  try {
+    return std::make_shared<TCPStore>(o);
+  } catch (const TimeoutError& e) {
+    if (!named) throw;
+    SPMD_THROW(TimeoutError, e.what(), "; this process connects from ", named->describe(),
+               ": can that address reach ", host, "? (unset ", named->variable,
+               " to let the routes choose)");
+  }
 }
 
 Rendezvous from_env(int rank, int world_size, Store::Duration timeout) {

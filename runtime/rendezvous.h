@@ -14,6 +14,10 @@
 //
 // tcp:// and file:// take the rank and world size from the arguments or from
 // the query (`tcp://node0:29500?rank=1&world_size=4`).
+//
+// With SPMD_SOCKET_IFNAME set, a TCPStore's server listens on that
+// interface's address alone (unless spawn() handed it a bound socket), and
+// every client connects from it.
 #pragma once
 
 #include <memory>

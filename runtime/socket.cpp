@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -32,9 +34,10 @@ struct AddrInfoList {
 };
 
 // Resolves host:port; returns the getaddrinfo error code (0 on success).
-int resolve(const std::string& host, uint16_t port, int flags, AddrInfoList& out) {
+int resolve(const std::string& host, uint16_t port, int flags, AddrInfoList& out,
+            int family = AF_UNSPEC) {
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
+  hints.ai_family = family;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = flags;
   std::string service = std::to_string(port);
@@ -82,10 +85,12 @@ int try_listen(int family, const sockaddr* addr, socklen_t len, int backlog, Soc
   SPMD_THROW(CommError, "listen on ", where, ": ", errno_text(err));
 }
 
-// One connection attempt to one address; returns the errno (0 on success).
-int try_connect(const addrinfo* ai, Deadline deadline, Socket& out) {
+// One connection attempt to one address, from `source` when it is not null;
+// returns the errno (0 on success).
+int try_connect(const addrinfo* ai, const addrinfo* source, Deadline deadline, Socket& out) {
   Socket s(::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!s.valid()) return errno;
+  if (source && ::bind(s.fd(), source->ai_addr, source->ai_addrlen) != 0) return errno;
   if (::connect(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0) {
     if (errno != EINPROGRESS) return errno;
     pollfd p{s.fd(), POLLOUT, 0};
@@ -196,19 +201,33 @@ Socket listen_tcp(const std::string& host, uint16_t port, int backlog) {
   throw_listen_error(host, port, err);
 }
 
-Socket connect_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout) {
+Socket connect_tcp(const std::string& host, uint16_t port, std::chrono::milliseconds timeout,
+                   const std::string& source) {
   Deadline deadline = Clock::now() + timeout;
+  // The source, when given, decides the family: an IPv4 source reaches IPv4 addresses only.
+  AddrInfoList from;
+  if (!source.empty()) {
+    int rc = resolve(source, 0, AI_NUMERICHOST | AI_PASSIVE, from);
+    SPMD_CHECK(rc == 0, "connect to ", host, ":", port, " from ", source, ": '", source,
+               "' is not an IP address (", gai_strerror(rc), ")");
+    Socket probe(::socket(from.head->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    SPMD_CHECK(::bind(probe.fd(), from.head->ai_addr, from.head->ai_addrlen) == 0, "connect to ",
+               host, ":", port, " from ", source, ": cannot use ", source, " as a source (",
+               errno_text(errno), "; is it an address of this machine?)");
+  }
+  const std::string from_text = source.empty() ? "" : str_cat(" from ", source);
   auto pause = std::chrono::milliseconds(10);
   std::string last_error = "no attempt finished";
   for (;;) {
     AddrInfoList list;
-    int rc = resolve(host, port, 0, list);
+    int rc = resolve(host, port, 0, list, from.head ? from.head->ai_family : AF_UNSPEC);
     if (rc == EAI_NONAME)
-      SPMD_THROW(InvalidArgument, "connect to ", host, ":", port, ": unknown host '", host, "'");
+      SPMD_THROW(InvalidArgument, "connect to ", host, ":", port, from_text, ": unknown host '",
+                 host, "'");
     if (rc != 0) last_error = gai_strerror(rc);
     for (addrinfo* ai = rc == 0 ? list.head : nullptr; ai; ai = ai->ai_next) {
       Socket s;
-      int err = try_connect(ai, deadline, s);
+      int err = try_connect(ai, from.head, deadline, s);
       if (err == 0) return s;
       last_error = errno_text(err);
     }
@@ -216,8 +235,39 @@ Socket connect_tcp(const std::string& host, uint16_t port, std::chrono::millisec
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
-  SPMD_THROW(TimeoutError, "connect to ", host, ":", port, ": no server answered within ",
-             timeout.count(), " ms (last error: ", last_error, ")");
+  SPMD_THROW(TimeoutError, "connect to ", host, ":", port, from_text,
+             ": no server answered within ", timeout.count(), " ms (last error: ", last_error, ")");
+}
+
+std::string NamedInterface::describe() const {
+  return str_cat(variable, "=", name, " (", address, ")");
+}
+
+std::string interface_address(const std::string& ifname, const std::string& variable) {
+  ifaddrs* list = nullptr;
+  SPMD_CHECK(getifaddrs(&list) == 0, variable, ": cannot list interfaces: ", errno_text(errno));
+  std::string found, names;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
+    names += str_cat(names.empty() ? "" : ", ", a->ifa_name, " (", buf, ")");
+    if (found.empty() && ifname == a->ifa_name) found = buf;
+  }
+  freeifaddrs(list);
+  SPMD_CHECK(!found.empty(), variable, "=", ifname,
+             ": no interface of that name has an IPv4 address; those that have one: ",
+             names.empty() ? std::string("none") : names);
+  return found;
+}
+
+std::optional<NamedInterface> interface_from_env(std::initializer_list<const char*> variables) {
+  for (const char* variable : variables) {
+    const char* ifname = std::getenv(variable);
+    if (ifname && *ifname)
+      return NamedInterface{variable, ifname, interface_address(ifname, variable)};
+  }
+  return std::nullopt;
 }
 
 uint16_t local_port(int fd) {

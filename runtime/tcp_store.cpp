@@ -30,8 +30,8 @@ std::string key_what(const char* op, const std::string& key) {
 
 class TCPStore::Connection {
  public:
-  Connection(const std::string& host, uint16_t port, Duration timeout)
-      : sock_(net::connect_tcp(host, port, timeout)) {
+  Connection(const std::string& host, uint16_t port, const std::string& source, Duration timeout)
+      : sock_(net::connect_tcp(host, port, timeout, source)) {
     net::Deadline deadline = net::Clock::now() + timeout;
     std::vector<uint8_t> body = round_trip(Writer().u32(kMagic).u16(kVersion).finish(), deadline);
     Reader r(body.data(), body.size());
@@ -63,13 +63,14 @@ TCPStore::TCPStore(TCPStoreOptions options) : Store(options.timeout), options_(s
   if (options_.is_server) {
     server_ = options_.listen_fd >= 0
                   ? std::make_unique<TCPStoreServer>(net::Socket(options_.listen_fd))
-                  : std::make_unique<TCPStoreServer>(options_.port);
+                  : std::make_unique<TCPStoreServer>(options_.port, options_.listen_host);
     options_.port = server_->port();
     options_.listen_fd = -1;
   }
   // The first connection proves the server is there; keep it for later calls.
   release(acquire("connect"));
   SPMD_LOG_DEBUG("TCPStore: connected to ", options_.host, ":", options_.port,
+                 options_.source.empty() ? "" : " from " + options_.source,
                  server_ ? " (hosting the server)" : "");
 }
 
@@ -101,7 +102,7 @@ std::unique_ptr<TCPStore::Connection> TCPStore::acquire(const std::string& what)
     }
   }
   try {
-    return std::make_unique<Connection>(options_.host, options_.port, timeout());
+    return std::make_unique<Connection>(options_.host, options_.port, options_.source, timeout());
   } catch (const TimeoutError& e) {
     SPMD_THROW(TimeoutError, "TCPStore ", what, ": ", e.what());
   } catch (const CommError& e) {

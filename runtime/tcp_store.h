@@ -29,11 +29,17 @@ struct TCPStoreOptions {
   std::string host = "127.0.0.1";
   // The server's port. With is_server, 0 picks a free port (see port()).
   uint16_t port = 0;
-  // Host the server in this process as well (on every interface).
+  // Host the server in this process as well.
   bool is_server = false;
+  // With is_server: the address the server listens on; empty: every interface.
+  std::string listen_host;
   // With is_server: serve on this already bound, listening socket instead of
   // binding `port`; the store takes ownership of the descriptor.
   int listen_fd = -1;
+  // When not empty, the local address every connection to the server leaves
+  // from (bound before connecting): the address of the interface
+  // SPMD_SOCKET_IFNAME names, so that store traffic takes that interface.
+  std::string source;
   // How long to keep retrying the first connection, and the default timeout of
   // every blocking call.
   Store::Duration timeout = Store::kDefaultTimeout;
@@ -51,7 +57,9 @@ class TCPStore : public Store {
  public:
   // Starts the server when asked, then connects, retrying until the timeout
   // (the server may start after its clients). Throws TimeoutError naming the
-  // address when no server answers, CommError when the port is in use.
+  // address (and the source) when no server answers, CommError when the port
+  // is in use, InvalidArgument when the source is not an address of this
+  // machine.
   explicit TCPStore(TCPStoreOptions options);
   ~TCPStore() override;
 

@@ -264,3 +264,47 @@ TEST_CASE("spmdrun: clear errors for a taken port, no master, no program, bad fl
         "--log-dir", "--redirects", "--tee", "--local-ranks-filter", "--run-id"})
     CHECK(help.out.find(flag) != std::string::npos);
 }
+
+// SPMD_SOCKET_IFNAME picks the store's interface (docs/launcher.md, "Which
+// interface"): the workers reach the store from it, a name no interface has
+// stops spmdrun at once, node 0 refuses to host the store off the address
+// the other nodes are given, and a store unreachable from it is named with
+// both addresses and the variable. Loopback holds all of 127/8, so
+// 127.0.0.2 stands for an address of another interface.
+TEST_CASE("spmdrun: SPMD_SOCKET_IFNAME picks the store's interface", "[launcher]") {
+  RunResult lo = run_spmdrun(worker({"--standalone", "--nproc-per-node", "2"}, {"--store"}), 30s,
+                             {"SPMD_SOCKET_IFNAME=lo"});
+  INFO(lo.out << lo.err);
+  CHECK(lo.exit_code == 0);
+  CHECK(count(lo.out, "STORE OK ranks=2 attempt=0\n") == 2);
+
+  RunResult nosuch = run_spmdrun(worker({"--standalone", "--nproc-per-node", "2"}, {"--store"}),
+                                 10s, {"SPMD_SOCKET_IFNAME=nosuch0"});
+  CHECK(nosuch.exit_code == 2);
+  CHECK(nosuch.err.find("SPMD_SOCKET_IFNAME=nosuch0: no interface of that name has an IPv4 "
+                        "address; those that have one: ") != std::string::npos);
+  CHECK(nosuch.err.find("lo (127.0.0.1)") != std::string::npos);
+  CHECK(nosuch.seconds < 5);
+
+  const std::string port = std::to_string(free_port());
+  RunResult off = run_spmdrun(worker({"--nnodes", "2", "--node-rank", "0", "--master-addr",
+                                      "127.0.0.2", "--master-port", port},
+                                     {}),
+                              10s, {"SPMD_SOCKET_IFNAME=lo"});
+  CHECK(off.exit_code == 2);
+  CHECK(off.err.find("cannot host the store: SPMD_SOCKET_IFNAME=lo (127.0.0.1) puts it on "
+                     "127.0.0.1, but the other nodes look for it at 127.0.0.2") !=
+        std::string::npos);
+
+  RunResult far = run_spmdrun(worker({"--nnodes", "2", "--node-rank", "1", "--master-addr",
+                                      "127.0.0.2", "--master-port", port, "--rdzv-timeout", "1"},
+                                     {}),
+                              10s, {"SPMD_SOCKET_IFNAME=lo"});
+  CHECK(far.exit_code == 1);
+  CHECK(far.err.find("cannot reach the store at 127.0.0.2:" + port + " within 1 s") !=
+        std::string::npos);
+  CHECK(far.err.find("connect to 127.0.0.2:" + port + " from 127.0.0.1") != std::string::npos);
+  CHECK(far.err.find("this launcher connects from SPMD_SOCKET_IFNAME=lo (127.0.0.1): can that "
+                     "address reach 127.0.0.2?") != std::string::npos);
+  CHECK(far.seconds < 6);
+}

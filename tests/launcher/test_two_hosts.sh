@@ -27,13 +27,24 @@
 #      gradient, so the runs' different summation orders move parameters by
 #      rounding only (with eps 1e-8 an element whose gradient is near zero
 #      steps by +-lr on its sign, which rounding may flip).
-#   c. SPMD_SOCKET_IFNAME: each host has a second interface (alt0, a veth
-#      whose both ends stay on that host) that routes to no other host.
-#      Naming it makes a cross-host connection fail within the group's
-#      timeout with an error that names the peer and the address it tried
-#      (host B's ranks fail first: host A's launcher then stops its own);
-#      naming the veth works; a name no interface has is an error listing
-#      those that exist (on host A alone, whose ranks fail at once).
+#   c. The interface variables: each host has a second interface (alt0, a
+#      veth whose both ends stay on that host) that routes to no other host.
+#      SPMD_SOCKET_IFNAME picks the interface of the store and of the links,
+#      GLOO_SOCKET_IFNAME that of the links alone (as in PyTorch, where it
+#      is Gloo's and the store ignores it).
+#      - SPMD_SOCKET_IFNAME=alt0 on host B: its launcher connects to the
+#        store from alt0's address, to which host A cannot answer, and fails
+#        within --rdzv-timeout naming the store's address, its own and the
+#        variable; on both hosts: host A's launcher refuses at once to host
+#        the store on alt0 when the other node looks for it at --master-addr.
+#      - GLOO_SOCKET_IFNAME=alt0 on both: the store is reached as usual, and
+#        a cross-host link fails within the group's timeout with an error
+#        that names the peer and the address it tried (host B's ranks fail
+#        first: host A's launcher then stops its own).
+#      - SPMD_SOCKET_IFNAME naming the veth works end to end, the store
+#        bound to host A's veth address alone.
+#      - a name no interface has is an error listing those that exist (host
+#        A's launcher, at once).
 #   d. The link goes down mid-collective (host B's veth end set down during
 #      a loop of large all_reduces): every rank fails within the group's
 #      timeout, naming the op, its sequence number and the other host's
@@ -102,11 +113,12 @@ on_host() {
 # job LABEL PORT ENV_A ENV_B PROGRAM ARGS...: PROGRAM on 4 ranks, ranks 0,1
 # on host A (with the variables ENV_A, "K=V ..."), 2,3 on host B; output in
 # $tmp/LABEL.A and .B; their exit codes in rcA and rcB, seconds in took.
+# The launchers' --rdzv-timeout is $rdzv_timeout, 20 s unless set.
 job() {
   local label=$1 port=$2 envA=$3 envB=$4 start=$SECONDS
   shift 4
   local node=(--nnodes 2 --nproc-per-node 2 --master-addr 10.213.9.1 --master-port "$port"
-              --rdzv-timeout 20 --run-id "$label")
+              --rdzv-timeout "${rdzv_timeout:-20}" --run-id "$label")
   # shellcheck disable=SC2086  # ENV_A and ENV_B are lists of words
   on_host hostA "$nsA" "$tmp/$label.A" env $envA "$spmdrun" "${node[@]}" --node-rank 0 "$@" &
   pids+=($!)
@@ -205,24 +217,56 @@ timeout 60 /usr/bin/python3 "$here/same_training.py" 4 "$tmp/one" "$tmp/one.safe
   "$tmp/hsdp.safetensors" || fail "train: HSDP across two hosts differs from one process"
 echo "b. spmd-train HSDP across two hosts = one process"
 
-# --- c. SPMD_SOCKET_IFNAME ---------------------------------------------------------------
+# --- c. SPMD_SOCKET_IFNAME and GLOO_SOCKET_IFNAME -----------------------------------------
 small=("$bench" all_reduce -b 8 -e 1K -f 4 -n 1 -w 0 -c 1)
-# alt0 reaches no other host: ranks 2,3 cannot connect to ranks 0,1. Host
-# B's group timeout is the shorter, so its ranks, which try to connect, are
-# the first to fail (host A's, which wait for them, would say less).
-job alt 29631 "SPMD_SOCKET_IFNAME=alt0 SPMD_PG_TIMEOUT_S=10" \
-  "SPMD_SOCKET_IFNAME=alt0 SPMD_PG_TIMEOUT_S=3" "${small[@]}"
+# The store from alt0: host B's launcher sends from 10.213.11.1, to which
+# host A has no route, so no answer ever comes back.
+rdzv_timeout=4 job storealt 29635 "" "SPMD_SOCKET_IFNAME=alt0" "${small[@]}"
+[ $rcA -ne 0 ] && [ $rcB -ne 0 ] || { show storealt; fail "store alt0: the job did not fail ($rcA, $rcB)"; }
+[ $took -le 10 ] || fail "store alt0: failing took $took s with a 4 s rendezvous timeout"
+grep -q "cannot reach the store at 10.213.9.1:29635 within 4 s (.*connect to 10.213.9.1:29635 from 10.213.11.1: .*this launcher connects from SPMD_SOCKET_IFNAME=alt0 (10.213.11.1): can that address reach 10.213.9.1?" \
+  "$tmp/storealt.B" || { show storealt; fail "store alt0: host B's error does not name the store, the source and the variable"; }
+echo "c. SPMD_SOCKET_IFNAME=alt0 on host B: failed at the store in $took s, saying:"
+grep -ho "cannot reach the store .*" "$tmp/storealt.B" | head -1
+rdzv_timeout=4 job storealt2 29637 "SPMD_SOCKET_IFNAME=alt0" "SPMD_SOCKET_IFNAME=alt0" "${small[@]}"
+[ $rcA -ne 0 ] && [ $rcB -ne 0 ] || { show storealt2; fail "store alt0 x2: the job did not fail ($rcA, $rcB)"; }
+[ $took -le 10 ] || fail "store alt0 x2: failing took $took s with a 4 s rendezvous timeout"
+grep -q "cannot host the store: SPMD_SOCKET_IFNAME=alt0 (10.213.10.1) puts it on 10.213.10.1, but the other nodes look for it at 10.213.9.1" \
+  "$tmp/storealt2.A" || { show storealt2; fail "store alt0 x2: host A does not refuse to host on alt0"; }
+grep -q "from 10.213.11.1: .*SPMD_SOCKET_IFNAME=alt0 (10.213.11.1)" "$tmp/storealt2.B" ||
+  { show storealt2; fail "store alt0 x2: host B's error does not name the source and the variable"; }
+echo "   SPMD_SOCKET_IFNAME=alt0 on both: host A refused at once, saying:"
+grep -ho "cannot host the store: .*" "$tmp/storealt2.A" | head -1
+# The links from alt0, the store as usual: ranks 2,3 cannot connect to
+# ranks 0,1. Host B's group timeout is the shorter, so its ranks, which try
+# to connect, are the first to fail (host A's, which wait for them, would
+# say less).
+job alt 29631 "GLOO_SOCKET_IFNAME=alt0 SPMD_PG_TIMEOUT_S=10" \
+  "GLOO_SOCKET_IFNAME=alt0 SPMD_PG_TIMEOUT_S=3" "${small[@]}"
 [ $rcA -ne 0 ] && [ $rcB -ne 0 ] || { show alt; fail "alt0: the job did not fail ($rcA, $rcB)"; }
 [ $took -le 8 ] || fail "alt0: failing took $took s with a 3 s timeout"
 grep -q "rank 2 (at 10.213.11.1) cannot connect to rank 0 at 10.213.10.1:" "$tmp/alt.B" ||
   { show alt; fail "alt0: rank 2's error does not name rank 0 and the address it tried"; }
-echo "c. SPMD_SOCKET_IFNAME=alt0: failed in $took s, saying:"
+echo "   GLOO_SOCKET_IFNAME=alt0: the links failed in $took s, saying:"
 grep -ho "rank 2 (at .*" "$tmp/alt.B" | head -1
+# The veth for everything: host A's store listens on 10.213.9.1 alone.
+(
+  for _ in $(seq 100); do
+    ss=$(ip netns exec "$nsA" ss -Htln "sport = :29641" 2>/dev/null)
+    [ -n "$ss" ] && { echo "$ss" >"$tmp/veth.listen"; break; }
+    sleep 0.1
+  done
+) &
+watcher=$!
 job veth 29641 "SPMD_SOCKET_IFNAME=$vethA" "SPMD_SOCKET_IFNAME=$vethB" "${small[@]}"
+wait $watcher
 [ $rcA -eq 0 ] && [ $rcB -eq 0 ] || { show veth; fail "veth: exited with $rcA, $rcB"; }
 grep -q "^\[rank0\]: # Out of bounds values : 0 OK" "$tmp/veth.A" || { show veth; fail "veth: wrong values"; }
-echo "   SPMD_SOCKET_IFNAME=$vethA/$vethB: the collectives ran"
-job nosuch 29651 "SPMD_SOCKET_IFNAME=nosuch0" "" "${small[@]}"  # host A's ranks fail at once
+grep -q " 10.213.9.1:29641 " "$tmp/veth.listen" 2>/dev/null ||
+  fail "veth: the store did not listen on 10.213.9.1 alone: $(cat "$tmp/veth.listen" 2>/dev/null)"
+echo "   SPMD_SOCKET_IFNAME=$vethA/$vethB: the collectives ran; the store listened at" \
+  "$(awk '{print $4}' "$tmp/veth.listen")"
+rdzv_timeout=4 job nosuch 29651 "SPMD_SOCKET_IFNAME=nosuch0" "" "${small[@]}"  # host A fails at once
 [ $rcA -ne 0 ] && [ $rcB -ne 0 ] || { show nosuch; fail "nosuch0: the job did not fail"; }
 for listed in "lo (127.0.0.1)" "$vethA (10.213.9.1)" "alt0 (10.213.10.1)"; do
   grep -qF "SPMD_SOCKET_IFNAME=nosuch0: no interface of that name has an IPv4 address; those that have one: " \

@@ -2,8 +2,6 @@
 #include "parallel/comm/tcp/bootstrap.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -12,8 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
+#include <optional>
 
 #include "parallel/comm/tcp/wire.h"
 #include "runtime/error.h"
@@ -31,27 +28,6 @@ struct Hello {
   int32_t rank = 0;
   int32_t channel = 0;  // 0: collectives, 1: point-to-point
 };
-
-// The IPv4 address of interface `ifname`; an error naming the interfaces
-// that have one when it has none (or does not exist). `variable` is where
-// the name came from.
-std::string interface_address(const char* ifname, const char* variable) {
-  ifaddrs* list = nullptr;
-  SPMD_CHECK(getifaddrs(&list) == 0, variable, ": cannot list interfaces");
-  std::string found, names;
-  for (ifaddrs* a = list; a; a = a->ifa_next) {
-    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
-    char buf[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf);
-    names += str_cat(names.empty() ? "" : ", ", a->ifa_name, " (", buf, ")");
-    if (found.empty() && std::strcmp(a->ifa_name, ifname) == 0) found = buf;
-  }
-  freeifaddrs(list);
-  SPMD_CHECK(!found.empty(), variable, "=", ifname,
-             ": no interface of that name has an IPv4 address; those that have one: ",
-             names.empty() ? std::string("none") : names);
-  return found;
-}
 
 // The local address of the interface the kernel would route `host` through
 // (a UDP "connect" sends nothing); empty when host does not resolve.
@@ -95,10 +71,17 @@ void tune_socket(int fd, size_t send_buffer) {
 
 std::string addr_key(const std::string& group, int rank) { return str_cat(group, "/addr/", rank); }
 
+// The interfaces the variables name, spmd's first, then Gloo's
+// (torch.distributed's TCP backend reads it).
+std::optional<net::NamedInterface> named_interface() {
+  return net::interface_from_env({net::kSocketIfnameVar, "GLOO_SOCKET_IFNAME"});
+}
+
 // Connects to every lower rank, twice, and says hello on each socket. `ip`
-// is this rank's own published address, for the error messages.
+// is this rank's own published address, for the error messages; `source`,
+// when not empty, the address every connection leaves from.
 void connect_down(Store& store, const std::string& group, int rank, const std::string& ip,
-                  std::chrono::milliseconds timeout, MeshSockets& out) {
+                  const std::string& source, std::chrono::milliseconds timeout, MeshSockets& out) {
   const auto deadline = Clock::now() + timeout;
   for (int peer = 0; peer < rank; ++peer) {
     std::string where;
@@ -114,7 +97,7 @@ void connect_down(Store& store, const std::string& group, int rank, const std::s
     for (int channel = 0; channel < 2; ++channel) {
       net::Socket s;
       try {
-        s = net::connect_tcp(hp.host, hp.port, time_left(deadline));
+        s = net::connect_tcp(hp.host, hp.port, time_left(deadline), source);
       } catch (const TimeoutError& e) {
         SPMD_THROW(TimeoutError, mesh_connect_error(group, rank, ip, peer, where, e.what()));
       } catch (const Error& e) {
@@ -169,11 +152,7 @@ std::string mesh_connect_error(const std::string& group, int rank, const std::st
 }
 
 std::string advertised_address(const std::string& route_hint) {
-  // spmd's name first, then Gloo's (torch.distributed's TCP backend reads it).
-  for (const char* variable : {"SPMD_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}) {
-    if (const char* ifname = std::getenv(variable); ifname && *ifname)
-      return interface_address(ifname, variable);
-  }
+  if (std::optional<net::NamedInterface> named = named_interface()) return named->address;
   if (!route_hint.empty()) {
     std::string ip = route_address(route_hint);
     if (!ip.empty()) return ip;
@@ -186,11 +165,15 @@ MeshSockets connect_mesh(Store& store, const std::string& group, int rank, int s
                          size_t send_buffer) {
   MeshSockets mesh{std::vector<int>(size, -1), std::vector<int>(size, -1)};
   if (size == 1) return mesh;
-  const std::string ip = advertised_address(route_hint);
+  // An interface the user named is also where this rank's connections leave
+  // from, so a peer that cannot answer that address fails here, not later.
+  const std::optional<net::NamedInterface> named = named_interface();
+  const std::string ip = named ? named->address : advertised_address(route_hint);
+  const std::string source = named ? ip : "";
   net::Socket listener = net::listen_tcp(ip, 0, 2 * size + 16);
   store.set(addr_key(group, rank), str_cat(ip, ":", net::local_port(listener.fd())));
   try {
-    connect_down(store, group, rank, ip, timeout, mesh);
+    connect_down(store, group, rank, ip, source, timeout, mesh);
     accept_up(listener.fd(), group, rank, ip, size, timeout, mesh);
   } catch (...) {
     for (int fd : mesh.collective)

@@ -14,9 +14,12 @@
 // The address a rank publishes is, in order of preference: the IPv4 address
 // of the interface SPMD_SOCKET_IFNAME names, else GLOO_SOCKET_IFNAME (PyTorch's
 // spelling for its TCP backend; a name with no IPv4 address is an error
-// listing the interfaces that have one); the
-// address of the interface that routes to `route_hint` (the store's host,
-// usually MASTER_ADDR); else 127.0.0.1.
+// listing the interfaces that have one), and the rank's connections then
+// leave from that address too; else the address of the interface that
+// routes to `route_hint` (the store's host, usually MASTER_ADDR); else
+// 127.0.0.1. The store's own interface is runtime's business
+// (runtime/socket.h, kSocketIfnameVar): SPMD_SOCKET_IFNAME picks both,
+// GLOO_SOCKET_IFNAME the links alone, as in PyTorch.
 #pragma once
 
 #include <chrono>
