@@ -353,6 +353,7 @@ MemoryPlan plan_memory(const TrainConfig& config, int64_t rank) {
     const bool sharded = fsdp && !piece.expert;  // FSDP's chunk is a copy
     const Chunked chunk = sharded ? fsdp_chunk(piece, at) : Chunked{};
     plan.parameters += sharded ? uint64_t(chunk.mine) * kF32 : uint64_t(piece.held) * kF32;
+    if (piece.expert) plan.experts += uint64_t(piece.held) * kF32;
     plan.gradients += sharded ? uint64_t(chunk.padded) * kF32 : local;
     plan.optimizer += 2 * (sharded ? uint64_t(chunk.mine) * kF32 : local);  // AdamW's 2 moments
   }
