@@ -265,13 +265,18 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
   return evaluate(config, fastest, cluster);
 }
 
-// The layout's first fit, in order of the recomputation each checkpointing
-// costs (none; selective "op", no GEMM again; every 2nd block; full), of
-// the microbatch counts the checks allow (fewest_that_fit); `valid` is set
-// when the checks allow any.
+// The layout's fit over the checkpointing modes, each with the microbatch
+// counts the checks allow (fewest_that_fit). Untimed, the first that fits
+// in order of what it recomputes (none; selective "op", no GEMM again;
+// every 2nd block; full); timed, the fastest of those that fit, since
+// recomputing may let fewer microbatches fit, and fewer may be faster. No
+// checkpointing that fits with the fewest microbatches is the fastest: it
+// runs the least and may take any count. `valid_any` is set when the
+// checks allow any.
 std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster& cluster,
                              Search& out, bool& valid_any) {
   const int64_t dp = l.dp_replicate * l.dp_shard;
+  std::optional<Fit> best;
   for (const char* ac : kCheckpointing) {
     l.checkpointing = ac;
     std::vector<int64_t> valid;  // microbatches the checks allow, fewest first
@@ -285,9 +290,16 @@ std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster&
     }
     if (valid.empty()) return std::nullopt;
     valid_any = true;
-    if (const auto f = fewest_that_fit(config, l, valid, cluster, out)) return f;
+    const std::optional<Fit> f = fewest_that_fit(config, l, valid, cluster, out);
+    if (!f) continue;
+    if (!cluster.timed()) return f;
+    if (!best || fits_before(*f, *best)) best = f;
+    if (l.checkpointing == "none") {
+      l.microbatches = valid.front();
+      if (evaluate(config, l, cluster.devices).plan.peak() <= cluster.device_memory) break;
+    }
   }
-  return std::nullopt;
+  return best;
 }
 
 // The schedules a pipeline of the search tries: the config's; on a timed
@@ -303,6 +315,26 @@ std::vector<std::pair<std::string, int64_t>> schedules(const TrainConfig& config
     if (config.parallel.pp_schedule != "interleaved" || config.parallel.pp_stages_per_rank != v)
       out.push_back({"interleaved", v});
   return out;
+}
+
+// The layout's best fit over the schedules (fits_before: on a timed cluster
+// the fastest). Interleaved schedules are walked v = 2, 3, ... and left at
+// the first v that does not fit or is no faster than v - 1: the bubble
+// shrinks as 1/v and the pipeline's sends grow as v, so the step is taken
+// to be convex in v (the split of the blocks and the microbatches chosen
+// for each v can make it not quite so).
+std::optional<Fit> best_schedule(const TrainConfig& config, Layout l, const Cluster& cluster,
+                                 Search& out, bool& valid) {
+  std::optional<Fit> best, previous;
+  for (const auto& [schedule, v] : schedules(config, cluster, l.pp)) {
+    l.schedule = schedule, l.stages_per_rank = v;
+    const std::optional<Fit> f = first_fit(config, l, cluster, out, valid);
+    if (f && (!best || fits_before(*f, *best))) best = f;
+    if (schedule != "interleaved") continue;
+    if (v > 2 && (!f || !previous || !fits_before(*f, *previous))) break;
+    previous = f;
+  }
+  return best;
 }
 
 // The ep values a layout of these data axes may take: 1, and for a model
@@ -333,15 +365,9 @@ Search search_layouts(const TrainConfig& config, const Cluster& cluster) {
           Layout l{dp_replicate, n / pp / tp / cp / dp_replicate, tp, pp, cp, 1, "none"};
           if (config.training.global_batch % (l.dp_replicate * l.dp_shard) != 0) continue;
           for (int64_t ep : ep_values(config, l)) {
-            // Of the schedules, the best fit (fits_before: on a timed cluster the fastest).
             l.ep = ep;
             bool valid = false;
-            std::optional<Fit> best;
-            for (const auto& [schedule, v] : schedules(config, cluster, pp)) {
-              l.schedule = schedule, l.stages_per_rank = v;
-              const auto f = first_fit(config, l, cluster, out, valid);
-              if (f && (!best || fits_before(*f, *best))) best = f;
-            }
+            const std::optional<Fit> best = best_schedule(config, l, cluster, out, valid);
             out.layouts += valid;
             if (best) out.fits.push_back(*best);
           }

@@ -240,12 +240,16 @@ std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& p
   // Expert parallel (ep ranks tp apart in the data axes, parallelize.cpp):
   // per MoE block and microbatch, the tokens' k routed copies dispatched
   // and combined forward, and their gradients both ways backward; again for
-  // a block whose forward reruns. After the step, each expert's gradient
+  // a block whose forward reruns (dispatch.h). After the step, each expert's gradient
   // averaged over the ranks that hold a copy of it.
   if (p.ep > 1) {
     const double k = double(config.model.moe_top_k);
     add({"ep", p.ep, p.tp}, "all_to_all", "EP tokens (dispatch, combine)",
         s.m * (4 * s.moe + 2 * s.moe_reruns), s.tokens * k * s.C * s.act, false);
+    // Before each forward dispatch, the rows each rank sends each expert:
+    // an all_to_all of n_experts int64 counts, all latency.
+    add({"ep", p.ep, p.tp}, "all_to_all", "EP routing counts", s.m * (s.moe + s.moe_reruns),
+        double(config.model.n_experts) * 8, false);
     const int64_t copies = p.dp_replicate * p.dp_shard * p.cp / p.ep;
     add({"expert dp", copies, p.tp * p.ep}, "all_reduce", "expert gradients (ep's sync)", s.v,
         experts * 4 / double(s.v), false, true);
