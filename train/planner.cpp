@@ -42,6 +42,16 @@ std::string lower(std::string s) {
 // (half the blocks' forwards again); full (every block's).
 constexpr const char* kCheckpointing[] = {"none", "op", "2", "full"};
 
+// What each mode of kCheckpointing runs again in backward: the products'
+// FLOPs, and the forward's collectives (0: nothing, 1: some blocks', 2:
+// every block's; step_time.h).
+constexpr std::pair<int, int> kReruns[] = {{0, 0}, {0, 2}, {1, 1}, {2, 2}};
+
+// Whether mode j runs again no more of either than mode i.
+bool runs_no_more(size_t j, size_t i) {
+  return kReruns[j].first <= kReruns[i].first && kReruns[j].second <= kReruns[i].second;
+}
+
 // The most stages per rank an interleaved schedule of the search has (the
 // range --explain tries for Meta's layout).
 constexpr int64_t kMaxStagesPerRank = 7;
@@ -224,10 +234,11 @@ namespace {
 
 // The fewest microbatches of `candidates` (ascending) with which the layout
 // fits, by bisection: more microbatches never hold more (each is smaller,
-// and a schedule holds no more of them). Records the smallest need seen.
+// and a schedule holds no more of them); that count in `fewest`. Records
+// the smallest need seen.
 std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
                                    const std::vector<int64_t>& candidates, const Cluster& cluster,
-                                   Search& out) {
+                                   Search& out, int64_t& fewest) {
   const auto try_m = [&](int64_t m) {
     l.microbatches = m;
     const Fit f = evaluate(config, l, cluster.devices);  // memory alone: timed once, below
@@ -246,6 +257,7 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
       lo = mid + 1;
     }
   }
+  fewest = best.layout.microbatches;
   if (!cluster.timed()) return best;
   // More microbatches than the fewest that fit hold less and may run faster
   // (a pipeline's bubble shrinks): the shortest step of them. Their
@@ -269,16 +281,18 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
 // counts the checks allow (fewest_that_fit). Untimed, the first that fits
 // in order of what it recomputes (none; selective "op", no GEMM again;
 // every 2nd block; full); timed, the fastest of those that fit, since
-// recomputing may let fewer microbatches fit, and fewer may be faster. No
-// checkpointing that fits with the fewest microbatches is the fastest: it
-// runs the least and may take any count. `valid_any` is set when the
-// checks allow any.
+// recomputing may let fewer microbatches fit, and fewer may be faster. A
+// mode that runs no less than an earlier one (kReruns) is no faster with
+// as many microbatches, so it is tried only with fewer than the earlier
+// one's fewest. `valid_any` is set when the checks allow any.
 std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster& cluster,
                              Search& out, bool& valid_any) {
   const int64_t dp = l.dp_replicate * l.dp_shard;
+  const size_t modes = std::size(kCheckpointing);
+  std::vector<int64_t> fewest(modes, 0);  // each mode's fewest microbatches that fit; 0: none
   std::optional<Fit> best;
-  for (const char* ac : kCheckpointing) {
-    l.checkpointing = ac;
+  for (size_t i = 0; i < modes; ++i) {
+    l.checkpointing = kCheckpointing[i];
     std::vector<int64_t> valid;  // microbatches the checks allow, fewest first
     for (int64_t m : divisors(config.training.global_batch / dp)) {
       l.microbatches = m;
@@ -290,14 +304,14 @@ std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster&
     }
     if (valid.empty()) return std::nullopt;
     valid_any = true;
-    const std::optional<Fit> f = fewest_that_fit(config, l, valid, cluster, out);
+    for (size_t j = 0; j < i && cluster.timed(); ++j)
+      if (fewest[j] > 0 && runs_no_more(j, i))
+        std::erase_if(valid, [&](int64_t m) { return m >= fewest[j]; });
+    if (valid.empty()) continue;
+    const std::optional<Fit> f = fewest_that_fit(config, l, valid, cluster, out, fewest[i]);
     if (!f) continue;
     if (!cluster.timed()) return f;
     if (!best || fits_before(*f, *best)) best = f;
-    if (l.checkpointing == "none") {
-      l.microbatches = valid.front();
-      if (evaluate(config, l, cluster.devices).plan.peak() <= cluster.device_memory) break;
-    }
   }
   return best;
 }
