@@ -285,8 +285,8 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
 // mode that runs no less than an earlier one (kReruns) is no faster with
 // as many microbatches, so it is tried only with fewer than the earlier
 // one's fewest. `valid_any` is set when the checks allow any.
-std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster& cluster,
-                             Search& out, bool& valid_any) {
+std::optional<Fit> best_checkpointing(const TrainConfig& config, Layout l, const Cluster& cluster,
+                                      Search& out, bool& valid_any) {
   const int64_t dp = l.dp_replicate * l.dp_shard;
   const size_t modes = std::size(kCheckpointing);
   std::vector<int64_t> fewest(modes, 0);  // each mode's fewest microbatches that fit; 0: none
@@ -342,7 +342,7 @@ std::optional<Fit> best_schedule(const TrainConfig& config, Layout l, const Clus
   std::optional<Fit> best, previous;
   for (const auto& [schedule, v] : schedules(config, cluster, l.pp)) {
     l.schedule = schedule, l.stages_per_rank = v;
-    const std::optional<Fit> f = first_fit(config, l, cluster, out, valid);
+    const std::optional<Fit> f = best_checkpointing(config, l, cluster, out, valid);
     if (f && (!best || fits_before(*f, *best))) best = f;
     if (schedule != "interleaved") continue;
     if (v > 2 && (!f || !previous || !fits_before(*f, *previous))) break;

@@ -98,11 +98,10 @@ bool fits_before(const Fit& a, const Fit& b);
 // dp_shard x cp x tp x pp = devices with tp within a node, and for a model
 // with experts each ep the checks allow; for each, the first of
 // (checkpointing none, op, every 2nd block, full) x (microbatches dividing
-// the rank's batch, fewest first, at least pp) that fits; on a timed
-// cluster, of the microbatch counts from that one up, the one with the
-// shortest step (more microbatches shrink a pipeline's bubble), and of the
-// schedules (the config's, ZB-H1, interleaved over v = 2..7 stages per rank
-// that the layers allow) the fastest.
+// the rank's batch, fewest first, at least pp) that fits. On a timed
+// cluster, the fastest instead: of each mode's microbatch counts from the
+// fewest that fit up, of the modes, and of the schedules (the config's,
+// ZB-H1, interleaved over v = 2..7 stages per rank as the layers allow).
 struct Search {
   std::vector<Fit> fits;        // best first (fits_before)
   std::optional<Fit> smallest;  // the least memory of any valid layout tried
