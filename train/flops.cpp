@@ -28,11 +28,16 @@ PeakFlops gpu_peak(const Device& device, bool bf16) {
 
 }  // namespace
 
-double block_weights(const nn::TransformerConfig& c, int64_t layer) {
-  const double C = double(c.d_model), H = double(c.hidden_dim());
+double attention_weights(const nn::TransformerConfig& c) {
+  const double C = double(c.d_model);
   const double kv_heads = double(c.n_kv_heads == 0 ? c.n_heads : c.n_kv_heads);
   const double kv_dim = C / double(c.n_heads) * kv_heads;
-  const double attention = C * (C + 2 * kv_dim) + C * C;  // wq, wk, wv, wo
+  return C * (C + 2 * kv_dim) + C * C;  // wq, wk, wv, wo
+}
+
+double block_weights(const nn::TransformerConfig& c, int64_t layer) {
+  const double C = double(c.d_model), H = double(c.hidden_dim());
+  const double attention = attention_weights(c);
   const double mlp = (c.activation == nn::TransformerConfig::Activation::kSwiGLU ? 3 : 2) * C * H;
   const bool moe = c.n_experts > 0 && layer % c.moe_every == 0;
   return attention + (moe ? C * double(c.n_experts) + double(c.moe_top_k) * mlp : mlp);

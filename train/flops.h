@@ -34,6 +34,8 @@ double flops_per_token(const nn::TransformerConfig& config);
 // projections and MLP; in an MoE block the router and top_k experts' MLPs),
 // and in the head: the two parts of flops_per_token's first term.
 double block_weights(const nn::TransformerConfig& config, int64_t layer);
+// Of a block's weights, its attention projections' (wq, wk, wv, wo).
+double attention_weights(const nn::TransformerConfig& config);
 double head_weights(const nn::TransformerConfig& config);
 
 // FLOP/s of an f32 GEMM of n x n x n on `device` (the CPU: this process's

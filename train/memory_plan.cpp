@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -150,12 +151,26 @@ bool on_stages(const Piece& piece, const Place& at) {
   return false;
 }
 
+// model_parameters() of `model`, kept from the last call on this thread:
+// largest_plan() plans a rank of each stage, and spmd-plan's search
+// thousands of layouts, all of one model.
+const std::vector<Piece>& parameters_of(const ModelConfig& model) {
+  thread_local std::optional<ModelConfig> key;
+  thread_local std::vector<Piece> last;
+  if (!key || !(*key == model)) {
+    last = model_parameters(transformer_config(model));
+    key = model;
+  }
+  return last;
+}
+
 // The model's pieces on this rank, tp- and ep-local.
 std::vector<Piece> local_pieces(const TrainConfig& config, const Place& at, bool mine) {
   const ParallelConfig& p = config.parallel;
   std::vector<Piece> out;
-  for (Piece piece : model_parameters(transformer_config(config.model))) {
-    if (on_stages(piece, at) != mine) continue;
+  for (const Piece& whole : parameters_of(config.model)) {
+    if (on_stages(whole, at) != mine) continue;
+    Piece piece = whole;
     const int dim = p.tp > 1 ? tp_split_dim(piece) : -1;
     if (dim >= 0) piece.local[size_t(dim)] /= p.tp;
     if (piece.expert && p.ep > 1) piece.local[0] /= p.ep;
@@ -353,6 +368,7 @@ MemoryPlan plan_memory(const TrainConfig& config, int64_t rank) {
     const bool sharded = fsdp && !piece.expert;  // FSDP's chunk is a copy
     const Chunked chunk = sharded ? fsdp_chunk(piece, at) : Chunked{};
     plan.parameters += sharded ? uint64_t(chunk.mine) * kF32 : uint64_t(piece.held) * kF32;
+    if (piece.expert) plan.experts += uint64_t(piece.held) * kF32;
     plan.gradients += sharded ? uint64_t(chunk.padded) * kF32 : local;
     plan.optimizer += 2 * (sharded ? uint64_t(chunk.mine) * kF32 : local);  // AdamW's 2 moments
   }

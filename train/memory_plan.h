@@ -53,6 +53,7 @@ struct MemoryPlan {
   int64_t rank = 0;
   uint64_t parameters = 0, gradients = 0, optimizer = 0, ddp_buckets = 0;
   uint64_t gathered = 0, activations = 0, logits = 0;
+  uint64_t experts = 0;  // of `parameters`, the experts' (ep averages their gradients, not DP)
   uint64_t buffers = 0;  // RoPE tables (every block's, built whole)
   uint64_t staging = 0;  // checkpoint.async's staging buffers
   // The shape of the activation terms, for the table.

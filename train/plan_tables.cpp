@@ -1,6 +1,7 @@
 // spmd-plan's tables: the fits of a search with their memory and step time,
-// one memory plan (or two) term by term, and the refusal of a cluster that
-// no layout fits, naming the smallest need (planner.h).
+// one memory plan (or two) term by term, step times term by term
+// (step_time.h), and the refusal of a cluster that no layout fits, naming
+// the smallest need (planner.h).
 #include <algorithm>
 #include <cstdio>
 
@@ -98,6 +99,67 @@ void check_some_layout_fits(const Search& search, const Cluster& cluster) {
              format_gb(cluster.device_memory), " per device: the smallest need is ",
              format_gb(search.smallest->plan.peak()), " per device (",
              describe(search.smallest->layout), ", ", dominant(search.smallest->plan), ")");
+}
+
+std::string time_table(const std::vector<std::string>& heads, const std::vector<StepTime>& times) {
+  const auto pad = [](std::string s, size_t width) {
+    s.append(s.size() < width ? width - s.size() : 1, ' ');
+    return s;
+  };
+  // Rows: compute, every collective any column has (in order of first
+  // appearance), the bubble, then the totals.
+  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
+  const auto row = [&](const std::string& name, size_t column, const std::string& value) {
+    auto it =
+        std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == name; });
+    if (it == rows.end())
+      it = rows.insert(rows.end(), {name, std::vector<std::string>(times.size())});
+    it->second[column] = value;
+  };
+  const auto name_of = [](const CommTerm& c) {
+    return str_cat(c.axis, " ", c.op,
+                   c.after_step   ? " (after the step)"
+                   : c.overlapped ? " (hidden)"
+                                  : "",
+                   " ", c.what);
+  };
+  for (size_t i = 0; i < times.size(); ++i) row("compute", i, format_seconds(times[i].compute));
+  for (size_t i = 0; i < times.size(); ++i)
+    for (const CommTerm& c : times[i].comm)
+      row(name_of(c), i, str_cat(format_seconds(c.seconds), " (", c.calls, ")"));
+  for (size_t i = 0; i < times.size(); ++i) {
+    const StepTime& t = times[i];
+    char rate[32], mfu[16];
+    std::snprintf(rate, sizeof rate, "%.0f", t.tokens_per_s);
+    std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * t.mfu);
+    row("bubble", i, t.bubble > 0 ? format_seconds(t.bubble) : "0");
+    row("exposed communication", i, format_seconds(t.exposed));
+    row("step", i, format_seconds(t.total));
+    row("tokens/s", i, rate);
+    row("MFU", i, t.mfu > 0 ? mfu : "-");
+    row("bound by", i, t.bound);
+  }
+  std::string out = pad("per step, seconds (calls)", 64);
+  for (const std::string& h : heads) out += pad(h, 24);
+  out += "\n";
+  for (const auto& [name, values] : rows) {
+    std::string line = pad("  " + name, 64);
+    for (const std::string& v : values) line += pad(v.empty() ? "0" : v, 24);
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s >= 1) {
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  } else if (s >= 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  }
+  return buf;
 }
 
 }  // namespace spmd::train

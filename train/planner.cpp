@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "runtime/error.h"
+#include "train/parallelize.h"
 
 namespace spmd::train {
 namespace {
@@ -36,6 +37,25 @@ std::string lower(std::string s) {
   return s;
 }
 
+// The checkpointing the search tries, least recomputation first: none;
+// selective "op" (the cheap ops again, no GEMM); selective every 2nd block
+// (half the blocks' forwards again); full (every block's).
+constexpr const char* kCheckpointing[] = {"none", "op", "2", "full"};
+
+// What each mode of kCheckpointing runs again in backward: the products'
+// FLOPs, and the forward's collectives (0: nothing, 1: some blocks', 2:
+// every block's; step_time.h).
+constexpr std::pair<int, int> kReruns[] = {{0, 0}, {0, 2}, {1, 1}, {2, 2}};
+
+// Whether mode j runs again no more of either than mode i.
+bool runs_no_more(size_t j, size_t i) {
+  return kReruns[j].first <= kReruns[i].first && kReruns[j].second <= kReruns[i].second;
+}
+
+// The most stages per rank an interleaved schedule of the search has (the
+// range --explain tries for Meta's layout).
+constexpr int64_t kMaxStagesPerRank = 7;
+
 // A positive integer, or 0 when `text` is not one.
 int64_t positive(const std::string& text) {
   if (text.empty() || text.size() > 12) return 0;
@@ -45,6 +65,12 @@ int64_t positive(const std::string& text) {
     v = 10 * v + (ch - '0');
   }
   return v;
+}
+
+// How much a checkpointing mode recomputes, in kCheckpointing's order.
+int recompute_rank(const std::string& ac) {
+  const auto at = std::find(std::begin(kCheckpointing), std::end(kCheckpointing), ac);
+  return at == std::end(kCheckpointing) ? 2 : int(at - std::begin(kCheckpointing));
 }
 
 }  // namespace
@@ -99,8 +125,11 @@ Layout parse_layout(const std::string& text) {
                       value = eq == piece.npos ? "" : piece.substr(eq + 1);
     SPMD_CHECK(eq != piece.npos, "--layout \"", text, "\": \"", piece, "\" is not key=value");
     if (key == "ac") {
-      SPMD_CHECK(value == "none" || value == "full", "--layout \"", text,
-                 "\": ac must be none or full, got \"", value, "\"");
+      SPMD_CHECK(value == "none" || value == "full" || value == "op" || positive(value) > 0,
+                 "--layout \"", text,
+                 "\": ac must be none, full, op (selective, the products kept) or a positive "
+                 "integer k (selective, every k-th block), got \"",
+                 value, "\"");
       l.checkpointing = value;
       continue;
     }
@@ -116,11 +145,12 @@ Layout parse_layout(const std::string& text) {
                      : key == "tp"           ? &l.tp
                      : key == "pp"           ? &l.pp
                      : key == "cp"           ? &l.cp
+                     : key == "ep"           ? &l.ep
                      : key == "microbatches" ? &l.microbatches
                      : key == "v"            ? &l.stages_per_rank
                                              : nullptr;
     SPMD_CHECK(field != nullptr, "--layout \"", text, "\": unknown key \"", key,
-               "\" (keys: dp_replicate, dp_shard, tp, pp, cp, microbatches, ac, schedule, v)");
+               "\" (keys: dp_replicate, dp_shard, tp, pp, cp, ep, microbatches, ac, schedule, v)");
     *field = positive(value);
     SPMD_CHECK(*field > 0, "--layout \"", text, "\": ", key, " must be a positive integer, got \"",
                value, "\"");
@@ -134,6 +164,7 @@ std::string describe(const Layout& l) {
   if (l.dp_replicate > 1) add(str_cat("dp_replicate ", l.dp_replicate));
   if (l.dp_shard > 1) add(str_cat("dp_shard ", l.dp_shard));
   if (l.cp > 1) add(str_cat("cp ", l.cp));
+  if (l.ep > 1) add(str_cat("ep ", l.ep));
   if (l.tp > 1) add(str_cat("tp ", l.tp));
   if (l.pp > 1) {
     std::string schedule = l.schedule.empty() ? "" : " " + l.schedule;
@@ -143,7 +174,8 @@ std::string describe(const Layout& l) {
   if (out.empty()) add("1 device");
   const int64_t m = l.microbatches > 0 ? l.microbatches : l.pp;
   if (m > 1) add(str_cat(m, " microbatches"));
-  add("ac " + l.checkpointing);
+  const bool every_k = positive(l.checkpointing) > 0;
+  add((every_k ? "ac every " : "ac ") + l.checkpointing);
   return out;
 }
 
@@ -151,7 +183,7 @@ TrainConfig with_layout(const TrainConfig& config, const Layout& l) {
   TrainConfig c = config;
   ParallelConfig& p = c.parallel;
   p.dp_replicate = l.dp_replicate, p.dp_shard = l.dp_shard, p.tp = l.tp, p.pp = l.pp, p.cp = l.cp;
-  p.ep = 1;
+  p.ep = l.ep;
   p.sequence_parallel = l.tp > 1 && c.model.n_experts == 0;
   const int64_t m = l.microbatches > 0 ? l.microbatches : l.pp;
   p.pp_microbatches = l.pp > 1 ? m : 0;
@@ -159,7 +191,9 @@ TrainConfig with_layout(const TrainConfig& config, const Layout& l) {
   if (!l.schedule.empty()) p.pp_schedule = l.schedule;
   if (l.stages_per_rank > 0) p.pp_stages_per_rank = l.stages_per_rank;
   if (p.pp == 1 && p.pp_schedule == "interleaved") p.pp_schedule = "1f1b", p.pp_stages_per_rank = 1;
-  c.training.activation_checkpointing = l.checkpointing;
+  const bool selective = l.checkpointing != "none" && l.checkpointing != "full";
+  c.training.activation_checkpointing = selective ? "selective" : l.checkpointing;
+  if (selective) c.training.selective_ac_option = l.checkpointing;
   return c;
 }
 
@@ -167,6 +201,7 @@ void check_planned_layout(const TrainConfig& config, int64_t devices) {
   SPMD_CHECK(devices >= 1 && devices <= (int64_t(1) << 30), "--devices must be in [1, 2^30], got ",
              devices);
   check_layout(config, int(devices));
+  check_supported(config.parallel);
   const ParallelConfig& p = config.parallel;
   const int64_t m = p.pp_microbatches > 0 ? p.pp_microbatches : p.pp;
   SPMD_CHECK(p.pp == 1 || m >= p.pp, "parallel: pp_microbatches ", m,
@@ -189,8 +224,8 @@ bool fits_before(const Fit& a, const Fit& b) {
   if (a.time && b.time && a.time->total != b.time->total) return a.time->total < b.time->total;
   const auto key = [](const Fit& f) {
     const Layout& l = f.layout;
-    return std::make_tuple(l.tp * l.cp * l.pp, l.checkpointing != "none", l.microbatches,
-                           f.plan.peak(), l.dp_replicate);
+    return std::make_tuple(l.tp * l.cp * l.pp, recompute_rank(l.checkpointing), l.microbatches,
+                           f.plan.peak(), l.dp_replicate, l.ep);
   };
   return key(a) < key(b);
 }
@@ -199,10 +234,11 @@ namespace {
 
 // The fewest microbatches of `candidates` (ascending) with which the layout
 // fits, by bisection: more microbatches never hold more (each is smaller,
-// and a schedule holds no more of them). Records the smallest need seen.
+// and a schedule holds no more of them); that count in `fewest`. Records
+// the smallest need seen.
 std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
                                    const std::vector<int64_t>& candidates, const Cluster& cluster,
-                                   Search& out) {
+                                   Search& out, int64_t& fewest) {
   const auto try_m = [&](int64_t m) {
     l.microbatches = m;
     const Fit f = evaluate(config, l, cluster.devices);  // memory alone: timed once, below
@@ -221,6 +257,7 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
       lo = mid + 1;
     }
   }
+  fewest = best.layout.microbatches;
   if (!cluster.timed()) return best;
   // More microbatches than the fewest that fit hold less and may run faster
   // (a pipeline's bubble shrinks): the shortest step of them. Their
@@ -240,14 +277,22 @@ std::optional<Fit> fewest_that_fit(const TrainConfig& config, Layout l,
   return evaluate(config, fastest, cluster);
 }
 
-// The layout's first fit, no checkpointing before full, of the microbatch
-// counts the checks allow (fewest_that_fit); `valid` is set when the checks
-// allow any.
-std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster& cluster,
-                             Search& out, bool& valid_any) {
+// The layout's fit over the checkpointing modes, each with the microbatch
+// counts the checks allow (fewest_that_fit). Untimed, the first that fits
+// in order of what it recomputes (none; selective "op", no GEMM again;
+// every 2nd block; full); timed, the fastest of those that fit, since
+// recomputing may let fewer microbatches fit, and fewer may be faster. A
+// mode that runs no less than an earlier one (kReruns) is no faster with
+// as many microbatches, so it is tried only with fewer than the earlier
+// one's fewest. `valid_any` is set when the checks allow any.
+std::optional<Fit> best_checkpointing(const TrainConfig& config, Layout l, const Cluster& cluster,
+                                      Search& out, bool& valid_any) {
   const int64_t dp = l.dp_replicate * l.dp_shard;
-  for (const char* ac : {"none", "full"}) {
-    l.checkpointing = ac;
+  const size_t modes = std::size(kCheckpointing);
+  std::vector<int64_t> fewest(modes, 0);  // each mode's fewest microbatches that fit; 0: none
+  std::optional<Fit> best;
+  for (size_t i = 0; i < modes; ++i) {
+    l.checkpointing = kCheckpointing[i];
     std::vector<int64_t> valid;  // microbatches the checks allow, fewest first
     for (int64_t m : divisors(config.training.global_batch / dp)) {
       l.microbatches = m;
@@ -259,22 +304,64 @@ std::optional<Fit> first_fit(const TrainConfig& config, Layout l, const Cluster&
     }
     if (valid.empty()) return std::nullopt;
     valid_any = true;
-    if (const auto f = fewest_that_fit(config, l, valid, cluster, out)) return f;
+    for (size_t j = 0; j < i && cluster.timed(); ++j)
+      if (fewest[j] > 0 && runs_no_more(j, i))
+        std::erase_if(valid, [&](int64_t m) { return m >= fewest[j]; });
+    if (valid.empty()) continue;
+    const std::optional<Fit> f = fewest_that_fit(config, l, valid, cluster, out, fewest[i]);
+    if (!f) continue;
+    if (!cluster.timed()) return f;
+    if (!best || fits_before(*f, *best)) best = f;
   }
-  return std::nullopt;
+  return best;
 }
 
 // The schedules a pipeline of the search tries: the config's; on a timed
-// cluster also ZB-H1 and interleaved 1F1B over 2 stages per rank, whose
-// bubbles are smaller and whose memory is larger.
+// cluster also ZB-H1 and interleaved 1F1B over v = 2 .. kMaxStagesPerRank
+// stages per rank while pp x v stages have a block each, whose bubbles are
+// smaller (1/v) and whose memory and sends are larger.
 std::vector<std::pair<std::string, int64_t>> schedules(const TrainConfig& config,
                                                        const Cluster& cluster, int64_t pp) {
   std::vector<std::pair<std::string, int64_t>> out = {{"", 0}};
   if (pp == 1 || !cluster.timed()) return out;
-  for (const auto& s :
-       std::vector<std::pair<std::string, int64_t>>{{"zbh1", 1}, {"interleaved", 2}})
-    if (s.first != config.parallel.pp_schedule && pp * s.second <= config.model.n_layers)
-      out.push_back(s);
+  if (config.parallel.pp_schedule != "zbh1") out.push_back({"zbh1", 1});
+  for (int64_t v = 2; v <= kMaxStagesPerRank && pp * v <= config.model.n_layers; ++v)
+    if (config.parallel.pp_schedule != "interleaved" || config.parallel.pp_stages_per_rank != v)
+      out.push_back({"interleaved", v});
+  return out;
+}
+
+// The layout's best fit over the schedules (fits_before: on a timed cluster
+// the fastest). Interleaved schedules are walked v = 2, 3, ... and left at
+// the first v that does not fit or is no faster than v - 1: the bubble
+// shrinks as 1/v and the pipeline's sends grow as v, so the step is taken
+// to be convex in v (the split of the blocks and the microbatches chosen
+// for each v can make it not quite so).
+std::optional<Fit> best_schedule(const TrainConfig& config, Layout l, const Cluster& cluster,
+                                 Search& out, bool& valid) {
+  std::optional<Fit> best, previous;
+  for (const auto& [schedule, v] : schedules(config, cluster, l.pp)) {
+    l.schedule = schedule, l.stages_per_rank = v;
+    const std::optional<Fit> f = best_checkpointing(config, l, cluster, out, valid);
+    if (f && (!best || fits_before(*f, *best))) best = f;
+    if (schedule != "interleaved") continue;
+    if (v > 2 && (!f || !previous || !fits_before(*f, *previous))) break;
+    previous = f;
+  }
+  return best;
+}
+
+// The ep values a layout of these data axes may take: 1, and for a model
+// with experts each other divisor of n_experts that check_planned_layout
+// allows (it divides the data ranks, and under FSDP dp_shard x cp).
+std::vector<int64_t> ep_values(const TrainConfig& config, const Layout& l) {
+  std::vector<int64_t> out = {1};
+  const int64_t data = l.dp_replicate * l.dp_shard * l.cp;
+  for (int64_t ep : divisors(config.model.n_experts)) {
+    if (ep == 1 || data % ep != 0) continue;
+    if (l.dp_shard > 1 && (l.dp_shard * l.cp) % ep != 0) continue;
+    out.push_back(ep);
+  }
   return out;
 }
 
@@ -291,16 +378,13 @@ Search search_layouts(const TrainConfig& config, const Cluster& cluster) {
         for (int64_t dp_replicate : divisors(n / pp / tp / cp)) {
           Layout l{dp_replicate, n / pp / tp / cp / dp_replicate, tp, pp, cp, 1, "none"};
           if (config.training.global_batch % (l.dp_replicate * l.dp_shard) != 0) continue;
-          // Of the schedules, the best fit (fits_before: on a timed cluster the fastest).
-          bool valid = false;
-          std::optional<Fit> best;
-          for (const auto& [schedule, v] : schedules(config, cluster, pp)) {
-            l.schedule = schedule, l.stages_per_rank = v;
-            const auto f = first_fit(config, l, cluster, out, valid);
-            if (f && (!best || fits_before(*f, *best))) best = f;
+          for (int64_t ep : ep_values(config, l)) {
+            l.ep = ep;
+            bool valid = false;
+            const std::optional<Fit> best = best_schedule(config, l, cluster, out, valid);
+            out.layouts += valid;
+            if (best) out.fits.push_back(*best);
           }
-          out.layouts += valid;
-          if (best) out.fits.push_back(*best);
         }
       }
     }

@@ -9,9 +9,6 @@
 // step time (train/step_time.h: compute, each axis's communication, the
 // bubble), and the search orders the layouts that fit by it; without them,
 // by a stated rule of thumb (fits_before).
-//
-// Not here yet (later parts of issue 39): expert parallelism in the search,
-// and the dry runs that check the plan at full scale.
 #pragma once
 
 #include <cstdint>
@@ -36,37 +33,43 @@ uint64_t parse_bytes(const std::string& flag, const std::string& text);
 // "811.7 GB", "396.4 MB", "1.0 kB", and "0".
 std::string format_gb(uint64_t bytes);
 
-// One layout of the search: the parallel dims, how many microbatches a rank
-// splits its batch into (the pipeline's under pp, gradient accumulation's
-// without), activation checkpointing ("none" or "full"), and the pipeline's
-// schedule and stages per rank ("" and 0: the config's).
+// One layout of the search: the parallel dims (ep borrows its ranks from
+// the data axes), how many microbatches a rank splits its batch into (the
+// pipeline's under pp, gradient accumulation's without), activation
+// checkpointing ("none", "full", "op": selective with the products kept, or
+// a positive integer k as a string: selective, every k-th block full), and
+// the pipeline's schedule and stages per rank ("" and 0: the config's).
 struct Layout {
   int64_t dp_replicate = 1, dp_shard = 1, tp = 1, pp = 1, cp = 1;
   int64_t microbatches = 0;  // 0: pp (1 without a pipeline)
   std::string checkpointing = "none";
   std::string schedule = "";    // gpipe, 1f1b, interleaved or zbh1
   int64_t stages_per_rank = 0;  // interleaved's v
+  int64_t ep = 1;
   bool operator==(const Layout&) const = default;
 };
 
 // "dp_shard=128,tp=8,pp=16,microbatches=16,ac=full,schedule=interleaved,v=2":
-// keys dp_replicate, dp_shard, tp, pp, cp, microbatches, v (positive
-// integers), ac (none or full) and schedule; a key not given keeps its
-// default.
+// keys dp_replicate, dp_shard, tp, pp, cp, ep, microbatches, v (positive
+// integers), ac (none, full, op, or k: selective every k-th block) and
+// schedule; a key not given keeps its default.
 // Throws InvalidArgument naming --layout and the piece it could not read.
 Layout parse_layout(const std::string& text);
 
 // "dp_shard 128 · tp 8 · pp 16 · 16 microbatches · ac full"; a schedule
-// the layout names follows pp: "pp 16 interleaved x 4", "pp 4 zbh1".
+// the layout names follows pp: "pp 16 interleaved x 4", "pp 4 zbh1"; ep
+// follows the data axes ("dp_shard 4 · ep 2"); selective checkpointing
+// reads "ac op" or "ac every 2".
 std::string describe(const Layout& layout);
 
-// `config` with the layout's dims (ep 1, sequence parallel with tp when the
-// model has no experts), its microbatches, checkpointing and, when it names
-// one, schedule; mixed precision stays the config's.
+// `config` with the layout's dims (sequence parallel with tp when the
+// model has no experts), its microbatches, checkpointing ("op" and k as
+// "selective" with that selective_ac_option) and, when it names one,
+// schedule; mixed precision stays the config's.
 TrainConfig with_layout(const TrainConfig& config, const Layout& layout);
 
-// What spmd-train's check_layout() checks against `devices`, and the
-// planner's own rule: a pipeline of S stages runs at least S microbatches
+// What spmd-train's check_layout() and check_supported() check against
+// `devices`, and the planner's own rule: a pipeline of S stages runs at least S microbatches
 // (fewer leave a stage idle for the whole step).
 // Throws InvalidArgument with the reason.
 void check_planned_layout(const TrainConfig& config, int64_t devices);
@@ -87,16 +90,18 @@ Fit evaluate(const TrainConfig& config, const Layout& layout, const Cluster& clu
 // The order of the table: the shorter step first when both are timed, then
 // less memory. Untimed, a rule of thumb: fewer ranks splitting one sample
 // (tp x cp x pp: each costs communication in the step or a pipeline bubble)
-// first, then no recomputation before full, then fewer microbatches, then
-// less memory.
+// first, then less recomputation (none, op, every k-th, full), then fewer
+// microbatches, then less memory.
 bool fits_before(const Fit& a, const Fit& b);
 
 // Every valid layout of the cluster's devices: each order of dp_replicate x
-// dp_shard x cp x tp x pp = devices with tp within a node; for each, the
-// first of (no checkpointing, then full) x (microbatches dividing the rank's
-// batch, fewest first, at least pp) that fits; on a timed cluster, of the
-// microbatch counts from that one up, the one with the shortest step (more
-// microbatches shrink a pipeline's bubble).
+// dp_shard x cp x tp x pp = devices with tp within a node, and for a model
+// with experts each ep the checks allow; for each, the first of
+// (checkpointing none, op, every 2nd block, full) x (microbatches dividing
+// the rank's batch, fewest first, at least pp) that fits. On a timed
+// cluster, the fastest instead: of each mode's microbatch counts from the
+// fewest that fit up, of the modes, and of the schedules (the config's,
+// ZB-H1, interleaved over v = 2..7 stages per rank as the layers allow).
 struct Search {
   std::vector<Fit> fits;        // best first (fits_before)
   std::optional<Fit> smallest;  // the least memory of any valid layout tried

@@ -1,13 +1,14 @@
 // step_time(): the arithmetic of the slowest rank, each strategy's
 // collectives over its mesh axis's link, what hides behind what, and the
 // pipeline's bubble (step_time.h; the formulas and their sources are in
-// docs/planner.md, "Step time").
+// docs/planner.md, "Step time"). Its table is in plan_tables.cpp.
 #include "train/step_time.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
@@ -44,39 +45,75 @@ int64_t ring_hops(const std::string& op, int64_t n) {
   return op == "all_reduce" ? 2 * (n - 1) : n - 1;
 }
 
-// The hardware FLOPs per token of block `layer`'s forward: 2 per weight
-// (a multiply-add) and attention's q k^T and p v, 2 x C x T each.
-double block_forward_flops(const nn::TransformerConfig& t, int64_t layer) {
-  return 2 * block_weights(t, layer) + 4 * double(t.d_model) * double(t.max_seq_len);
+// Block b's forward GEMMs and attention run again in its backward: every
+// block under full checkpointing, every k-th (counted from 1) under
+// selective "k"; none under selective "op", which keeps the products'
+// outputs and recomputes only the cheap ops between them (autograd/
+// checkpoint.h), whose FLOPs the achievable rate already covers.
+bool recomputes_products(const TrainConfig& config, int64_t b) {
+  const std::string& ac = config.training.activation_checkpointing;
+  if (ac == "none") return false;
+  const nn::CheckpointOptions o = checkpoint_options(config.training);
+  return o.policy == autograd::CheckpointPolicy::kRecomputeAll && (b + 1) % o.every == 0;
 }
 
-// The FLOPs per token of the slowest pipeline rank, forward and backward
-// (backward = 2 x forward), the forward once more under full checkpointing.
-double rank_flops_per_token(const TrainConfig& config, const nn::TransformerConfig& t) {
+// Block b's forward collectives (tp's, ep's all_to_alls) run again in its
+// backward: every checkpointed block's, "op" included, since only the
+// products and ring attention are on selective checkpointing's save list.
+bool reruns_collectives(const TrainConfig& config, int64_t b) {
+  const std::string& ac = config.training.activation_checkpointing;
+  if (ac == "none") return false;
+  return (b + 1) % checkpoint_options(config.training).every == 0;
+}
+
+bool is_moe(const nn::TransformerConfig& t, int64_t b) {
+  return t.n_experts > 0 && b % t.moe_every == 0;
+}
+
+// The blocks of each pipeline rank's stages (one list without a pipeline),
+// split as spmd-train splits them (split_layers_interleaved).
+std::vector<std::vector<int64_t>> blocks_of_ranks(const TrainConfig& config) {
   const ParallelConfig& p = config.parallel;
+  const int64_t L = config.model.n_layers;
+  std::vector<std::vector<int64_t>> out(size_t(p.pp));
+  if (p.pp == 1) {
+    for (int64_t b = 0; b < L; ++b) out[0].push_back(b);
+    return out;
+  }
   const int v = int(p.pp_stages_per_rank), stages = int(p.pp) * v;
-  std::vector<int64_t> starts = {0};
-  if (p.pp > 1) starts = dist::pp::split_layers_interleaved(t.n_layers, int(p.pp), v);
-  if (p.pp > 1) starts.insert(starts.begin(), 0);
-  starts.push_back(t.n_layers);
-  const double passes = config.training.activation_checkpointing == "full" ? 4 : 3;
+  std::vector<int64_t> starts = dist::pp::split_layers_interleaved(L, int(p.pp), v);
+  starts.insert(starts.begin(), 0);
+  starts.push_back(L);
+  for (int s = 0; s < stages; ++s)
+    for (int64_t b = starts[size_t(s)]; b < starts[size_t(s) + 1]; ++b)
+      out[size_t(s % p.pp)].push_back(b);
+  return out;
+}
+
+// The hardware FLOPs per token of block b's forward on one tp rank: 2 per
+// weight (a multiply-add) and attention's q k^T and p v, 2 x C x T each.
+// tp splits the attention and a dense MLP; an MoE block's router and
+// experts run whole on every tp rank (layout_check.cpp).
+double block_forward_flops(const nn::TransformerConfig& t, int64_t b, int64_t tp) {
+  const double attention = 2 * attention_weights(t) + 4 * double(t.d_model) * double(t.max_seq_len);
+  const double mlp = 2 * (block_weights(t, b) - attention_weights(t));
+  return attention / double(tp) + (is_moe(t, b) ? mlp : mlp / double(tp));
+}
+
+// The FLOPs per token of the slowest pipeline rank on one tp rank, forward
+// and backward (backward = 2 x forward), the forward once more for each
+// block whose products are recomputed.
+double rank_flops_per_token(const TrainConfig& config, const nn::TransformerConfig& t) {
+  const std::vector<std::vector<int64_t>> ranks = blocks_of_ranks(config);
   double slowest = 0;
-  for (int rank = 0; rank < int(p.pp); ++rank) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
     double f = 0;
-    for (int s = rank; s < (p.pp > 1 ? stages : 1); s += int(p.pp)) {
-      for (int64_t l = starts[size_t(s)]; l < starts[size_t(s) + 1]; ++l)
-        f += passes * block_forward_flops(t, l);
-      if (s == (p.pp > 1 ? stages : 1) - 1) f += 6 * head_weights(t);
-    }
+    for (int64_t b : ranks[r])
+      f += (recomputes_products(config, b) ? 4 : 3) * block_forward_flops(t, b, config.parallel.tp);
+    if (r + 1 == ranks.size()) f += 6 * head_weights(t) / double(config.parallel.tp);
     slowest = std::max(slowest, f);
   }
   return slowest;
-}
-
-// The blocks of the largest pipeline rank's stages.
-int64_t blocks_per_rank(const TrainConfig& config) {
-  const ParallelConfig& p = config.parallel;
-  return (config.model.n_layers + p.pp - 1) / p.pp;
 }
 
 }  // namespace
@@ -110,13 +147,17 @@ double collective_seconds(const Cluster& cluster, const std::string& op, int64_t
 namespace {
 
 // A rank's share of one step: the microbatches it runs and their tokens,
-// its blocks, the bytes of an activation's element.
+// its blocks (the pipeline rank with the most), the bytes of an
+// activation's element.
 struct Share {
-  int64_t m = 1, v = 1, blocks = 0;
-  double tokens = 0;  // of one microbatch, on this rank
-  double act = 4;     // bytes of an activation's element: 2 under bf16
+  int64_t m = 1, v = 1;
+  int64_t blocks = 0;               // its blocks
+  int64_t recomputed = 0;           // of which the GEMMs and attention run again in backward
+  int64_t reruns = 0;               // of which the forward's collectives run again
+  int64_t moe = 0, moe_reruns = 0;  // its MoE blocks, and of those, the rerun ones
+  double tokens = 0;                // of one microbatch, on this rank
+  double act = 4;                   // bytes of an activation's element: 2 under bf16
   double C = 0, T = 0;
-  bool full = false;  // full activation checkpointing: forward again in backward
 };
 
 Share share_of(const TrainConfig& config) {
@@ -129,9 +170,17 @@ Share share_of(const TrainConfig& config) {
   s.C = double(t.d_model), s.T = double(t.max_seq_len);
   const int64_t dp = p.dp_replicate * p.dp_shard;
   s.tokens = double(config.training.global_batch / dp / s.m) * s.T / double(p.cp);
-  s.blocks = blocks_per_rank(config);
   s.act = config.training.mixed_precision == "bf16" ? 2 : 4;
-  s.full = config.training.activation_checkpointing == "full";
+  std::vector<int64_t> most;
+  for (const std::vector<int64_t>& blocks : blocks_of_ranks(config))
+    if (blocks.size() > most.size()) most = blocks;
+  s.blocks = int64_t(most.size());
+  for (int64_t b : most) {
+    s.recomputed += recomputes_products(config, b);
+    s.reruns += reruns_collectives(config, b);
+    s.moe += is_moe(t, b);
+    s.moe_reruns += is_moe(t, b) && reruns_collectives(config, b);
+  }
   return s;
 }
 
@@ -141,20 +190,23 @@ std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& p
                                   const Cluster& cluster, const Share& s) {
   const ParallelConfig& p = config.parallel;
   const int64_t fsdp = p.dp_shard * p.cp;
-  // The rank's parameters before FSDP cuts them (tp-local, its stages): the
-  // plan's gradients are the FSDP chunk padded to the full one.
-  const double local =
-      p.dp_shard > 1 ? double(plan.gradients) / 4 * double(fsdp) : double(plan.parameters) / 4;
+  // The rank's dense parameters before FSDP cuts them (tp-local, its
+  // stages): the plan's gradients are the FSDP chunk padded to the full
+  // one. Its experts are ep's (whole on this rank, averaged after the step).
+  const double experts = double(plan.experts) / 4;
+  const double local = p.dp_shard > 1 ? double(plan.gradients - plan.experts) / 4 * double(fsdp)
+                                      : double(plan.parameters - plan.experts) / 4;
   const int64_t units = s.blocks + 1;  // each block an FSDP unit, and the root
   std::vector<CommTerm> out;
   const auto add = [&](Axis axis, const std::string& op, const std::string& what, int64_t calls,
-                       double bytes, bool overlapped) {
+                       double bytes, bool overlapped, bool after = false) {
     if (calls == 0 || axis.size <= 1) return;
     const int64_t k = per_node(axis, cluster.devices_per_node);
     CommTerm c{axis.name, op, what, axis.size, calls, bytes, overlapped, k >= axis.size};
     // Under pp the gradients are reduced once, after the step's last
-    // backward (docs/train.md): nothing is left to hide them behind.
-    c.after_step = p.pp > 1 && what.find("gradient") != std::string::npos;
+    // backward (docs/train.md), and so are ep's (`after`): nothing is left
+    // to hide them behind.
+    c.after_step = after || (p.pp > 1 && what.find("gradient") != std::string::npos);
     c.overlapped = overlapped && !c.after_step;
     c.seconds = collective_seconds(cluster, op, axis.size, k, calls, bytes);
     out.push_back(c);
@@ -179,10 +231,31 @@ std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& p
                         p.tp};
     const double bytes = local * 4, bucket = 25e6;  // DDP's bucket_cap_mb
     const int64_t buckets = std::max<int64_t>(1, int64_t(std::ceil(bytes / bucket)));
-    add(replicas, "all_reduce", "DDP gradients", buckets, bytes / double(buckets), true);
+    if (p.ep == 1) {
+      add(replicas, "all_reduce", "DDP gradients", buckets, bytes / double(buckets), true);
+    } else {  // ep::sync_gradients: one flat all_reduce of the dense gradients, after the step
+      add(replicas, "all_reduce", "dense gradients (ep's sync)", 1, bytes, false, true);
+    }
   }
-  const int64_t passes = s.full ? 3 : 2;  // forward, backward, and forward again
-  // Tensor parallel: per block and pass, two all_gathers and two
+  // Expert parallel (ep ranks tp apart in the data axes, parallelize.cpp):
+  // per MoE block and microbatch, the tokens' k routed copies dispatched
+  // and combined forward, and their gradients both ways backward; again for
+  // a block whose forward reruns (dispatch.h). After the step, each expert's gradient
+  // averaged over the ranks that hold a copy of it.
+  if (p.ep > 1) {
+    const double k = double(config.model.moe_top_k);
+    add({"ep", p.ep, p.tp}, "all_to_all", "EP tokens (dispatch, combine)",
+        s.m * (4 * s.moe + 2 * s.moe_reruns), s.tokens * k * s.C * s.act, false);
+    // Before each forward dispatch, the rows each rank sends each expert:
+    // an all_to_all of n_experts int64 counts, all latency.
+    add({"ep", p.ep, p.tp}, "all_to_all", "EP routing counts", s.m * (s.moe + s.moe_reruns),
+        double(config.model.n_experts) * 8, false);
+    const int64_t copies = p.dp_replicate * p.dp_shard * p.cp / p.ep;
+    add({"expert dp", copies, p.tp * p.ep}, "all_reduce", "expert gradients (ep's sync)", s.v,
+        experts * 4 / double(s.v), false, true);
+  }
+  // Tensor parallel: per block and pass (forward, backward, and the forward
+  // again of a block that reruns it), two all_gathers and two
   // reduce_scatters of the microbatch's (b, T, C) under sequence parallelism
   // (two all_reduces without), and the embedding's and head's.
   if (p.tp > 1) {
@@ -190,13 +263,14 @@ std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& p
     const int64_t per_pass = sp ? 4 : 2;
     const int64_t ends = sp ? 4 : 2;  // the embedding's and the head's, forward and backward
     add({"tp", p.tp, 1}, sp ? "all_gather" : "all_reduce", "TP activations",
-        s.m * (s.blocks * per_pass * passes + ends), s.tokens * s.C * s.act, false);
+        s.m * (per_pass * (2 * s.blocks + s.reruns) + ends), s.tokens * s.C * s.act, false);
   }
   // Context parallel: ring attention passes K and V (repeated to all heads)
-  // cp - 1 times forward, and K, V and their gradients back.
+  // cp - 1 times forward (again for a recomputed block; selective "op"
+  // keeps its output), and K, V and their gradients back.
   add({"cp", p.cp, p.tp}, "sendrecv", "CP ring K, V (and dK, dV)",
-      s.m * s.blocks * ((passes - 1) * (p.cp - 1) + 2 * p.cp - 1), s.tokens * 2 * s.C * s.act,
-      true);
+      s.m * ((s.blocks + s.recomputed) * (p.cp - 1) + s.blocks * (2 * p.cp - 1)),
+      s.tokens * 2 * s.C * s.act, true);
   // Pipeline: each microbatch's activation forward and its gradient back.
   add({"pp", p.pp, inner_pp}, "sendrecv", "PP activations", 2 * s.m * s.v, s.tokens * s.C * s.act,
       false);
@@ -238,9 +312,9 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
   st.comm = collectives(config, plan, cluster, s);
   // Compute, and the attention in it that CP's ring hides behind (q k^T
   // and p v, 4 C T FLOPs a token forward, in every pass).
-  const double per_token = rank_flops_per_token(config, t) / double(p.tp) / cluster.flops;
+  const double per_token = rank_flops_per_token(config, t) / cluster.flops;
   st.compute = double(s.m) * s.tokens * per_token;
-  const double attention = double(s.m) * s.tokens * double(s.blocks) * (s.full ? 4 : 3) * 4 * s.C *
+  const double attention = double(s.m) * s.tokens * double(3 * s.blocks + s.recomputed) * 4 * s.C *
                            s.T / double(p.tp) / cluster.flops;
   // What the step waits for: the blocking collectives (in every
   // microbatch), CP's beyond its attention, the gradients' reductions after
@@ -272,67 +346,6 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
              (st.total * double(cluster.devices) * cluster.peak_flops);
   st.bound = bound_of(st);
   return st;
-}
-
-std::string time_table(const std::vector<std::string>& heads, const std::vector<StepTime>& times) {
-  const auto pad = [](std::string s, size_t width) {
-    s.append(s.size() < width ? width - s.size() : 1, ' ');
-    return s;
-  };
-  // Rows: compute, every collective any column has (in order of first
-  // appearance), the bubble, then the totals.
-  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
-  const auto row = [&](const std::string& name, size_t column, const std::string& value) {
-    auto it =
-        std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == name; });
-    if (it == rows.end())
-      it = rows.insert(rows.end(), {name, std::vector<std::string>(times.size())});
-    it->second[column] = value;
-  };
-  const auto name_of = [](const CommTerm& c) {
-    return str_cat(c.axis, " ", c.op,
-                   c.after_step   ? " (after the step)"
-                   : c.overlapped ? " (hidden)"
-                                  : "",
-                   " ", c.what);
-  };
-  for (size_t i = 0; i < times.size(); ++i) row("compute", i, format_seconds(times[i].compute));
-  for (size_t i = 0; i < times.size(); ++i)
-    for (const CommTerm& c : times[i].comm)
-      row(name_of(c), i, str_cat(format_seconds(c.seconds), " (", c.calls, ")"));
-  for (size_t i = 0; i < times.size(); ++i) {
-    const StepTime& t = times[i];
-    char rate[32], mfu[16];
-    std::snprintf(rate, sizeof rate, "%.0f", t.tokens_per_s);
-    std::snprintf(mfu, sizeof mfu, "%.1f%%", 100 * t.mfu);
-    row("bubble", i, t.bubble > 0 ? format_seconds(t.bubble) : "0");
-    row("exposed communication", i, format_seconds(t.exposed));
-    row("step", i, format_seconds(t.total));
-    row("tokens/s", i, rate);
-    row("MFU", i, t.mfu > 0 ? mfu : "-");
-    row("bound by", i, t.bound);
-  }
-  std::string out = pad("per step, seconds (calls)", 64);
-  for (const std::string& h : heads) out += pad(h, 24);
-  out += "\n";
-  for (const auto& [name, values] : rows) {
-    std::string line = pad("  " + name, 64);
-    for (const std::string& v : values) line += pad(v.empty() ? "0" : v, 24);
-    out += line + "\n";
-  }
-  return out;
-}
-
-std::string format_seconds(double s) {
-  char buf[32];
-  if (s >= 1) {
-    std::snprintf(buf, sizeof buf, "%.2f s", s);
-  } else if (s >= 1e-3) {
-    std::snprintf(buf, sizeof buf, "%.1f ms", s * 1e3);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
-  }
-  return buf;
 }
 
 }  // namespace spmd::train

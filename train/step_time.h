@@ -3,23 +3,28 @@
 // "Step time", gives each formula and its source):
 //
 //   compute   the slowest pipeline rank's FLOPs (forward and backward, the
-//             forward again for full activation checkpointing, attention's
-//             T^2 term) over the device's achievable FLOP/s;
+//             forward again for each block whose products are recomputed:
+//             all under full checkpointing, every k-th under selective k,
+//             none under selective "op"; attention's T^2 term; an MoE
+//             block's experts whole on every tp rank) over the device's
+//             achievable FLOP/s;
 //   comm      each strategy's collectives: bytes x the ring's factor over
 //             the busbw of the link its mesh axis runs on (within a node
 //             when the axis's ranks fit in one, given the mesh order
 //             pp, dp_replicate, dp_shard, cp, tp), plus latency per hop;
 //   overlap   FSDP's and DDP's traffic hides behind compute (but a
-//             pipeline reduces its gradients after the step), CP's ring
-//             behind the attention it feeds; tensor parallelism's and the
+//             pipeline reduces its gradients after the step, and so does
+//             ep's sync), CP's ring behind the attention it feeds; tensor
+//             parallelism's, expert parallelism's all_to_alls and the
 //             pipeline's sends do not;
 //   bubble    the schedule's idle time: (pp - 1) microbatch times for GPipe
 //             and 1F1B, / v interleaved over v stages per rank, / 3 for ZB-H1.
 //
 // Not modelled: the optimizer step, elementwise ops (norms, softmax,
-// activations) beyond their share of the achievable rate, expert
-// parallelism's all_to_all (ep = 1 in the search), the vocabulary-parallel
-// loss's small all_reduces, uneven GEMM efficiency at small shapes.
+// activations, selective checkpointing's recomputed ones) beyond their
+// share of the achievable rate, uneven MoE routing (taken uniform), the
+// vocabulary-parallel loss's small all_reduces, uneven GEMM efficiency at
+// small shapes.
 #pragma once
 
 #include <string>

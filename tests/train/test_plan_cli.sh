@@ -39,6 +39,33 @@ timeout 60 "$plan" "${config[@]}" --devices 2 --device-memory 1GB --write-config
   >"$tmp/s.txt" 2>&1 || fail "write: $(cat "$tmp/s.txt")"
 grep -qx "dp_shard = 2" "$tmp/s.toml" || fail "the search's best: $(cat "$tmp/s.txt")"
 
+# A model with experts: the search tries ep (here 2 and 4 of the 4 experts),
+# the step time has its all_to_alls, and a layout with ep and selective
+# checkpointing is written as a config spmd-train runs on 2 ranks.
+moe=(--config "$src/configs/moe_fsdp_ep.toml" --device-memory 1GB --gemm-tflops 0.1 --intra-bw 1)
+timeout 60 "$plan" "${moe[@]}" --devices 4 --top 100 >"$tmp/moe.txt" 2>&1 ||
+  fail "moe search: $(cat "$tmp/moe.txt")"
+for ep in "ep 2" "ep 4"; do
+  grep -q "· $ep · ac" "$tmp/moe.txt" || fail "no '$ep' layout in: $(cat "$tmp/moe.txt")"
+done
+timeout 60 "$plan" "${moe[@]}" --devices 4 --layout dp_shard=4,ep=2 >"$tmp/moe1.txt" 2>&1 ||
+  fail "moe layout: $(cat "$tmp/moe1.txt")"
+for row in "ep all_to_all EP tokens (dispatch, combine)" "ep all_to_all EP routing counts" \
+  "expert dp all_reduce (after the step) expert gradients (ep's sync)"; do
+  grep -qF "  $row" "$tmp/moe1.txt" || fail "no row '$row' in: $(cat "$tmp/moe1.txt")"
+done
+timeout 60 "$plan" "${moe[@]}" --devices 2 --layout dp_replicate=2,ep=2,ac=op \
+  --write-config "$tmp/moe.toml" >"$tmp/moew.txt" 2>&1 || fail "moe write: $(cat "$tmp/moew.txt")"
+grep -q "^wrote $tmp/moe.toml: dp_replicate 2 · ep 2 · ac op" "$tmp/moew.txt" ||
+  fail "$(cat "$tmp/moew.txt")"
+grep -qx "ep = 2" "$tmp/moe.toml" || fail "no ep = 2 in: $(cat "$tmp/moe.toml")"
+grep -qx 'selective_ac_option = "op"' "$tmp/moe.toml" || fail "no op in: $(cat "$tmp/moe.toml")"
+OMP_NUM_THREADS=1 timeout 120 "$spmdrun" --standalone --nproc-per-node 2 "$train" \
+  --config "$tmp/moe.toml" --training.steps=1 --metrics.run_folder="$tmp/moe_run" \
+  --checkpoint.folder="" >"$tmp/moe_train.txt" 2>&1 ||
+  fail "spmd-train moe: $(tail -5 "$tmp/moe_train.txt")"
+grep -q "done: 1 steps" "$tmp/moe_train.txt" || fail "$(tail -5 "$tmp/moe_train.txt")"
+
 # --explain: the 8B preset's parameters and its 18 bytes each.
 timeout 60 "$plan" --explain llama3.1-8b --devices 8 >"$tmp/explain.txt" 2>&1 ||
   fail "explain: $(cat "$tmp/explain.txt")"
@@ -92,6 +119,8 @@ refuses "parallel: tp 4 must divide model.n_heads 4 and the kv heads 2" "${confi
   --devices 4 --device-memory 1GB --layout tp=4
 refuses "is not divisible by 2 x cp = 8" "${config[@]}" --devices 4 --device-memory 1GB \
   --layout cp=4 --seq-len 4
+refuses "under FSDP the expert ranks come from dp_shard x cp" --config \
+  "$src/configs/moe_fsdp_ep.toml" --devices 4 --device-memory 1GB --layout dp_replicate=2,dp_shard=2,ep=4
 refuses "pp_microbatches 2 is fewer than the pipeline's 4 stages" "${config[@]}" --devices 4 \
   --device-memory 1GB --layout pp=4,microbatches=2
 refuses "no layout of 4 devices fits 1.0 kB per device: the smallest need is" "${config[@]}" \
@@ -127,4 +156,4 @@ refuses "line 1: busbw 0 GB/s at size 1024 over 2 ranks: a busbw must be above 0
   "${m1[@]}" --gemm-tflops 1 --busbw "$tmp/zero.json"
 refuses "the measured busbw has no rows of all_gather" "${config[@]}" --devices 2 \
   --device-memory 1GB --gemm-tflops 1 --busbw "$tmp/busbw.json" --layout dp_shard=2
-echo "spmd-plan: search, layout, explain, step time and 23 refusals as expected"
+echo "spmd-plan: search, layout, explain, step time and experts and 24 refusals as expected"

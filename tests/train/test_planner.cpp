@@ -163,7 +163,7 @@ TEST_CASE("sizes and layouts are read, or refused by flag and value", "[planner]
   CHECK(parse_layout("dp_shard=4,tp=2,ac=full") == Layout{1, 4, 2, 1, 1, 0, "full"});
   CHECK_THROWS_WITH(parse_layout("tp=2,tq=2"),
                     "--layout \"tp=2,tq=2\": unknown key \"tq\" (keys: dp_replicate, dp_shard, "
-                    "tp, pp, cp, microbatches, ac, schedule, v)");
+                    "tp, pp, cp, ep, microbatches, ac, schedule, v)");
   const Layout interleaved = parse_layout("pp=2,schedule=interleaved,v=2");
   CHECK(interleaved == Layout{1, 1, 1, 2, 1, 0, "none", "interleaved", 2});
   CHECK(describe(interleaved) == "pp 2 interleaved x 2 · 2 microbatches · ac none");
@@ -174,8 +174,10 @@ TEST_CASE("sizes and layouts are read, or refused by flag and value", "[planner]
   CHECK_THROWS_WITH(parse_layout("tp=0"),
                     "--layout \"tp=0\": tp must be a positive integer, got \"0\"");
   CHECK_THROWS_WITH(parse_layout("tp"), "--layout \"tp\": \"tp\" is not key=value");
-  CHECK_THROWS_WITH(parse_layout("ac=some"),
-                    "--layout \"ac=some\": ac must be none or full, got \"some\"");
+  CHECK_THROWS_WITH(
+      parse_layout("ac=some"),
+      "--layout \"ac=some\": ac must be none, full, op (selective, the products kept) or a "
+      "positive integer k (selective, every k-th block), got \"some\"");
 }
 
 TEST_CASE("a layout the devices or the model cannot take is refused with its reason", "[planner]") {
