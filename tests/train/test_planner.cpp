@@ -7,27 +7,18 @@
 
 #include "runtime/error.h"
 #include "tensor/cpu/allocator.h"
+#include "tests/train/planner_test_util.h"
 #include "train/config.h"
 #include "train/planner.h"
 #include "train/trained_model.h"
 
 using namespace spmd;
 using namespace spmd::train;
+using namespace spmd::train::testing;
 using Catch::Matchers::Contains;
 using Catch::Matchers::StartsWith;
 
 namespace {
-
-// A small Llama: vocabulary 256, C 64, 2 layers, 4 heads of 16, 2 kv heads
-// (kv dim 32), FFN 128, T 32, untied head, global batch 8.
-TrainConfig small_llama(std::vector<std::string> more = {}) {
-  std::vector<std::string> o = {
-      "model.preset=custom", "model.shape=llama",    "model.vocab_size=256",
-      "model.d_model=64",    "model.n_layers=2",     "model.n_heads=4",
-      "model.n_kv_heads=2",  "model.ffn_hidden=128", "model.seq_len=32"};
-  o.insert(o.end(), more.begin(), more.end());
-  return load_config("", o);
-}
 
 // A cluster of `devices`, 8 a node, with memory and no step time.
 Cluster memory_cluster(int64_t devices, uint64_t memory) {
@@ -223,22 +214,6 @@ TEST_CASE("the search keeps what fits, best first, and names the smallest need",
 // --- Step time ----------------------------------------------------------------------------
 
 namespace {
-
-// A device of 1 GFLOP/s (peak 2) and a link of 1 GB/s busbw, no latency:
-// seconds are FLOPs / 1e9 and bytes x the ring's factor / 1e9.
-Cluster slow_cluster(int64_t devices, int64_t per_node = 8) {
-  Cluster c;
-  c.devices = devices, c.devices_per_node = per_node, c.device_memory = 80000000000ull;
-  c.flops = 1e9, c.peak_flops = 2e9;
-  c.within = {1e9, 0}, c.between = {1e8, 0};
-  return c;
-}
-
-StepTime time_of(const TrainConfig& c, const std::string& layout, const Cluster& cluster) {
-  const Fit f = evaluate(c, parse_layout(layout), cluster);
-  REQUIRE(f.time);
-  return *f.time;
-}
 
 double seconds_of(const StepTime& t, const std::string& op) {
   double s = 0;

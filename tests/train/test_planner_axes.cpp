@@ -8,26 +8,16 @@
 #include <set>
 
 #include "runtime/error.h"
+#include "tests/train/planner_test_util.h"
 #include "train/config.h"
 #include "train/planner.h"
 
 using namespace spmd;
 using namespace spmd::train;
+using namespace spmd::train::testing;
 using Catch::Matchers::Contains;
 
 namespace {
-
-// The small Llama of test_planner: vocabulary 256, C 64, 4 heads of 16, 2
-// kv heads, FFN 128, T 32, untied head, global batch 8; 2 layers unless
-// `more` says otherwise.
-TrainConfig small_llama(std::vector<std::string> more = {}) {
-  std::vector<std::string> o = {
-      "model.preset=custom", "model.shape=llama",    "model.vocab_size=256",
-      "model.d_model=64",    "model.n_layers=2",     "model.n_heads=4",
-      "model.n_kv_heads=2",  "model.ffn_hidden=128", "model.seq_len=32"};
-  o.insert(o.end(), more.begin(), more.end());
-  return load_config("", o);
-}
 
 // The same with 4 experts, top 2, in place of every block's MLP.
 TrainConfig small_moe(std::vector<std::string> more = {}) {
@@ -35,20 +25,9 @@ TrainConfig small_moe(std::vector<std::string> more = {}) {
   return small_llama(more);
 }
 
-// A device of 1 GFLOP/s (peak 2) and a link of 1 GB/s busbw, no latency:
-// seconds are FLOPs / 1e9 and bytes x the ring's factor / 1e9.
-Cluster slow_cluster(int64_t devices, uint64_t memory = 80000000000ull) {
-  Cluster c;
-  c.devices = devices, c.devices_per_node = 8, c.device_memory = memory;
-  c.flops = 1e9, c.peak_flops = 2e9;
-  c.within = {1e9, 0}, c.between = {1e8, 0};
-  return c;
-}
-
+// The step time of `layout` on a slow cluster of `devices`.
 StepTime time_of(const TrainConfig& c, const std::string& layout, int64_t devices) {
-  const Fit f = evaluate(c, parse_layout(layout), slow_cluster(devices));
-  REQUIRE(f.time);
-  return *f.time;
+  return spmd::train::testing::time_of(c, layout, slow_cluster(devices));
 }
 
 // The first term of `t` over `axis` with `op`.

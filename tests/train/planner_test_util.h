@@ -1,0 +1,44 @@
+// What the planner's tests (test_planner, test_planner_axes) share: a small
+// Llama shape, a cluster slow enough that step times are read off by hand,
+// and the step time of one layout on it.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "train/config.h"
+#include "train/planner.h"
+
+namespace spmd::train::testing {
+
+// A small Llama: vocabulary 256, C 64, 2 layers, 4 heads of 16, 2 kv heads
+// (kv dim 32), FFN 128, T 32, untied head, global batch 8; `more` overrides.
+inline TrainConfig small_llama(std::vector<std::string> more = {}) {
+  std::vector<std::string> o = {
+      "model.preset=custom", "model.shape=llama",    "model.vocab_size=256",
+      "model.d_model=64",    "model.n_layers=2",     "model.n_heads=4",
+      "model.n_kv_heads=2",  "model.ffn_hidden=128", "model.seq_len=32"};
+  o.insert(o.end(), more.begin(), more.end());
+  return load_config("", o);
+}
+
+// A device of 1 GFLOP/s (peak 2) and a link of 1 GB/s busbw within a node
+// (0.1 GB/s between), no latency: seconds are FLOPs / 1e9 and bytes x the
+// ring's factor / 1e9.
+inline Cluster slow_cluster(int64_t devices, int64_t per_node = 8) {
+  Cluster c;
+  c.devices = devices, c.devices_per_node = per_node, c.device_memory = 80000000000ull;
+  c.flops = 1e9, c.peak_flops = 2e9;
+  c.within = {1e9, 0}, c.between = {1e8, 0};
+  return c;
+}
+
+// The step time of `layout` on `cluster` (which must time it).
+inline StepTime time_of(const TrainConfig& c, const std::string& layout, const Cluster& cluster) {
+  const Fit f = evaluate(c, parse_layout(layout), cluster);
+  REQUIRE(f.time);
+  return *f.time;
+}
+
+}  // namespace spmd::train::testing
