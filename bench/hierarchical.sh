@@ -36,31 +36,12 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "hierarchical: needs root (namespaces, tc)" >&2; exit 1; }
 spmdrun=$(realpath "$build/launcher/spmdrun") bench=$(realpath "$build/bench/spmd-bench")
-nsA=spmdhier$$a nsB=spmdhier$$b vethA=hr$$a vethB=hr$$b
-tmp=$(mktemp -d)
-cleanup() {
-  for ns in "$nsA" "$nsB"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$ns" 2>/dev/null
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-ip netns add "$nsA" && ip netns add "$nsB"
-ip link add "$vethA" type veth peer name "$vethB"
-ip link set "$vethA" netns "$nsA" && ip link set "$vethB" netns "$nsB"
-ip -n "$nsA" addr add 10.213.13.1/24 dev "$vethA" && ip -n "$nsB" addr add 10.213.13.2/24 dev "$vethB"
-for ns in "$nsA $vethA" "$nsB $vethB"; do
-  read -r n v <<<"$ns"
-  ip -n "$n" link set lo up && ip -n "$n" link set "$v" up
-  # The slow link: RATE out of each end (the bucket holds 1 MiB: more than
-  # the rate's worth of a 4 ms timer tick at 1 Gbit/s, and than a 64 KiB
-  # GSO packet).
-  ip netns exec "$n" tc qdisc add dev "$v" root tbf rate "$rate" burst 1mb latency 50ms
-done
+# The slow link: RATE out of each end (the bucket holds 1 MiB: more than
+# the rate's worth of a 4 ms timer tick at 1 Gbit/s, and than a 64 KiB GSO
+# packet).
+. bench/two_hosts.sh
+two_hosts_up hier 10.213.13 "$rate" 1mb
 export OMP_NUM_THREADS=1
-tx() { echo $(($(ip netns exec "$nsA" cat "/sys/class/net/$vethA/statistics/tx_bytes") +
-               $(ip netns exec "$nsB" cat "/sys/class/net/$vethB/statistics/tx_bytes"))); }
 
 # run NAME MODE OP: one spmd-bench of OP on both hosts with
 # SPMD_HIERARCHICAL=MODE; appends a JSON line to $tmp/results.
@@ -74,9 +55,8 @@ run() {
   before=$(tx)
   for h in "hostA $nsA 0" "hostB $nsB 1"; do
     read -r host ns node_rank <<<"$h"
-    timeout -k 5 300 ip netns exec "$ns" unshare --uts --mount --propagation private \
-      sh -c 'hostname "$0" && mount -t tmpfs -o size=512m spmd-shm /dev/shm && exec "$@"' \
-      "$host" env SPMD_HIERARCHICAL="$mode" "$spmdrun" "${node[@]}" --node-rank "$node_rank" \
+    on_host 300 "$ns" "$host" 512m env SPMD_HIERARCHICAL="$mode" "$spmdrun" "${node[@]}" \
+      --node-rank "$node_rank" \
       "$bench" "$op" -b "$size" -e "$size" -n "$iters" -w 1 -c 1 \
       -J "$tmp/$name.$port.json" >"$tmp/$name.$host.log" 2>&1 &
   done

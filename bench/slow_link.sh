@@ -33,29 +33,10 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "slow_link: needs root (namespaces, tc)" >&2; exit 1; }
 spmdrun=$(realpath "$build/launcher/spmdrun") train=$(realpath "$build/train/spmd-train")
-nsA=spmdslow$$a nsB=spmdslow$$b vethA=sl$$a vethB=sl$$b
-tmp=$(mktemp -d)
-cleanup() {
-  for ns in "$nsA" "$nsB"; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$ns" 2>/dev/null
-  done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-ip netns add "$nsA" && ip netns add "$nsB"
-ip link add "$vethA" type veth peer name "$vethB"
-ip link set "$vethA" netns "$nsA" && ip link set "$vethB" netns "$nsB"
-ip -n "$nsA" addr add 10.213.12.1/24 dev "$vethA" && ip -n "$nsB" addr add 10.213.12.2/24 dev "$vethB"
-for ns in "$nsA $vethA" "$nsB $vethB"; do
-  read -r n v <<<"$ns"
-  ip -n "$n" link set lo up && ip -n "$n" link set "$v" up
-  # The slow link: RATE out of each end (the token bucket holds 256 KiB).
-  ip netns exec "$n" tc qdisc add dev "$v" root tbf rate "$rate" burst 256kb latency 50ms
-done
+# The slow link: RATE out of each end (the token bucket holds 256 KiB).
+. bench/two_hosts.sh
+two_hosts_up slow 10.213.12 "$rate" 256kb
 export OMP_NUM_THREADS=1
-tx() { echo $(($(ip netns exec "$nsA" cat "/sys/class/net/$vethA/statistics/tx_bytes") +
-               $(ip netns exec "$nsB" cat "/sys/class/net/$vethB/statistics/tx_bytes"))); }
 
 # run NAME FLAGS...: one training on both hosts; appends "tok/s bytes/step" to $tmp/NAME
 port=29711
@@ -73,10 +54,8 @@ run() {
   before=$(tx)
   for h in "hostA $nsA 0" "hostB $nsB 1"; do
     read -r host ns node_rank <<<"$h"
-    timeout -k 5 900 ip netns exec "$ns" unshare --uts --mount --propagation private \
-      sh -c 'hostname "$0" && mount -t tmpfs -o size=256m spmd-shm /dev/shm && exec "$@"' \
-      "$host" "$spmdrun" "${node[@]}" --node-rank "$node_rank" "$train" "${flags[@]}" \
-      >"$tmp/$name.$host.log" 2>&1 &
+    on_host 900 "$ns" "$host" 256m "$spmdrun" "${node[@]}" --node-rank "$node_rank" \
+      "$train" "${flags[@]}" >"$tmp/$name.$host.log" 2>&1 &
   done
   wait -n && wait -n || { tail -5 "$tmp/$name".*.log; echo "slow_link: $name failed" >&2; exit 1; }
   local after
