@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "harness.h"
-#include "survivors.h"
 #include "parallel/comm/init.h"
+#include "survivors.h"
 
 using namespace spmd;
 using namespace spmd::dist;
@@ -46,28 +46,7 @@ TEST_CASE("a rank killed mid-collective makes every other rank fail fast, naming
 
 TEST_CASE("a rank that skips a collective makes the others time out, naming it",
           "[comm][failure]") {
-  const int world = 3, absent = 1;
-  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
-    auto g = join(rank, world, store, std::chrono::milliseconds(1000));
-    g->barrier().wait();
-    if (rank == absent) {  // never calls all_reduce #1; waits, then leaves
-      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
-      return;
-    }
-    Tensor t = floats(1000, 1.f);
-    report_outcome([&] { g->all_reduce(t).wait(); });
-  });
-  for (int r = 0; r < world; ++r) {
-    if (r == absent) continue;
-    INFO("rank " << r << ": " << outcomes[r].report);
-    CHECK(outcomes[r].exited_ok());
-    REQUIRE(outcomes[r].report.rfind("timeout|", 0) == 0);
-    const long ms = reported_ms(outcomes[r].report);
-    CHECK(ms >= 1000);
-    CHECK(ms < 3500);  // the timeout, a grace for late arrival records, and slack for load
-    CHECK_THAT(outcomes[r].report, Catch::Contains("all_reduce #1 in group world") &&
-                                       Catch::Contains("never arrived at all_reduce #1: [1]"));
-  }
+  check_absent_rank_named(/*world=*/3, /*absent=*/1, /*elements=*/1000);
 }
 
 TEST_CASE("ranks that disagree on size, dtype or op get an error saying so", "[comm][failure]") {

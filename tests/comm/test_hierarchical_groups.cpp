@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "survivors.h"
 #include "tensor/ops.h"
 #include "tensor/views.h"
 #include "values.h"
@@ -129,26 +130,5 @@ TEST_CASE("a rank that skips a hierarchical all_reduce is named by every other r
           "[comm][failure]") {
   ScopedEnv split("SPMD_TRANSPORT_HOST_SPLIT", "2");
   ScopedEnv mode("SPMD_HIERARCHICAL", "1");
-  const int world = 4, absent = 3;
-  auto outcomes = run_processes(world, [&](int rank, const std::string& store) {
-    auto g = join(rank, world, store, std::chrono::milliseconds(1000));
-    g->barrier().wait();
-    if (rank == absent) {  // never calls all_reduce #1; waits, then leaves
-      std::this_thread::sleep_for(std::chrono::milliseconds(4000));
-      return;
-    }
-    Tensor t = floats(100000, 1.f);
-    report_outcome([&] { g->all_reduce(t).wait(); });
-  });
-  for (int r = 0; r < world; ++r) {
-    if (r == absent) continue;
-    INFO("rank " << r << ": " << outcomes[r].report);
-    CHECK(outcomes[r].exited_ok());
-    REQUIRE(outcomes[r].report.rfind("timeout|", 0) == 0);
-    const long ms = reported_ms(outcomes[r].report);
-    CHECK(ms >= 1000);
-    CHECK(ms < 3500);  // the timeout, a grace for late arrival records, and slack for load
-    CHECK_THAT(outcomes[r].report, Catch::Contains("all_reduce #1 in group world") &&
-                                       Catch::Contains("never arrived at all_reduce #1: [3]"));
-  }
+  check_absent_rank_named(/*world=*/4, /*absent=*/3, /*elements=*/100000);
 }
