@@ -1,12 +1,13 @@
 // What the planner's tests (test_planner, test_planner_axes) share: a small
 // Llama shape, a cluster slow enough that step times are read off by hand,
-// and the step time of one layout on it.
+// the step time of one layout on it, and a layout's refusal.
 #pragma once
 
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
+#include "runtime/error.h"
 #include "train/config.h"
 #include "train/planner.h"
 
@@ -39,6 +40,17 @@ inline StepTime time_of(const TrainConfig& c, const std::string& layout, const C
   const Fit f = evaluate(c, parse_layout(layout), cluster);
   REQUIRE(f.time);
   return *f.time;
+}
+
+// check_planned_layout's message for `layout` of `c` on `devices`, or
+// "(no refusal)".
+inline std::string refusal(const TrainConfig& c, const std::string& layout, int64_t devices) {
+  try {
+    check_planned_layout(with_layout(c, parse_layout(layout)), devices);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no refusal)";
 }
 
 }  // namespace spmd::train::testing

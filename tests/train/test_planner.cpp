@@ -27,15 +27,6 @@ Cluster memory_cluster(int64_t devices, uint64_t memory) {
   return c;
 }
 
-std::string refusal(const TrainConfig& c, const std::string& layout, int64_t devices) {
-  try {
-    check_planned_layout(with_layout(c, parse_layout(layout)), devices);
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no refusal)";
-}
-
 }  // namespace
 
 TEST_CASE("the model states of a small shape, by hand", "[planner]") {

@@ -38,15 +38,6 @@ CommTerm term(const StepTime& t, const std::string& axis, const std::string& op)
   return {};
 }
 
-std::string refusal(const TrainConfig& c, const std::string& layout, int64_t devices) {
-  try {
-    check_planned_layout(with_layout(c, parse_layout(layout)), devices);
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no refusal)";
-}
-
 }  // namespace
 
 TEST_CASE("selective checkpointing: what each option recomputes, by hand", "[planner][time]") {
