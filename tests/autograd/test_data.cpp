@@ -10,24 +10,17 @@
 #include "autograd/data/bpe.h"
 #include "autograd/data/text_dataset.h"
 #include "autograd/data/token_file.h"
+#include "tests/error_of.h"
 
 using namespace spmd;
 using namespace spmd::data;
 using Catch::Matchers::Contains;
+using spmd::testing::error_of;
 
 namespace {
 
 std::string temp_path(const std::string& name) {
   return "/tmp/spmd_test_data_" + std::to_string(::getpid()) + "_" + name;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::vector<std::string> chunks(std::string_view text) {

@@ -13,23 +13,16 @@
 
 #include "autograd/data/gpt2_bpe.h"
 #include "autograd/data/unicode_classes.h"
+#include "tests/error_of.h"
 
 using namespace spmd::data;
 using Catch::Matchers::Contains;
+using spmd::testing::error_of;
 
 namespace {
 
 std::string temp_path(const std::string& name) {
   return "/tmp/spmd_test_gpt2_bpe_" + std::to_string(::getpid()) + "_" + name;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::vector<std::string> chunks(std::string_view text) {

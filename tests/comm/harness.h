@@ -13,32 +13,11 @@
 
 #include "parallel/comm/process_group.h"
 #include "tensor/tensor.h"
+#include "tests/scoped_env.h"
 
 namespace spmd::dist::testing {
 
-// Sets an environment variable for one test case (the ranks it forks
-// inherit it), and puts back what it was (a variant of a test binary may
-// set it for every case).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* was = std::getenv(name)) before_ = was;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (before_) {
-      ::setenv(name_.c_str(), before_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> before_;
-};
+using spmd::testing::ScopedEnv;  // tests/scoped_env.h
 
 // Runs fn(world) on `world_size` processes started by spawn(); each joins
 // with init_process_group(env://, `backend`: TCP unless a GPU test asks for

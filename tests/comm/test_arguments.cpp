@@ -83,15 +83,8 @@ TEST_CASE("Work::wait(timeout) gives up while the collective goes on", "[comm]")
 // with no IPv4 address is an error that lists the interfaces that have one.
 TEST_CASE("SPMD_SOCKET_IFNAME and GLOO_SOCKET_IFNAME choose the address a rank publishes",
           "[bootstrap]") {
-  struct Env {  // sets a variable for the case, and puts the old value back
-    std::string name;
-    std::optional<std::string> old;
-    Env(std::string n, const char* value) : name(std::move(n)) {
-      if (const char* v = std::getenv(name.c_str())) old = v;
-      value ? ::setenv(name.c_str(), value, 1) : ::unsetenv(name.c_str());
-    }
-    ~Env() { old ? ::setenv(name.c_str(), old->c_str(), 1) : ::unsetenv(name.c_str()); }
-  };
+  using Env = spmd::testing::ScopedEnv;
+
   {
     Env spmd("SPMD_SOCKET_IFNAME", "lo"), gloo("GLOO_SOCKET_IFNAME", "nosuch0");
     CHECK(dist::tcp::advertised_address("localhost") == "127.0.0.1");  // spmd's name first

@@ -13,22 +13,14 @@
 #include "runtime/rendezvous.h"
 #include "runtime/socket.h"
 #include "runtime/tcp_store.h"
+#include "tests/scoped_env.h"
 
 using namespace spmd;
 using namespace std::chrono_literals;
 
 namespace {
 
-// Sets a variable for a scope, and puts the old value back.
-struct Env {
-  std::string name;
-  std::optional<std::string> old;
-  Env(std::string n, const char* value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str())) old = v;
-    value ? ::setenv(name.c_str(), value, 1) : ::unsetenv(name.c_str());
-  }
-  ~Env() { old ? ::setenv(name.c_str(), old->c_str(), 1) : ::unsetenv(name.c_str()); }
-};
+using Env = spmd::testing::ScopedEnv;
 
 // A port that nothing listens on (bound, then let go).
 uint16_t free_port() { return net::local_port(net::listen_tcp("", 0).fd()); }
