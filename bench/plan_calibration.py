@@ -85,21 +85,24 @@ def run_rows(cmd, env, folder, ranks):
     return lines, rows
 
 
-def gemm_rate(lines):
-    """FLOP/s of spmd-train's `gemm_mfu against X GFLOP/s per rank` line."""
+def rate_line(lines, pattern, what):
+    """FLOP/s from the first of spmd-train's lines that `pattern` matches:
+    a number, then G or T (of FLOP/s)."""
     for l in lines:
-        m = re.search(r"gemm_mfu against ([\d.]+) (G|T)FLOP/s per rank", l)
+        m = re.search(pattern, l)
         if m:
             return float(m.group(1)) * (1e9 if m.group(2) == "G" else 1e12)
-    sys.exit("plan_calibration: no gemm_mfu line from spmd-train")
+    sys.exit(f"plan_calibration: no {what} line from spmd-train")
+
+
+def gemm_rate(lines):
+    """The `gemm_mfu against X GFLOP/s per rank` line: the GEMM's rate."""
+    return rate_line(lines, r"gemm_mfu against ([\d.]+) (G|T)FLOP/s per rank", "gemm_mfu")
 
 
 def peak_rate(lines):
-    for l in lines:
-        m = re.search(r"^mfu against ([\d.]+) (G|T)FLOP/s per rank", l)
-        if m:
-            return float(m.group(1)) * (1e9 if m.group(2) == "G" else 1e12)
-    sys.exit("plan_calibration: no mfu line from spmd-train")
+    """The `mfu against X GFLOP/s per rank` line: the hardware's peak."""
+    return rate_line(lines, r"^mfu against ([\d.]+) (G|T)FLOP/s per rank", "mfu")
 
 
 def flops_per_token(lines):
