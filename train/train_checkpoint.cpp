@@ -134,9 +134,9 @@ Deleter& deleter() {
 
 // Removes all but the `keep` newest step folders; never `latest`. Also
 // deletes what an earlier prune renamed and did not finish deleting, and
-// what a save cut short left: its "<name>.tmp", and a "<name>.old" set aside
-// (save_sharded's two renames) unless `latest` still names <name>, whose
-// resume reads it (latest_step_folder). Rank 0 prunes right after its own
+// what a save cut short left (dist::save_leftover: its "<name>.tmp", and a
+// "<name>.old" set aside unless `latest` still names <name>, whose resume
+// reads it: latest_step_folder). Rank 0 prunes right after its own
 // save, the one save of this job in flight; a folder has one job
 // (runtime/folder_lock.h).
 void prune(const std::string& folder, const std::string& latest, int64_t keep) {
@@ -148,7 +148,7 @@ void prune(const std::string& folder, const std::string& latest, int64_t keep) {
     const fs::path ext = e.path().extension();
     if (ext.empty()) {
       steps.push_back(saved_step(e.path()));
-    } else if (ext == ".pruned" || ext == ".tmp" || (ext == ".old" && e.path().stem() != latest)) {
+    } else if (ext == ".pruned" || dist::save_leftover(e.path().string(), latest)) {
       doomed.push_back(e.path());
     }
   }
@@ -255,8 +255,8 @@ TrainState read_train_state(const fs::path& path) {
 // The step folder `latest` names: refused naming `latest` when it names
 // none (an empty file, or a folder removed by hand). A save of that same
 // step (a fresh run's, into the folder) cut between the two renames of a
-// filesystem that cannot exchange them (save_sharded) leaves the folder
-// absent and the checkpoint it named, whole, at "<name>.old": that one.
+// filesystem that cannot exchange them leaves the folder absent and the
+// checkpoint it named set aside whole: that one (dist::saved_folder).
 fs::path latest_step_folder(const std::string& folder) {
   const fs::path latest = fs::path(folder) / "latest";
   std::string name = read_file(latest);
@@ -266,12 +266,12 @@ fs::path latest_step_folder(const std::string& folder) {
   SPMD_CHECK(!name.empty() && name.find('/') == std::string::npos, latest.string(),
              " names no step folder (it holds \"", name, "\")", fix);
   const fs::path dir = fs::path(folder) / name;
-  const fs::path set_aside = fs::path(folder) / (name + ".old");
-  if (!fs::exists(dir) && fs::is_regular_file(set_aside / "index.json")) {
+  const fs::path saved = dist::saved_folder(dir.string());
+  if (saved != dir) {
     SPMD_LOG_WARN("checkpoint: ", latest.string(), " names ", name, ", which is absent, and ",
-                  set_aside.string(), " holds it: a save of the same step was cut between ",
-                  "its two renames; resuming from ", set_aside.filename().string());
-    return set_aside;
+                  saved.string(), " holds it: a save of the same step was cut between ",
+                  "its two renames; resuming from ", saved.filename().string());
+    return saved;
   }
   SPMD_CHECK(fs::is_directory(dir), latest.string(), " names ", name, ", which is not a folder in ",
              folder, fix);

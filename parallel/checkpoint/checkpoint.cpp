@@ -37,6 +37,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Beside a checkpoint at <dir>: the folder a save writes before its rename,
+// and where an older checkpoint steps aside when the rename cannot swap.
+constexpr const char* kWriting = ".tmp";
+constexpr const char* kSetAside = ".old";
+
 bool writes_blocks(const LayoutMeta& layout);
 
 // --- Save ----------------------------------------------------------------------------------
@@ -195,7 +200,7 @@ void move_into_place(const std::string& tmp, const std::string& dir) {
   // Only a filesystem (or kernel) that cannot exchange takes the two renames.
   SPMD_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP, "save_sharded: cannot swap ",
              tmp, " and ", dir, " (renameat2 RENAME_EXCHANGE): ", std::strerror(errno));
-  const std::string old = dir + ".old";
+  const std::string old = dir + kSetAside;
   fs::remove_all(old);
   fs::rename(dir, old);
   fault_point("checkpoint.set_aside");  // `dir` absent, the older one at "<dir>.old"
@@ -231,7 +236,7 @@ std::string finish(SaveRound& round, int world_size, const std::string& tmp, con
 
 void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& world,
                   const std::map<std::string, std::string>& files) {
-  const std::string tmp = dir + ".tmp", where = str_cat("save_sharded(", dir, "): ");
+  const std::string tmp = dir + kWriting, where = str_cat("save_sharded(", dir, "): ");
   const int rank = world.rank();
   fault_point("checkpoint.begin");
   SaveRound round(world, dir);
@@ -254,6 +259,18 @@ void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& 
     round.post("done",
                outcome([&] { return finish(round, world.size(), tmp, dir, files); }, where));
   round.payload("done");
+}
+
+std::string saved_folder(const std::string& dir) {
+  const std::string set_aside = dir + kSetAside;
+  if (!fs::exists(dir) && fs::is_regular_file(fs::path(set_aside) / kIndexFile)) return set_aside;
+  return dir;
+}
+
+bool save_leftover(const std::string& path, const std::string& in_use) {
+  const fs::path p(path);
+  if (p.extension() == kWriting) return true;
+  return p.extension() == kSetAside && p.stem() != fs::path(in_use).filename();
 }
 
 // --- Helpers ---------------------------------------------------------------------------------

@@ -53,4 +53,17 @@ void save_sharded(const TensorMap& state, const std::string& dir, ProcessGroup& 
 // no saved block covers, a missing file or key.
 void load_sharded(const TensorMap& state, const std::string& dir);
 
+// The folder that holds the checkpoint saved at `dir`: `dir` itself, or,
+// when a save over an older checkpoint there was cut between its two renames
+// (on a filesystem that cannot exchange them, save_sharded's fallback),
+// "<dir>.old", the older checkpoint set aside whole. `dir` when neither is
+// there (the caller's check names it).
+std::string saved_folder(const std::string& dir);
+
+// Whether `path` is what a save cut short leaves beside its checkpoint:
+// "<dir>.tmp" (a save that never finished), or "<dir>.old" (set aside) while
+// `dir` is not the checkpoint still in use (`in_use`, a name in the same
+// folder). Safe to delete when no save of this job is in flight.
+bool save_leftover(const std::string& path, const std::string& in_use);
+
 }  // namespace spmd::dist
