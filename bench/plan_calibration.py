@@ -5,28 +5,32 @@ For each layout of the small GPT-2 config (ddp, fsdp, tp, pp under 1F1B and
 GPipe on 2 ranks; hsdp 2 x 2 on 4 ranks), it
 
 1. measures the machine: spmd-bench's busbw of all_reduce, all_gather,
-   reduce_scatter and sendrecv on 2 ranks (--json), and the FLOP/s a rank
-   reaches, two ways, with as many processes at once as the layout has
-   ranks: the f32 GEMM of 512^3 that spmd-train times at start (its
-   `gemm_mfu against` line), and the model's own rate, from one-rank runs
-   of the unsplit model on a rank's share of the batch (FLOPs per token x
-   tokens / median step);
-   Each layout runs right after its own one-rank runs, so that both meet
-   the same load on a shared machine, for --rounds rounds;
+   reduce_scatter and sendrecv on 2 ranks (--json), once; then, before each
+   layout, with as many processes at once as the layout has ranks (the
+   ranks share the cores as the layout's will):
+   - `spmd-plan --measure cpu`: the f32 GEMM of 512^3's FLOP/s and the
+     memory bandwidth of an elementwise add, each over a window;
+   - the model's own rate, from one-rank runs of the unsplit model on a
+     rank's share of the batch (FLOPs per token x tokens / median step);
+   so that the layout and its rates meet the same load on a shared machine,
+   for --rounds rounds;
 2. asks spmd-plan for the layout's largest rank's peak memory and its step
-   time, with each rate (--gemm-tflops), the busbw (--busbw) and the CPU's
-   peak (--peak-tflops, for MFU), and writes the layout as a config
-   (--write-config);
+   time three ways: from the GEMM rate alone (--gemm-tflops), from the GEMM
+   rate and the memory bandwidth (--mem-bw: the other ops' bytes over it,
+   train/step_traffic.h), and from the model's rate; each with the busbw
+   (--busbw) and the CPU's peak (--peak-tflops, for MFU); and writes the
+   layout as a config (--write-config);
 3. runs spmd-train with that config for --steps steps and reads each
    rank's JSON lines: the median step time after the first two steps, and
    the allocator's peak over the steps and ranks;
 
 then prints one table: predicted and measured peak memory and step time,
-and their errors; and the same step-time comparison with each run's fastest
-step in place of its median (the model's rate from the one-rank runs'
-fastest steps too), which a burst of the machine's other load moves less. The targets (issue 39): memory within 15%, step time
-within 25%. Run it with no build beside it (flock /tmp/build.lock); the
-load average is printed before and after.
+and their errors; and the comparison from the GEMM rate and bandwidth with
+each run's fastest step in place of its median, which a burst of the
+machine's other load moves less. The targets (issue 39): memory within 15%,
+step time within 25% given the GEMM rate and the busbw. Run it with no build
+beside it (flock /tmp/build.lock); the load average is printed before and
+after.
 
   flock /tmp/build.lock bench/plan_calibration.py [--build build] [--steps 6] [--rows 4]
                                                   [--rounds 3]
@@ -95,11 +99,6 @@ def rate_line(lines, pattern, what):
     sys.exit(f"plan_calibration: no {what} line from spmd-train")
 
 
-def gemm_rate(lines):
-    """The `gemm_mfu against X GFLOP/s per rank` line: the GEMM's rate."""
-    return rate_line(lines, r"gemm_mfu against ([\d.]+) (G|T)FLOP/s per rank", "gemm_mfu")
-
-
 def peak_rate(lines):
     """The `mfu against X GFLOP/s per rank` line: the hardware's peak."""
     return rate_line(lines, r"^mfu against ([\d.]+) (G|T)FLOP/s per rank", "mfu")
@@ -123,9 +122,9 @@ def median_step_s(rows):
 
 def one_rank_rates(args, env, tmp, ranks):
     """`ranks` one-rank runs at once of the unsplit model on a rank's share
-    of the batch: the GEMM rate each timed at start, and the model's rate
-    (its FLOPs per step over its median step, and over its fastest), each
-    the median over the runs."""
+    of the batch: the model's rate (its FLOPs per step over its median step,
+    and over its fastest), each the median over the runs, and the CPU's
+    peak spmd-train reports."""
     config = os.path.join(tmp, f"one_{ranks}.toml")
     write_config(config, args, args.rows, "1f1b")
     procs, folders = [], []
@@ -135,7 +134,7 @@ def one_rank_rates(args, env, tmp, ranks):
         procs.append(subprocess.Popen(
             train_cmd(args, 1) + ["--config", config, f"--metrics.run_folder={folder}"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
-    gemm, model, fast, peak = [], [], [], 0
+    model, fast, peak = [], [], 0
     for p, folder in zip(procs, folders):
         out, _ = p.communicate(timeout=900)
         if p.returncode != 0:
@@ -143,11 +142,30 @@ def one_rank_rates(args, env, tmp, ranks):
         lines = out.splitlines()
         with open(os.path.join(folder, "metrics_rank0.jsonl")) as f:
             rows = [json.loads(l) for l in f if l.strip()]
-        gemm.append(gemm_rate(lines))
         model.append(flops_per_token(lines) * args.rows * 256 / median_step_s(rows))
         fast.append(flops_per_token(lines) * args.rows * 256 / fastest_step_s(rows))
         peak = peak_rate(lines)
-    return statistics.median(gemm), statistics.median(model), statistics.median(fast), peak
+    return statistics.median(model), statistics.median(fast), peak
+
+
+def machine_rates(args, env, ranks):
+    """`ranks` runs at once of `spmd-plan --measure cpu`: the GEMM's FLOP/s
+    and the memory bandwidth (bytes/s), each the median over the runs."""
+    cmd = [binary(args, "train", "spmd-plan"), "--measure", "cpu", "--measure-seconds", "4"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env) for _ in range(ranks)]
+    gemm, memory = [], []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        if p.returncode != 0:
+            sys.exit(f"plan_calibration: spmd-plan --measure failed:\n{out}")
+        g = re.search(r"--gemm-tflops ([\d.]+)", out)
+        m = re.search(r"--mem-bw ([\d.]+)", out)
+        if not g or not m:
+            sys.exit(f"plan_calibration: no rates in spmd-plan --measure's output:\n{out}")
+        gemm.append(float(g.group(1)) * 1e12)
+        memory.append(float(m.group(1)) * 1e9)
+    return statistics.median(gemm), statistics.median(memory)
 
 
 def plan(args, env, config, ranks, layout, rate, peak, busbw, extra=()):
@@ -198,36 +216,37 @@ def main():
         big = max((r for r in rows if r["op"] == op), key=lambda r: r["size"])
         print(f"# busbw {op}, 2 ranks: {big['busbw']:.2f} GB/s at {big['size'] >> 20} MiB")
 
-    # Each round runs every layout right after its own one-rank reference,
+    # Each round runs every layout right after its own rates are measured,
     # so that both meet the same load on a shared machine.
     results = {name: [] for name in LAYOUTS}
     loads = []
     for rnd in range(args.rounds):
         for name, (ranks, layout, schedule) in LAYOUTS.items():
-            gemm, model, fast, peak = one_rank_rates(args, env, tmp, ranks)
+            gemm, memory = machine_rates(args, env, ranks)
+            model, fast, peak = one_rank_rates(args, env, tmp, ranks)
             dp = 1
             for key in ("dp_replicate", "dp_shard"):
                 m = re.search(key + r"=(\d+)", layout)
                 dp *= int(m.group(1)) if m else 1
             stem = os.path.join(tmp, name.replace(" ", "_"))
             write_config(stem + "_base.toml", args, args.rows * dp, schedule)
-            mem, step_gemm, _ = plan(args, env, stem + "_base.toml", ranks, layout, gemm, peak,
-                                     busbw, ["--write-config", stem + ".toml"])
-            _, step_model, bound = plan(args, env, stem + "_base.toml", ranks, layout, model, peak,
-                                        busbw)
-            _, step_serial, _ = plan(args, env, stem + "_base.toml", ranks, layout, model, peak,
-                                     busbw, ["--no-overlap"])
-            _, step_fast, _ = plan(args, env, stem + "_base.toml", ranks, layout, fast, peak, busbw)
+            base = stem + "_base.toml"
+            mem_bw = ["--mem-bw", f"{memory / 1e9:.3f}"]
+            mem, step_gemm, _ = plan(args, env, base, ranks, layout, gemm, peak, busbw,
+                                     ["--write-config", stem + ".toml"])
+            _, step_traffic, bound = plan(args, env, base, ranks, layout, gemm, peak, busbw, mem_bw)
+            _, step_model, _ = plan(args, env, base, ranks, layout, model, peak, busbw)
             _, rows = run_rows(train_cmd(args, ranks) + ["--config", stem + ".toml"], env,
                                stem + f"_r{rnd}", ranks)
-            measured_step = median_step_s(rows[0])
-            measured_fast = fastest_step_s(rows[0])
-            measured_mem = max(r["mem_peak"] for rank in rows for r in rank if "mem_peak" in r)
-            results[name].append((mem, measured_mem, step_gemm, step_model, step_serial, bound,
-                                  measured_step, step_fast, measured_fast))
-            print(f"# round {rnd} {name}: GEMM {gemm / 1e9:.1f}, the model {model / 1e9:.1f} "
-                  f"GFLOP/s per rank ({ranks} at once); planned {step_model * 1e3:.0f} ms, "
-                  f"measured {measured_step * 1e3:.0f} ms", flush=True)
+            r = dict(mem=mem, measured_mem=max(x["mem_peak"] for rank in rows for x in rank
+                                               if "mem_peak" in x),
+                     gemm=step_gemm, traffic=step_traffic, model=step_model, bound=bound,
+                     measured=median_step_s(rows[0]), fastest=fastest_step_s(rows[0]))
+            results[name].append(r)
+            print(f"# round {rnd} {name}: GEMM {gemm / 1e9:.1f} GFLOP/s, memory "
+                  f"{memory / 1e9:.1f} GB/s, the model {model / 1e9:.1f} GFLOP/s per rank "
+                  f"({ranks} at once); planned {step_traffic * 1e3:.0f} ms, measured "
+                  f"{r['measured'] * 1e3:.0f} ms", flush=True)
         loads.append(os.getloadavg()[0])
 
     print(f"# load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; after each "
@@ -238,22 +257,22 @@ def main():
           f"the rounds' errors; the last two columns from the fastest step of each run in place "
           f"of the median\n")
     print("| layout | ranks | peak memory: planned | measured | error | step: planned from the "
-          "GEMM rate | error | planned from the model's rate | error | planned, no overlap | "
-          "measured | bound (planned) | fastest: measured | error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "GEMM rate alone | error | from the GEMM rate and memory bandwidth | error | from the "
+          "model's rate | error | measured | bound (planned) | fastest: measured | error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     med = statistics.median
     for name, rs in results.items():
-        mem, mmem = med(r[0] for r in rs), med(r[1] for r in rs)
-        sg, sm, ss, ms = (med(r[k] for r in rs) for k in (2, 3, 4, 6))
-        err_g = med((r[2] - r[6]) / r[6] for r in rs)
-        err_m = med((r[3] - r[6]) / r[6] for r in rs)
-        ranks = LAYOUTS[name][0]
-        fast_ms = med(r[8] for r in rs)
-        err_f = med((r[7] - r[8]) / r[8] for r in rs)
-        print(f"| {name} | {ranks} | {mem / 1e6:.1f} MB | {mmem / 1e6:.1f} MB | "
-              f"{(mem - mmem) / mmem:+.0%} | {sg * 1e3:.0f} ms | {err_g:+.0%} | {sm * 1e3:.0f} ms | "
-              f"{err_m:+.0%} | {ss * 1e3:.0f} ms | {ms * 1e3:.0f} ms | {rs[-1][5]} | "
-              f"{fast_ms * 1e3:.0f} ms | {err_f:+.0%} |")
+        def m(key):
+            return med(r[key] for r in rs)
+
+        def err(key, against="measured"):
+            return med((r[key] - r[against]) / r[against] for r in rs)
+        print(f"| {name} | {LAYOUTS[name][0]} | {m('mem') / 1e6:.1f} MB | "
+              f"{m('measured_mem') / 1e6:.1f} MB | {err('mem', 'measured_mem'):+.0%} | "
+              f"{m('gemm') * 1e3:.0f} ms | {err('gemm'):+.0%} | {m('traffic') * 1e3:.0f} ms | "
+              f"{err('traffic'):+.0%} | {m('model') * 1e3:.0f} ms | {err('model'):+.0%} | "
+              f"{m('measured') * 1e3:.0f} ms | {rs[-1]['bound']} | {m('fastest') * 1e3:.0f} ms | "
+              f"{err('traffic', 'fastest'):+.0%} |")
 
 
 if __name__ == "__main__":

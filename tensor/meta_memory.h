@@ -68,7 +68,7 @@ class MetaAllocationLog {
 // While one lives on this thread, a meta tensor's values copied out of it
 // (item(), to_vector(), a copy to the CPU) read as zeros instead of
 // throwing. For a dry run only: the values are stand-ins, so what they
-// decide must not depend on them (docs/planner.md, "The dry run"). Its
+// decide must not depend on them (docs/dry_run.md). Its
 // presence also marks a dry run's scope: FSDP then runs a unit whose
 // shards stay on meta, which elsewhere it refuses as never materialized.
 class MetaReadsAsZeros {

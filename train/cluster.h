@@ -62,7 +62,11 @@ struct Cluster {
   // The FLOP/s a device achieves on the model's arithmetic: its peak x the
   // fraction its GEMMs reach, or a GEMM rate measured. 0: no step time.
   double flops = 0;
-  double peak_flops = 0;     // the datasheet's (or the CPU's) peak, for MFU; 0: not given
+  double peak_flops = 0;  // the datasheet's (or the CPU's) peak, for MFU; 0: not given
+  // Bytes per second of a device's memory: the ops other than the products
+  // (step_traffic.h) take their bytes over it. 0: not charged (an
+  // achievable fraction of the peak then stands for them).
+  double memory_bw = 0;
   Link within, between;      // a group inside one node; a group across nodes
   BusbwTable busbw_within;   // measured: replaces `within`'s busbw when not empty
   BusbwTable busbw_between;  // the same for groups across nodes

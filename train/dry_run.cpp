@@ -12,6 +12,7 @@
 #include "parallel/comm/fake/fake_process_group.h"
 #include "parallel/device_mesh.h"
 #include "runtime/flag_checks.h"
+#include "runtime/profiler.h"
 #include "tensor/meta_memory.h"
 #include "tensor/ops.h"
 #include "train/parallelize.h"
@@ -109,6 +110,24 @@ std::string grouped(uint64_t n) {
   return s;
 }
 
+// The products' bytes are the GEMMs' and attention's, timed by FLOPs; the
+// rest is memory traffic. Returns their total and the rows per op name.
+double traffic_of(const std::vector<profiler::OpStats>& rows,
+                  std::vector<std::pair<std::string, double>>& ops) {
+  static const std::set<std::string> kProducts = {"matmul", "attention", "attention_backward"};
+  std::map<std::string, double> by_name;
+  double total = 0;
+  for (const profiler::OpStats& r : rows) {
+    if (kProducts.count(r.name) || r.bytes == 0) continue;
+    by_name[r.name] += r.bytes;
+    total += r.bytes;
+  }
+  ops.assign(by_name.begin(), by_name.end());
+  std::sort(ops.begin(), ops.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+  return total;
+}
+
 }  // namespace
 
 void train_one_step(Parallelized& par, const TrainConfig& config, const Tensor& x, const Tensor& y,
@@ -155,7 +174,22 @@ DryRun dry_run(const TrainConfig& config, int64_t world_size, int64_t rank) {
   const Shape rows{config.training.global_batch / par.dp_size(), config.model.seq_len};
   const Tensor x = ops::empty(rows, {DType::kI64, Device::meta()});
   size_t backward_end = 0;  // this rank's rows, as meta tensors
-  train_one_step(par, config, x, x, [&] { backward_end = allocations.size(); });
+  // The profiler counts the ops' bytes (the meta backend's ops run through
+  // its wrapper as a real backend's do), the passes apart from the update.
+  std::vector<profiler::OpStats> passes;
+  profiler::reset();
+  profiler::start();
+  train_one_step(par, config, x, x, [&] {
+    backward_end = allocations.size();
+    profiler::stop();
+    passes = profiler::key_averages();
+    profiler::reset();
+    profiler::start();
+  });
+  profiler::stop();
+  r.pass_bytes = traffic_of(passes, r.pass_ops);
+  r.update_bytes = traffic_of(profiler::key_averages(), r.update_ops);
+  profiler::reset();
   r.step_seconds = seconds_since(step_start);
 
   std::vector<Tensor> params, grads, state;
@@ -174,7 +208,7 @@ DryRun dry_run(const TrainConfig& config, int64_t world_size, int64_t rank) {
   return r;
 }
 
-std::string dry_run_report(const DryRun& run, const MemoryPlan& plan) {
+std::string dry_run_report(const DryRun& run, const MemoryPlan& plan, const StepTraffic& planned) {
   std::string out = str_cat("dry run: rank ", run.rank, " of ", run.world, ", one step on meta ",
                             "tensors through a fake process group (built in ",
                             str_cat(int64_t(run.build_seconds * 1000)), " ms, step ",
@@ -196,6 +230,22 @@ std::string dry_run_report(const DryRun& run, const MemoryPlan& plan) {
   out += str_cat("  (the plan's: activations ", format_gb(plan.activations), " for ",
                  plan.in_flight, " microbatches in flight, logits ", format_gb(plan.logits),
                  ", gathered ", format_gb(plan.gathered), ")\n");
+  out +=
+      "memory traffic of this rank per step: bytes the ops other than the products read and "
+      "write\n";
+  const auto traffic = [&](const char* when, double total, double plan_bytes,
+                           const std::vector<std::pair<std::string, double>>& ops) {
+    out += str_cat("  ", when, ": ", format_gb(uint64_t(total)), ", plan ",
+                   format_gb(uint64_t(plan_bytes)), " (");
+    for (size_t i = 0; i < ops.size() && i < 40; ++i)
+      out += str_cat(i ? ", " : "", ops[i].first, " ", format_gb(uint64_t(ops[i].second)));
+    out += ops.size() > 4 ? ", ...)\n" : ")\n";
+  };
+  traffic("forwards and backwards", run.pass_bytes, planned.passes, run.pass_ops);
+  traffic("after them (sync, clip, AdamW)", run.update_bytes, planned.update, run.update_ops);
+  out += str_cat("  (a first step: AdamW's moments are made, ", format_gb(run.optimizer),
+                 " of zeros, which later steps do not write; the norm reads as zero on meta, ",
+                 "so the clip's ", format_gb(uint64_t(planned.clip)), " is not run)\n");
   out += "communication of this rank per step (payload bytes, as CommStats counts them)\n";
   if (run.traffic.empty()) out += "  none\n";
   for (const AxisTraffic& t : run.traffic) {

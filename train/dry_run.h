@@ -20,7 +20,7 @@
 // Stand-ins where real code reads values: a meta tensor's values read as
 // zeros (the loss, the norm), and MoE routing is uniform (token n's k
 // choices are experts nk .. nk+k-1 mod E), so every expert receives the
-// same rows (docs/planner.md, "The dry run").
+// same rows (docs/dry_run.md).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +32,7 @@
 #include "train/config.h"
 #include "train/memory_plan.h"
 #include "train/parallelize.h"
+#include "train/step_traffic.h"
 
 namespace spmd::train {
 
@@ -53,6 +54,14 @@ struct DryRun {
   uint64_t activation_peak = 0, update_peak = 0;
   std::vector<AxisTraffic> traffic;
   std::vector<dist::FakeCall> calls;  // the step's, in issue order
+  // The bytes the step's ops other than the products (matmul, attention)
+  // hand to the device, as the profiler counts them (each tensor an op
+  // reads or writes, once: tensor/profiled_backend.h): in the forwards and
+  // backwards, and after them (the sync's copies, the norm, the clip,
+  // AdamW). The step time's memory traffic (step_time.h) is checked
+  // against them. Per op, largest first.
+  double pass_bytes = 0, update_bytes = 0;
+  std::vector<std::pair<std::string, double>> pass_ops, update_ops;
   double build_seconds = 0, step_seconds = 0;
 };
 
@@ -72,7 +81,8 @@ void check_dry_run(const TrainConfig& config, int64_t world, int64_t rank);
 // through a fake process group. REQUIRES: check_dry_run passed (checked).
 DryRun dry_run(const TrainConfig& config, int64_t world, int64_t rank);
 
-// The run as spmd-train --dry-run prints it, beside the memory plan.
-std::string dry_run_report(const DryRun& run, const MemoryPlan& plan);
+// The run as spmd-train --dry-run prints it, beside the memory plan and
+// the step time's count of the memory traffic.
+std::string dry_run_report(const DryRun& run, const MemoryPlan& plan, const StepTraffic& planned);
 
 }  // namespace spmd::train

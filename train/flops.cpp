@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <vector>
 
 #include "tensor/cpu/peak.h"
 #include "tensor/cuda_api.h"
@@ -68,6 +70,48 @@ double measured_gemm_flops(const Device& device, int64_t n, int repeats) {
     best = std::min(best, std::chrono::duration<double>(took).count());
   }
   return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+namespace {
+
+// The seconds one run of `op` takes on average over a window of `seconds`
+// (at least 3 runs, after one warm-up): every run in the window, and the
+// time between them, counted. Ranks sharing the cores take turns; a run
+// shorter than the scheduler's slice rarely sees the others, the window does.
+double sustained_seconds(const Device& device, double seconds, const std::function<void()>& op) {
+  op();
+  ops::synchronize(device);
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + std::chrono::duration<double>(seconds);
+  int64_t runs = 0;
+  while (runs < 3 || std::chrono::steady_clock::now() < until) {
+    op();
+    ops::synchronize(device);
+    ++runs;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+         double(runs);
+}
+
+}  // namespace
+
+DeviceRates measured_rates(const Device& device, double seconds) {
+  DeviceRates r;
+  r.gemm_n = device.is_cuda() ? 4096 : 512;
+  const int64_t n = r.gemm_n;
+  {
+    const Tensor a = ops::full({n, n}, 0.5, {DType::kF32, device});
+    const Tensor b = ops::full({n, n}, 0.25, {DType::kF32, device});
+    const double s = sustained_seconds(device, seconds / 2, [&] { (void)ops::matmul(a, b); });
+    r.gemm_flops = 2.0 * double(n) * double(n) * double(n) / s;
+  }
+  r.add_bytes = device.is_cuda() ? int64_t(1) << 30 : int64_t(64) << 20;
+  const int64_t elements = r.add_bytes / 4;
+  Tensor a = ops::full({elements}, 0.5, {DType::kF32, device});
+  const Tensor b = ops::full({elements}, 0.25, {DType::kF32, device});
+  const double s = sustained_seconds(device, seconds / 2, [&] { ops::add_(a, b); });  // a = a + b
+  r.memory_bw = 3.0 * double(r.add_bytes) / s;
+  return r;
 }
 
 PeakFlops hardware_peak(const Device& device, const std::string& precision, int threads) {

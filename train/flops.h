@@ -44,6 +44,20 @@ double head_weights(const nn::TransformerConfig& config);
 // does not know. n = 0: 512 on the CPU, 4096 on a GPU.
 double measured_gemm_flops(const Device& device = Device::cpu(), int64_t n = 0, int repeats = 3);
 
+// The rates spmd-plan times a device by (--measure), each the work done
+// over a window of seconds / 2, not its best run: on a machine whose cores
+// the ranks share, what the ranks' steps meet is their share of the window.
+//   gemm_flops  an f32 GEMM of n x n x n (n as measured_gemm_flops);
+//   memory_bw   an elementwise add a += b over buffers of 64 MiB (a GPU's:
+//               1 GiB), its two reads and one write over its time, as
+//               STREAM's "Add" counts it: the bandwidth the ops other than
+//               the products meet (train/step_traffic.h).
+struct DeviceRates {
+  double gemm_flops = 0, memory_bw = 0;
+  int64_t gemm_n = 0, add_bytes = 0;  // the sizes measured: n, and one buffer's bytes
+};
+DeviceRates measured_rates(const Device& device, double seconds);
+
 // A peak FLOP/s per rank, and what it is, for the start-up line.
 struct PeakFlops {
   double flops = 0;  // 0: no figure known (`what` says why)

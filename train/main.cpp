@@ -129,7 +129,9 @@ void run_dry(const train::TrainConfig& config, int64_t world, int64_t rank) {
   train::check_dry_run(config, world, rank);
   const train::MemoryPlan plan = train::plan_memory(config, rank);
   const train::DryRun run = train::dry_run(config, world, rank);
-  std::fputs(train::dry_run_report(run, plan).c_str(), stdout);
+  const train::StepTraffic traffic =
+      train::step_traffic(config, plan, train::pipeline_rank(config.parallel, rank, world));
+  std::fputs(train::dry_run_report(run, plan, traffic).c_str(), stdout);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 //   spmd-plan --config X --nodes 2 --devices-per-node 8 --device-memory 80GB
 //             --peak-tflops 989 --achievable 0.7 --intra-bw 360 --inter-bw 40
 //             [--intra-latency 2 --inter-latency 5] [--busbw FILE] [--no-overlap]
+//             [--mem-bw 3350]
+//   spmd-plan --measure cpu|cuda [--measure-seconds 2]
 //
 // --explain shows why one device cannot train the model, then the planner's
 // layout beside Meta's. --config searches every layout of --devices and
@@ -19,7 +21,10 @@
 // --achievable, or --gemm-tflops measured) and its links (--intra-bw and
 // --inter-bw in GB/s of busbw, or --busbw FILE from spmd-bench --json), each
 // layout gets a step time, tokens/s, MFU and what bounds it, and the table
-// is sorted by step time (train/step_time.h). Every input is checked
+// is sorted by step time (train/step_time.h); given --mem-bw as well, the
+// ops other than the products take their bytes over it (step_traffic.h).
+// --measure times this machine's GEMM and memory bandwidth and prints them
+// as those flags. Every input is checked
 // before any work, and a refusal says why (train/planner.h, docs/planner.md).
 #include <malloc.h>
 
@@ -31,7 +36,10 @@
 #include "runtime/durable_file.h"
 #include "runtime/error.h"
 #include "runtime/flag_checks.h"
+#include "tensor/device.h"
+#include "tensor/threads.h"
 #include "train/config.h"
+#include "train/flops.h"
 #include "train/planner.h"
 
 using namespace spmd;
@@ -45,7 +53,8 @@ struct Args {
   size_t top = 5;
   // The timing flags, as typed (checked by number_flag).
   std::string peak_tflops, achievable, gemm_tflops, intra_bw, inter_bw, intra_latency,
-      inter_latency, busbw, busbw_between;
+      inter_latency, busbw, busbw_between, mem_bw, measure;
+  double measure_seconds = 2;
 };
 
 // A timing flag's value: 0 when not given; else a finite number in (0, max]
@@ -115,6 +124,10 @@ train::Cluster cluster_of(const Args& a) {
              " needs --achievable (the fraction of it the model's GEMMs reach, e.g. 0.7) or "
              "--gemm-tflops (a GEMM's rate measured)");
   c.peak_flops = peak, c.flops = gemm > 0 ? gemm : peak * achievable;
+  c.memory_bw = number_flag("--mem-bw", a.mem_bw, 1e6, false) * 1e9;
+  SPMD_CHECK(c.memory_bw == 0 || c.flops > 0, "--mem-bw ", a.mem_bw, " times the ops other ",
+             "than the products; it needs a rate for those: --gemm-tflops, or --peak-tflops with ",
+             "--achievable");
   // The links, in GB/s of busbw and microseconds per hop.
   c.within = {number_flag("--intra-bw", a.intra_bw, 1e6, false) * 1e9,
               number_flag("--intra-latency", a.intra_latency, 1e6, true) * 1e-6};
@@ -159,7 +172,27 @@ int check_one(const train::TrainConfig& config, const train::Cluster& cluster,
   return 0;
 }
 
+// --measure: this machine's rates, as spmd-plan's flags. Run one per rank
+// at once on a machine its ranks share (bench/plan_calibration.py does).
+int measure(const Args& a) {
+  SPMD_CHECK(a.measure == "cpu" || a.measure == "cuda", "--measure: cpu or cuda, got \"", a.measure,
+             "\"");
+  const std::string why = flags::number_error(std::to_string(a.measure_seconds), 0.1, 600, false);
+  SPMD_CHECK(why.empty(), "--measure-seconds: ", why);
+  const Device device = a.measure == "cpu" ? Device::cpu() : Device::cuda(0);
+  const train::DeviceRates r = train::measured_rates(device, a.measure_seconds);
+  std::printf("measured on %s (%s), each over a window of %.1f s:\n", a.measure.c_str(),
+              a.measure == "cpu" ? str_cat(num_threads(), " threads").c_str() : "device 0",
+              a.measure_seconds / 2);
+  std::printf("  f32 GEMM %lld^3            %s   --gemm-tflops %.6f\n", (long long)r.gemm_n,
+              train::format_flops(r.gemm_flops).c_str(), r.gemm_flops / 1e12);
+  std::printf("  add a += b, 2 x %lld MiB   %.1f GB/s   --mem-bw %.3f\n",
+              (long long)(r.add_bytes >> 20), r.memory_bw / 1e9, r.memory_bw / 1e9);
+  return 0;
+}
+
 int run(const Args& a) {
+  if (!a.measure.empty()) return measure(a);
   SPMD_CHECK(a.explain.empty() != a.config.empty(),
              "give --explain PRESET or --config FILE (one of them)");
   SPMD_CHECK(a.explain.empty() || a.layout.empty(), "--layout goes with --config, not --explain");
@@ -213,6 +246,9 @@ int main(int argc, char** argv) {
   app.add_option("--inter-latency", a.inter_latency, "latency per hop between nodes, us");
   app.add_option("--busbw", a.busbw, "spmd-bench --json rows measured within a node");
   app.add_option("--busbw-between", a.busbw_between, "spmd-bench --json rows across nodes");
+  app.add_option("--mem-bw", a.mem_bw, "memory bandwidth, GB/s: the non-product ops' bytes");
+  app.add_option("--measure", a.measure, "time this machine's GEMM and memory: cpu or cuda");
+  app.add_option("--measure-seconds", a.measure_seconds, "how long --measure times (default 2)");
   app.add_flag("--no-overlap", a.no_overlap, "FSDP/DDP/CP traffic does not hide behind compute");
   app.add_option("--device-memory", a.device_memory, "each device's memory: 80GB, 24GiB");
   app.add_option("--seq-len", a.seq_len, "tokens per sequence (model.seq_len)");

@@ -124,6 +124,11 @@ std::string time_table(const std::vector<std::string>& heads, const std::vector<
                    " ", c.what);
   };
   for (size_t i = 0; i < times.size(); ++i) row("compute", i, format_seconds(times[i].compute));
+  // Given a memory bandwidth, the part of compute that is the other ops'
+  // traffic (step_traffic.h).
+  if (std::any_of(times.begin(), times.end(), [](const StepTime& t) { return t.memory > 0; }))
+    for (size_t i = 0; i < times.size(); ++i)
+      row("  of which memory traffic", i, format_seconds(times[i].memory));
   for (size_t i = 0; i < times.size(); ++i)
     for (const CommTerm& c : times[i].comm)
       row(name_of(c), i, str_cat(format_seconds(c.seconds), " (", c.calls, ")"));

@@ -14,6 +14,7 @@
 #include "parallel/pipeline/stage.h"
 #include "runtime/error.h"
 #include "train/flops.h"
+#include "train/step_traffic.h"
 
 namespace spmd::train {
 namespace {
@@ -70,26 +71,6 @@ bool is_moe(const nn::TransformerConfig& t, int64_t b) {
   return t.n_experts > 0 && b % t.moe_every == 0;
 }
 
-// The blocks of each pipeline rank's stages (one list without a pipeline),
-// split as spmd-train splits them (split_layers_interleaved).
-std::vector<std::vector<int64_t>> blocks_of_ranks(const TrainConfig& config) {
-  const ParallelConfig& p = config.parallel;
-  const int64_t L = config.model.n_layers;
-  std::vector<std::vector<int64_t>> out(size_t(p.pp));
-  if (p.pp == 1) {
-    for (int64_t b = 0; b < L; ++b) out[0].push_back(b);
-    return out;
-  }
-  const int v = int(p.pp_stages_per_rank), stages = int(p.pp) * v;
-  std::vector<int64_t> starts = dist::pp::split_layers_interleaved(L, int(p.pp), v);
-  starts.insert(starts.begin(), 0);
-  starts.push_back(L);
-  for (int s = 0; s < stages; ++s)
-    for (int64_t b = starts[size_t(s)]; b < starts[size_t(s) + 1]; ++b)
-      out[size_t(s % p.pp)].push_back(b);
-  return out;
-}
-
 // The hardware FLOPs per token of block b's forward on one tp rank: 2 per
 // weight (a multiply-add) and attention's q k^T and p v, 2 x C x T each.
 // tp splits the attention and a dense MLP; an MoE block's router and
@@ -100,20 +81,21 @@ double block_forward_flops(const nn::TransformerConfig& t, int64_t b, int64_t tp
   return attention / double(tp) + (is_moe(t, b) ? mlp : mlp / double(tp));
 }
 
-// The FLOPs per token of the slowest pipeline rank on one tp rank, forward
-// and backward (backward = 2 x forward), the forward once more for each
-// block whose products are recomputed.
-double rank_flops_per_token(const TrainConfig& config, const nn::TransformerConfig& t) {
-  const std::vector<std::vector<int64_t>> ranks = blocks_of_ranks(config);
-  double slowest = 0;
+// The FLOPs per token of each pipeline rank on one tp rank, forward and
+// backward (backward = 2 x forward), the forward once more for each block
+// whose products are recomputed.
+std::vector<double> rank_flops_per_token(const TrainConfig& config,
+                                         const nn::TransformerConfig& t) {
+  const std::vector<std::vector<int64_t>> ranks = blocks_of_pipeline_ranks(config);
+  std::vector<double> out;
   for (size_t r = 0; r < ranks.size(); ++r) {
     double f = 0;
     for (int64_t b : ranks[r])
       f += (recomputes_products(config, b) ? 4 : 3) * block_forward_flops(t, b, config.parallel.tp);
     if (r + 1 == ranks.size()) f += 6 * head_weights(t) / double(config.parallel.tp);
-    slowest = std::max(slowest, f);
+    out.push_back(f);
   }
-  return slowest;
+  return out;
 }
 
 }  // namespace
@@ -172,7 +154,7 @@ Share share_of(const TrainConfig& config) {
   s.tokens = double(config.training.global_batch / dp / s.m) * s.T / double(p.cp);
   s.act = config.training.mixed_precision == "bf16" ? 2 : 4;
   std::vector<int64_t> most;
-  for (const std::vector<int64_t>& blocks : blocks_of_ranks(config))
+  for (const std::vector<int64_t>& blocks : blocks_of_pipeline_ranks(config))
     if (blocks.size() > most.size()) most = blocks;
   s.blocks = int64_t(most.size());
   for (int64_t b : most) {
@@ -312,8 +294,16 @@ StepTime step_time(const TrainConfig& config, const MemoryPlan& plan, const Clus
   st.comm = collectives(config, plan, cluster, s);
   // Compute, and the attention in it that CP's ring hides behind (q k^T
   // and p v, 4 C T FLOPs a token forward, in every pass).
-  const double per_token = rank_flops_per_token(config, t) / cluster.flops;
-  st.compute = double(s.m) * s.tokens * per_token;
+  // The slowest pipeline rank's arithmetic and, given the memory's
+  // bandwidth, the traffic of its other ops (step_traffic.h).
+  const std::vector<double> flops = rank_flops_per_token(config, t);
+  for (size_t r = 0; r < flops.size(); ++r) {
+    const double arithmetic = double(s.m) * s.tokens * flops[r] / cluster.flops;
+    const double memory = cluster.memory_bw > 0
+                              ? step_traffic(config, plan, int64_t(r)).total() / cluster.memory_bw
+                              : 0;
+    if (arithmetic + memory > st.compute) st.compute = arithmetic + memory, st.memory = memory;
+  }
   const double attention = double(s.m) * s.tokens * double(3 * s.blocks + s.recomputed) * 4 * s.C *
                            s.T / double(p.tp) / cluster.flops;
   // What the step waits for: the blocking collectives (in every

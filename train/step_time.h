@@ -7,7 +7,10 @@
 //             all under full checkpointing, every k-th under selective k,
 //             none under selective "op"; attention's T^2 term; an MoE
 //             block's experts whole on every tp rank) over the device's
-//             achievable FLOP/s;
+//             achievable FLOP/s, and, given the memory's bandwidth, the
+//             bytes of the rank's other ops (norms, activations, copies,
+//             the loss, the gradient norm, AdamW) over it (step_traffic.h;
+//             without a bandwidth the achievable rate stands for them);
 //   comm      each strategy's collectives: bytes x the ring's factor over
 //             the busbw of the link its mesh axis runs on (within a node
 //             when the axis's ranks fit in one, given the mesh order
@@ -20,11 +23,8 @@
 //   bubble    the schedule's idle time: (pp - 1) microbatch times for GPipe
 //             and 1F1B, / v interleaved over v stages per rank, / 3 for ZB-H1.
 //
-// Not modelled: the optimizer step, elementwise ops (norms, softmax,
-// activations, selective checkpointing's recomputed ones) beyond their
-// share of the achievable rate, uneven MoE routing (taken uniform), the
-// vocabulary-parallel loss's small all_reduces, uneven GEMM efficiency at
-// small shapes.
+// Not modelled: uneven MoE routing (taken uniform), the vocabulary-parallel
+// loss's small all_reduces, uneven GEMM efficiency at small shapes.
 #pragma once
 
 #include <string>
@@ -52,7 +52,8 @@ struct CommTerm {
 };
 
 struct StepTime {
-  double compute = 0;  // seconds of arithmetic on the slowest rank, the step's microbatches
+  double compute = 0;  // seconds of the slowest rank's ops, the step's microbatches
+  double memory = 0;   // of which its non-product ops' memory traffic (0: no bandwidth given)
   double bubble = 0;   // the pipeline's idle time
   std::vector<CommTerm> comm;
   double exposed = 0;  // communication the step waits for

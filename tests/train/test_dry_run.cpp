@@ -54,13 +54,33 @@ std::string name_of(const Case& c) {
   return s;
 }
 
+// The step time's memory traffic (step_traffic.h) against the profiler's
+// count of the same ops in the dry run's step: the passes within 10%, the
+// update to a thousandth. The dry run is a first step (it writes AdamW's
+// moments as zeros, which later steps do not) whose norm reads as zero (so
+// the clip does not scale): the update is compared without those two.
+void check_traffic(const Case& c, const TrainConfig& config, const DryRun& run,
+                   const MemoryPlan& plan, int64_t rank) {
+  const StepTraffic traffic =
+      step_traffic(config, plan, pipeline_rank(config.parallel, rank, c.world));
+  const double passes = run.pass_bytes, update = run.update_bytes - double(run.optimizer);
+  INFO(name_of(c) << ", rank " << rank << ": passes counted " << passes << ", planned "
+                  << traffic.passes << "; update counted " << update << ", planned "
+                  << traffic.update - traffic.clip);
+  CHECK(std::abs(traffic.passes - passes) <= 0.10 * passes);
+  CHECK(std::abs(traffic.update - traffic.clip - update) <= 1e-3 * update);
+}
+
 // The plan's terms against the dry run's counts, for each rank of the case.
 void check_case(const Case& c, double activation_tolerance) {
   const TrainConfig config = config_of(c.overrides);
   for (const int64_t rank : c.ranks) {
     const DryRun run = dry_run(config, c.world, rank);
     const MemoryPlan plan = plan_memory(config, rank);
-    INFO(name_of(c) << ", rank " << rank << "\n" << dry_run_report(run, plan));
+    INFO(name_of(c) << ", rank " << rank << "\n"
+                    << dry_run_report(run, plan,
+                                      step_traffic(config, plan,
+                                                   pipeline_rank(config.parallel, rank, c.world))));
     CHECK(run.parameters == plan.parameters);
     CHECK(run.gradients == plan.gradients);
     CHECK(run.optimizer == plan.optimizer);
@@ -71,6 +91,7 @@ void check_case(const Case& c, double activation_tolerance) {
     } else {
       CHECK(counted <= planned);  // the plan's bound
     }
+    check_traffic(c, config, run, plan, rank);
   }
 }
 
@@ -133,6 +154,48 @@ TEST_CASE("dry run: parameters, gradients and AdamW state equal the plan, activa
        {0, 63}},
   };
   for (const Case& c : cases) check_case(c, 0.10);
+}
+
+TEST_CASE("dry run: the memory traffic of the step time's other layouts within 10%",
+          "[train][dry_run]") {
+  // What the cases above do not lay out: sequence parallelism, a longer
+  // ring, gradient accumulation under DDP and FSDP, selective checkpointing,
+  // an interleaved pipeline, and Llama's shape on tp.
+  const std::string kLlama = "model.preset=\"custom\"";
+  const std::vector<std::string> llama = {kLlama,
+                                          "model.shape=\"llama\"",
+                                          "model.n_layers=4",
+                                          "model.n_heads=4",
+                                          "model.n_kv_heads=2",
+                                          "model.d_model=128",
+                                          "model.seq_len=128"};
+  std::vector<Case> cases = {
+      {2, {kTiny, "parallel.tp=2", "parallel.sequence_parallel=true"}, {0}},
+      {4, {kTiny, "parallel.cp=4"}, {2}},
+      {2,
+       {kTiny, "parallel.dp_replicate=2", "training.microbatches=4", "training.global_batch=16"},
+       {0}},
+      {2,
+       {kTiny, "parallel.dp_shard=2", "training.microbatches=4", "training.global_batch=16"},
+       {1}},
+      {2, {kTiny, "parallel.dp_shard=2", "training.activation_checkpointing=\"selective\""}, {0}},
+      {2,
+       {kTiny, "model.tie_embeddings=false", "parallel.pp=2",
+        "parallel.pp_schedule=\"interleaved\"", "parallel.pp_stages_per_rank=3",
+        "parallel.pp_microbatches=4", "training.global_batch=8"},
+       {0, 1}},
+  };
+  for (const bool sequence_parallel : {false, true}) {
+    Case c{2, llama, {0}};
+    c.overrides.push_back("parallel.tp=2");
+    if (sequence_parallel) c.overrides.push_back("parallel.sequence_parallel=true");
+    cases.push_back(c);
+  }
+  for (const Case& c : cases) {
+    const TrainConfig config = config_of(c.overrides);
+    for (const int64_t rank : c.ranks)
+      check_traffic(c, config, dry_run(config, c.world, rank), plan_memory(config, rank), rank);
+  }
 }
 
 // Where the plan is a bound and not an estimate (docs/planner.md, "The dry

@@ -101,6 +101,21 @@ timeout 60 "$plan" "${config[@]}" --devices 2 --device-memory 1GB --gemm-tflops 
   --busbw "$tmp/busbw.json" --layout dp_replicate=2 >"$tmp/t2.txt" 2>&1 ||
   fail "busbw file: $(cat "$tmp/t2.txt")"
 grep -q "  step " "$tmp/t2.txt" || fail "$(cat "$tmp/t2.txt")"
+# --mem-bw adds the other ops' traffic to compute, and a row that names it.
+for bw in "" 10; do
+  timeout 60 "$plan" "${config[@]}" --devices 2 --device-memory 1GB --gemm-tflops 0.2 \
+    --intra-bw 1 ${bw:+--mem-bw $bw} --layout dp_replicate=2 >"$tmp/t3$bw.txt" 2>&1 ||
+    fail "--mem-bw $bw: $(cat "$tmp/t3$bw.txt")"
+done
+grep -q "  of which memory traffic" "$tmp/t310.txt" || fail "no traffic row: $(cat "$tmp/t310.txt")"
+compute() { sed -n 's/^  compute  *\([0-9.]*\) ms.*/\1/p' "$1"; }
+awk -v a="$(compute "$tmp/t3.txt")" -v b="$(compute "$tmp/t310.txt")" 'BEGIN { exit !(a > 0 && b > a) }' ||
+  fail "compute $(compute "$tmp/t310.txt") ms with --mem-bw is not above $(compute "$tmp/t3.txt") ms"
+# --measure: this machine's rates, as the flags that take them.
+timeout 60 "$plan" --measure cpu --measure-seconds 0.2 >"$tmp/m.txt" 2>&1 ||
+  fail "--measure: $(cat "$tmp/m.txt")"
+grep -qE -- "--gemm-tflops [0-9.]+$" "$tmp/m.txt" || fail "no GEMM rate: $(cat "$tmp/m.txt")"
+grep -qE -- "--mem-bw [0-9.]+$" "$tmp/m.txt" || fail "no bandwidth: $(cat "$tmp/m.txt")"
 
 # Refusals: exit 1 and the reason.
 refuses() {  # refuses MESSAGE ARGS...
@@ -156,4 +171,10 @@ refuses "line 1: busbw 0 GB/s at size 1024 over 2 ranks: a busbw must be above 0
   "${m1[@]}" --gemm-tflops 1 --busbw "$tmp/zero.json"
 refuses "the measured busbw has no rows of all_gather" "${config[@]}" --devices 2 \
   --device-memory 1GB --gemm-tflops 1 --busbw "$tmp/busbw.json" --layout dp_shard=2
-echo "spmd-plan: search, layout, explain, step time and experts and 24 refusals as expected"
+refuses "--mem-bw: must be positive, got -5" "${config[@]}" "${m1[@]}" --gemm-tflops 1 \
+  --intra-bw 1 --mem-bw -5
+refuses "--mem-bw 10 times the ops other than the products; it needs a rate" "${config[@]}" \
+  "${m1[@]}" --mem-bw 10
+refuses '--measure: cpu or cuda, got "tpu"' --measure tpu
+refuses "--measure-seconds: must be at least 0.1, got 0" --measure cpu --measure-seconds 0
+echo "spmd-plan: search, layout, explain, step time, traffic, --measure and experts and 28 refusals as expected"

@@ -11,6 +11,7 @@
 #include "tests/train/planner_test_util.h"
 #include "train/config.h"
 #include "train/planner.h"
+#include "train/step_traffic.h"
 
 using namespace spmd;
 using namespace spmd::train;
@@ -239,4 +240,36 @@ TEST_CASE("a timed search keeps the fastest checkpointing that fits, not the fir
     }
   }
   CHECK(compared > int64_t(s.fits.size()));
+}
+
+TEST_CASE("memory traffic: the other ops' bytes and their time, by hand", "[planner][time]") {
+  // The small Llama on one device, 8 sequences of 32: 256 tokens. A block
+  // per token, in elements (docs/planner.md, "Memory traffic"; C 64, A 64,
+  // A_kv 32, H 128): the residual stream in f32, two norms and two adds,
+  // forward 10 C = 640, backward 12 C = 768; the rest, forward: the head
+  // layout of v and the output 2 A_kv + 2 A = 192, RoPE 2 (A + A_kv) = 192,
+  // SwiGLU 5 H = 640 (1024); backward: 192, 192, q, k, v's and w1, w3's
+  // input gradients summed 6 C + 3 C = 576, SwiGLU 9 H = 1152 (2112). So
+  // 4 (1408 + 3136) = 18,176 bytes a block, 36,352 for two; the embedding
+  // 2 C x 4 = 512, the final norm 5 C x 4 = 1,280 and the loss 3 V x 4 =
+  // 3,072: 41,216 bytes a token, 10,551,296 a step.
+  const TrainConfig c = small_llama({"training.global_batch=8"});
+  const MemoryPlan plan = plan_memory(c, 0);
+  const StepTraffic t = step_traffic(c, plan, 0);
+  CHECK(t.passes == 10551296.0);
+  // 106,816 parameters (embedding and head 2 x 16,384, the final norm 64,
+  // a block 36,992): the norm 44, AdamW 28 and the clip 8 bytes each.
+  REQUIRE(plan.parameters == 4 * 106816);
+  CHECK(t.clip == 8.0 * 106816);
+  CHECK(t.update == 80.0 * 106816);
+
+  // Given a bandwidth of 1 GB/s, the step's compute grows by the bytes'
+  // seconds; without one, it does not.
+  Cluster with_memory = slow_cluster(1);
+  with_memory.memory_bw = 1e9;
+  const StepTime plain = testing::time_of(c, "dp_shard=1", slow_cluster(1));
+  const StepTime timed = testing::time_of(c, "dp_shard=1", with_memory);
+  CHECK(plain.memory == 0);
+  CHECK(timed.memory == Approx((10551296.0 + 80.0 * 106816) / 1e9));
+  CHECK(timed.compute == Approx(plain.compute + timed.memory));
 }

@@ -17,7 +17,7 @@
 // a norm summed over the pipeline) see consistent values.
 //
 // This is what spmd-train --dry-run runs on (train/dry_run.h), as
-// TorchTitan's COMM_MODE=fake_backend; docs/planner.md, "The dry run".
+// TorchTitan's COMM_MODE=fake_backend; docs/dry_run.md.
 #pragma once
 
 #include <memory>
