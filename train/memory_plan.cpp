@@ -213,10 +213,15 @@ uint64_t gathered_bytes(const TrainConfig& config, const std::vector<Piece>& pie
 
 // --- Activations ------------------------------------------------------------------------
 
-// Floats per token that one block's forward leaves saved for its backward
+// Bytes per token that one block's forward leaves saved for its backward
 // (docs/train.md counts them op by op). `stream`: the share of the residual
-// stream a rank keeps (1/tp under sequence parallelism, else 1).
-double block_floats(const nn::TransformerConfig& c, int64_t tp, double stream, bool moe) {
+// stream a rank keeps (1/tp under sequence parallelism, else 1). `half`:
+// the bytes of an element autocast computes in (2 under bf16, else 4): the
+// products' saved inputs, q k v and the attention's output, the MLP's
+// hidden activations; the residual stream, the norms' statistics,
+// log-sum-exp and the router's probabilities stay f32.
+double block_bytes(const nn::TransformerConfig& c, int64_t tp, double stream, bool moe,
+                   double half) {
   using Cfg = nn::TransformerConfig;
   const double C = double(c.d_model), F = double(c.hidden_dim()), H = double(c.n_heads);
   const double kv = double(c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads) * (C / H);
@@ -225,30 +230,32 @@ double block_floats(const nn::TransformerConfig& c, int64_t tp, double stream, b
   // Whole on every tp rank: the two norms' outputs (the projections' saved
   // inputs, gathered whole under sequence parallelism); the residual stream
   // after attention and after the MLP; the norms' statistics.
-  const double whole = 2 * C + stream * (2 * C + (layer_norm ? 4 : 2));
+  const double whole = 2 * C * half + stream * (2 * C + (layer_norm ? 4 : 2)) * kF32;
   // Split by tp: q (k, v) as attention saves them, its output (wo's input:
   // the heads merge as a view) and log-sum-exp; the MLP's hidden activations.
-  const double attention = C + 2 * kv + C + H;
-  const double mlp = swiglu ? 4 * F : 2 * F;
+  const double attention = (C + 2 * kv + C) * half + H * kF32;
+  const double mlp = (swiglu ? 4 * F : 2 * F) * half;
   if (!moe) return whole + (attention + mlp) / double(tp);
   // An MoE block runs whole on each tp rank: the router's logits and
   // probabilities, and per routed copy its input, hidden units and output.
   const double E = double(c.n_experts), k = double(c.moe_top_k);
-  return whole + attention / double(tp) + 2 * E + k * (2 * C + mlp);
+  return whole + attention / double(tp) + 2 * E * kF32 + k * (2 * C * half + mlp);
 }
 
-// Floats per token that a dense block keeps under selective checkpointing
+// Bytes per token that a dense block keeps under selective checkpointing
 // ("op"): its input, and the outputs of its products (autograd/checkpoint.h's
 // kept list): q k v, the attention's output and log-sum-exp, wo's and w2's
 // outputs (whole on every tp rank, before their reduction), the MLP's
 // hidden pre-activations; the norms and activations are recomputed. An MoE
 // block is counted as without checkpointing.
-double block_floats_selective(const nn::TransformerConfig& c, int64_t tp, double stream, bool moe) {
-  if (moe) return block_floats(c, tp, stream, moe);
+double block_bytes_selective(const nn::TransformerConfig& c, int64_t tp, double stream, bool moe,
+                             double half) {
+  if (moe) return block_bytes(c, tp, stream, moe, half);
   const double C = double(c.d_model), F = double(c.hidden_dim()), H = double(c.n_heads);
   const double kv = double(c.n_kv_heads > 0 ? c.n_kv_heads : c.n_heads) * (C / H);
   const bool swiglu = c.activation == nn::TransformerConfig::Activation::kSwiGLU;
-  return stream * C + (C + 2 * kv + C + H + (swiglu ? 2 * F : F)) / double(tp) + 2 * C;
+  return stream * C * kF32 +
+         ((C + 2 * kv + C + (swiglu ? 2 * F : F)) * half + H * kF32) / double(tp) + 2 * C * half;
 }
 
 // Bytes one microbatch of `rows` leaves saved on stage s (its blocks, and the
@@ -272,28 +279,30 @@ StageBytes stage_bytes(const TrainConfig& config, const Place& at, int s, int64_
   const nn::CheckpointOptions ac =
       checkpointing ? checkpoint_options(config.training) : nn::CheckpointOptions{};
   const bool products = ac.policy == autograd::CheckpointPolicy::kSaveProducts;
-  double floats = double(c.d_model) * stream;  // the stage's input (or the embeddings' output)
+  const double half = config.training.mixed_precision == "bf16" ? 2 : kF32;
+  double bytes = double(c.d_model) * stream * kF32;  // the stage's input (or the embeddings' output)
   double largest_block = 0;
   bool recomputes = false;
   for (int64_t b = at.starts[size_t(s)]; b < at.starts[size_t(s) + 1]; ++b) {
     const bool moe = c.n_experts > 0 && b % c.moe_every == 0;
-    const double block = block_floats(c, p.tp, stream, moe);
+    const double block = block_bytes(c, p.tp, stream, moe, half);
     largest_block = std::max(largest_block, block);
     if (!checkpointing || (b + 1) % ac.every != 0) {
-      floats += block;
+      bytes += block;
     } else if (products) {
-      floats += block_floats_selective(c, p.tp, stream, moe), recomputes = true;
+      bytes += block_bytes_selective(c, p.tp, stream, moe, half), recomputes = true;
     } else {
-      floats += double(c.d_model) * stream, recomputes = true;
+      bytes += double(c.d_model) * stream * kF32, recomputes = true;
     }
   }
   StageBytes out;
-  if (recomputes) out.recompute = uint64_t(tokens * largest_block) * kF32;
+  if (recomputes) out.recompute = uint64_t(tokens * largest_block);
   if (s == at.num_stages - 1) {
-    floats += double(c.d_model) + 4;  // the final norm's output (the head's input) and statistics
+    // The final norm's output (the head's input) and statistics.
+    bytes += double(c.d_model) * half + 4 * kF32;
     out.logits = uint64_t(2 * tokens * double(c.vocab_size / p.tp)) * kF32;  // and the gradient
   }
-  out.activations = uint64_t(tokens * floats) * kF32;
+  out.activations = uint64_t(tokens * bytes);
   return out;
 }
 

@@ -24,8 +24,8 @@
 //   activations   what the forward saves for the backward, per microbatch
 //                 in flight (1 without a pipeline; under pp as the
 //                 schedule's action list holds them), by checkpointing mode
-//                 (none, full, selective "op" or every k-th block), in f32
-//                 (under bf16 an upper bound)
+//                 (none, full, selective "op" or every k-th block), each
+//                 tensor at the bytes autocast keeps it in (bf16 or f32)
 //   logits        the head's (b, T, V/tp) output and, in backward, its
 //                 gradient, per microbatch in flight on the last stage
 //   buffers       RoPE tables, every block's

@@ -198,20 +198,21 @@ TEST_CASE("dry run: the memory traffic of the step time's other layouts within 1
   }
 }
 
-// Where the plan is a bound and not an estimate (docs/planner.md, "The dry
-// run", says by how much): under bf16 it counts the activations in f32
-// (1.6x the counted peak for Llama 3.1 8B under FSDP); and it adds each
-// term's own peak, which under full checkpointing of an FSDP model do not
-// coincide (the logits and their gradient, the root unit's gathered
-// parameters and gradients: 1.6x for the same model).
-TEST_CASE("dry run: under bf16, and under FSDP with full checkpointing, the plan is an upper bound",
+// Under bf16 the plan counts each saved tensor at the bytes autocast keeps
+// it in: within 10% for Llama 3.1 8B under FSDP. Where it is a bound and
+// not an estimate (docs/dry_run.md says by how much): it adds each term's
+// own peak, which under full checkpointing of an FSDP model do not coincide
+// (the logits and their gradient, the root unit's gathered parameters and
+// gradients: 1.6x for the same model).
+TEST_CASE("dry run: under bf16 the plan within 10%, and under FSDP with full checkpointing an "
+          "upper bound",
           "[train][dry_run]") {
   const std::vector<std::string> fsdp_8b = {"model.preset=\"llama3.1-8b\"", "parallel.dp_shard=8",
                                             "training.global_batch=8", "model.seq_len=8192"};
   std::vector<std::string> bf16 = fsdp_8b, full = fsdp_8b;
   bf16.push_back("training.mixed_precision=\"bf16\"");
   full.push_back("training.activation_checkpointing=\"full\"");
-  check_case({8, bf16, {0}}, 0);
+  check_case({8, bf16, {0}}, 0.10);
   check_case({8, full, {0}}, 0);
 }
 
