@@ -6,8 +6,11 @@
 //    plan's parameter, gradient and AdamW bytes equal the dry run's counted
 //    bytes exactly, and its activation terms (activations, logits,
 //    gathered FSDP units) lie within 10% of the step's counted peak of
-//    everything else, in f32, with and without full checkpointing; under
-//    bf16, and where its terms peak at different times, it is an upper bound;
+//    everything else, in f32 and bf16, with and without full checkpointing;
+//    where its terms peak at different times, it is an upper bound;
+//  - the step time's memory traffic (train/step_traffic.h): the bytes the
+//    profiler counts for the ops other than the products in the same step,
+//    within 10% in the forwards and backwards, to 1e-3 after them;
 //  - a real run: on 4 TCP ranks, every group's calls and bytes per op in
 //    one step, as the process groups count them (CommStats) and as the comm
 //    trace records them (SPMD_TRACE's file), equal what the fake group
