@@ -237,7 +237,7 @@ std::string dry_run_report(const DryRun& run, const MemoryPlan& plan, const Step
                            const std::vector<std::pair<std::string, double>>& ops) {
     out += str_cat("  ", when, ": ", format_gb(uint64_t(total)), ", plan ",
                    format_gb(uint64_t(plan_bytes)), " (");
-    for (size_t i = 0; i < ops.size() && i < 40; ++i)
+    for (size_t i = 0; i < ops.size() && i < 4; ++i)
       out += str_cat(i ? ", " : "", ops[i].first, " ", format_gb(uint64_t(ops[i].second)));
     out += ops.size() > 4 ? ", ...)\n" : ")\n";
   };

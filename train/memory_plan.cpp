@@ -11,6 +11,7 @@
 
 #include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
+#include "parallel/ddp/gradient_average.h"
 #include "parallel/device_mesh.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
@@ -280,7 +281,8 @@ StageBytes stage_bytes(const TrainConfig& config, const Place& at, int s, int64_
       checkpointing ? checkpoint_options(config.training) : nn::CheckpointOptions{};
   const bool products = ac.policy == autograd::CheckpointPolicy::kSaveProducts;
   const double half = config.training.mixed_precision == "bf16" ? 2 : kF32;
-  double bytes = double(c.d_model) * stream * kF32;  // the stage's input (or the embeddings' output)
+  double bytes =
+      double(c.d_model) * stream * kF32;  // the stage's input (or the embeddings' output)
   double largest_block = 0;
   bool recomputes = false;
   for (int64_t b = at.starts[size_t(s)]; b < at.starts[size_t(s) + 1]; ++b) {
@@ -379,6 +381,8 @@ MemoryPlan plan_memory(const TrainConfig& config, int64_t rank) {
     plan.parameters += sharded ? uint64_t(chunk.mine) * kF32 : uint64_t(piece.held) * kF32;
     if (piece.expert) plan.experts += uint64_t(piece.held) * kF32;
     plan.gradients += sharded ? uint64_t(chunk.padded) * kF32 : local;
+    if (!sharded && int64_t(local) >= dist::kAverageBucketBytes)
+      (piece.expert ? plan.experts_in_place : plan.in_place) += local;
     plan.optimizer += 2 * (sharded ? uint64_t(chunk.mine) * kF32 : local);  // AdamW's 2 moments
   }
   const bool ddp = !fsdp && p.ep == 1 && p.pp == 1 && (p.dp_replicate > 1 || p.cp > 1);

@@ -54,6 +54,10 @@ struct MemoryPlan {
   uint64_t parameters = 0, gradients = 0, optimizer = 0, ddp_buckets = 0;
   uint64_t gathered = 0, activations = 0, logits = 0;
   uint64_t experts = 0;  // of `parameters`, the experts' (ep averages their gradients, not DP)
+  // Of the gradients FSDP does not shard, the bytes of those each as large
+  // as a bucket of dist::average_gradients, which reduces them in place
+  // (the dense ones, and the experts').
+  uint64_t in_place = 0, experts_in_place = 0;
   uint64_t buffers = 0;  // RoPE tables (every block's, built whole)
   uint64_t staging = 0;  // checkpoint.async's staging buffers
   // The shape of the activation terms, for the table.

@@ -10,6 +10,7 @@
 
 #include "autograd/nn/checkpoint_wrapper.h"
 #include "autograd/nn/transformer.h"
+#include "parallel/ddp/gradient_average.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/stage.h"
 #include "runtime/error.h"
@@ -166,6 +167,12 @@ Share share_of(const TrainConfig& config) {
   return s;
 }
 
+// The all_reduces of `bytes` of gradients in 25 MB buckets (DDP's
+// bucket_cap_mb, dist::kAverageBucketBytes), at least one.
+int64_t buckets_of(double bytes) {
+  return std::max<int64_t>(1, int64_t(std::ceil(bytes / double(dist::kAverageBucketBytes))));
+}
+
 // Each strategy's collectives in one step of the rank (the table of
 // docs/planner.md, "Communication"), each timed on its axis's link.
 std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& plan,
@@ -211,12 +218,14 @@ std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& p
   } else {
     const Axis replicas{p.cp > 1 ? "dp_replicate x cp" : "dp_replicate", p.dp_replicate * p.cp,
                         p.tp};
-    const double bytes = local * 4, bucket = 25e6;  // DDP's bucket_cap_mb
-    const int64_t buckets = std::max<int64_t>(1, int64_t(std::ceil(bytes / bucket)));
+    // DDP's bucket_cap_mb, and average_gradients' buckets (pipeline and ep).
+    const double bytes = local * 4;
+    const int64_t buckets = buckets_of(bytes);
     if (p.ep == 1) {
       add(replicas, "all_reduce", "DDP gradients", buckets, bytes / double(buckets), true);
-    } else {  // ep::sync_gradients: one flat all_reduce of the dense gradients, after the step
-      add(replicas, "all_reduce", "dense gradients (ep's sync)", 1, bytes, false, true);
+    } else {  // ep::sync_gradients: the dense gradients, bucket by bucket, after the step
+      add(replicas, "all_reduce", "dense gradients (ep's sync)", buckets, bytes / double(buckets),
+          false, true);
     }
   }
   // Expert parallel (ep ranks tp apart in the data axes, parallelize.cpp):
@@ -233,8 +242,9 @@ std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& p
     add({"ep", p.ep, p.tp}, "all_to_all", "EP routing counts", s.m * (s.moe + s.moe_reruns),
         double(config.model.n_experts) * 8, false);
     const int64_t copies = p.dp_replicate * p.dp_shard * p.cp / p.ep;
-    add({"expert dp", copies, p.tp * p.ep}, "all_reduce", "expert gradients (ep's sync)", s.v,
-        experts * 4 / double(s.v), false, true);
+    const int64_t expert_buckets = buckets_of(experts * 4 / double(s.v));  // each stage's
+    add({"expert dp", copies, p.tp * p.ep}, "all_reduce", "expert gradients (ep's sync)",
+        s.v * expert_buckets, experts * 4 / double(s.v * expert_buckets), false, true);
   }
   // Tensor parallel: per block and pass (forward, backward, and the forward
   // again of a block that reruns it), two all_gathers and two

@@ -170,17 +170,23 @@ StepTraffic step_traffic(const TrainConfig& config, const MemoryPlan& plan, int6
   // them, as step_time's collectives count them). FSDP's all_gathers: the
   // shard into the send buffer, the gathered unit out to the parameters;
   // its reduce_scatter's input. DDP's buckets, filled from the gradients
-  // and read back, 4 + 4 bytes each way; under a pipeline, which reduces
-  // once after the step, one flat buffer instead, scaled in place (24).
-  // Gradients accumulate over the step's microbatches, the reduction held
-  // off until the last: where FSDP's or DDP's buffers hold them, 12 bytes
-  // (read two, write one) a parameter for each microbatch after the first
-  // (elsewhere the weight-gradient GEMM adds into the gradient itself). ep averages each expert's
-  // gradient after the step through a flat buffer (24).
+  // and read back, 4 + 4 bytes each way. Under a pipeline or ep, which
+  // reduce once after the step, dist::average_gradients instead: through
+  // its buckets (copied in, scaled, copied back: 24), or in place for a
+  // gradient as large as a bucket, or with no copies to average with
+  // (scaled: 8). Gradients accumulate over the step's microbatches, the
+  // reduction held off until the last: where FSDP's or DDP's buffers hold
+  // them, 12 bytes (read two, write one) a parameter for each microbatch
+  // after the first (elsewhere the weight-gradient GEMM adds into the
+  // gradient itself). ep averages the experts' gradients the same way.
   const int64_t fsdp = p.dp_shard * p.cp;
   const double dense = p.dp_shard > 1 ? double(plan.gradients - plan.experts) / 4 * double(fsdp)
                                       : double(plan.parameters - plan.experts) / 4;
   const bool after_step = p.pp > 1;
+  const bool ddp_hooks = p.pp == 1 && p.ep == 1;
+  const auto averaged = [](double bytes, double in_place, int64_t copies) {
+    return copies == 1 ? bytes / 4 * 8 : (bytes - in_place) / 4 * 24 + in_place / 4 * 8;
+  };
   if (p.dp_shard > 1) {
     const bool split_backward =
         p.pp > 1 && dist::pp::splits_backward(dist::pp::parse_schedule(p.pp_schedule));
@@ -188,15 +194,26 @@ StepTraffic step_traffic(const TrainConfig& config, const MemoryPlan& plan, int6
     out.passes += dense * gathers * (8 + 8 / double(fsdp));
     (after_step ? out.update : out.passes) += dense * 8;
   } else if (p.dp_replicate * p.cp > 1) {
-    if (after_step) {
-      out.update += dense * 24;
-    } else {
+    if (ddp_hooks) {
       out.passes += dense * 16;
+    } else {
+      out.update += averaged(dense * 4, double(plan.in_place), p.dp_replicate * p.cp);
     }
   }
-  if (p.dp_shard > 1 || (p.dp_replicate * p.cp > 1 && !after_step))
-    out.passes += dense * 12 * double(m - 1);
-  if (p.ep > 1) out.update += double(plan.experts) / 4 * 24;
+  const bool accumulates = p.dp_shard > 1 || (p.dp_replicate * p.cp > 1 && ddp_hooks);
+  if (accumulates) out.passes += dense * 12 * double(m - 1);
+  // The embedding's gradient is a dense (V / tp, C) table that each
+  // microbatch's backward fills with zeros and adds its rows into, then
+  // adds to the microbatches' before it: 4 bytes an element a microbatch,
+  // and 12 for each after the first where no buffer's accumulation above
+  // counts it.
+  if (pp_rank == 0) {
+    const double table = double(t.vocab_size) / tp * C;
+    out.passes += table * 4 * double(m) + (accumulates ? 0 : table * 12 * double(m - 1));
+  }
+  if (p.ep > 1)
+    out.update += averaged(double(plan.experts), double(plan.experts_in_place),
+                           p.dp_replicate * p.dp_shard * p.cp / p.ep);
   // After the backwards, per parameter of the rank: the gradient norm
   // (optim::local_grad_sq_sum: the gradient to f64, 4 + 8 bytes; squared,
   // 8 + 8 + 8; summed, 8), AdamW (reads the parameter, gradient and two

@@ -1,6 +1,7 @@
 // Global-norm gradient clipping.
 #include "autograd/optim/clip_grad.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "autograd/grad_mode.h"
@@ -11,14 +12,23 @@ namespace spmd::optim {
 
 double local_grad_sq_sum(const std::vector<Tensor>& params) {
   NoGradGuard no_grad;
-  double total = 0;
+  // The sum stays on the gradients' device until the end: one read back.
+  Tensor total;
   for (const Tensor& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    const Tensor g64 = ops::to(g, DType::kF64);
-    total += ops::sum(ops::mul(g64, g64)).item<double>();
+    // A slice at a time: the f64 copy and its square held at once are a
+    // slice's (16 MiB), not a whole gradient's (a 128K-word embedding's
+    // would be 16 bytes an element, 8.4 GB for Llama 3.1 8B's).
+    const Tensor flat = ops::reshape(g, {g.numel()});
+    for (int64_t at = 0; at < flat.numel(); at += kSquaresSlice) {
+      const Tensor g64 = ops::to(
+          ops::narrow(flat, 0, at, std::min(kSquaresSlice, flat.numel() - at)), DType::kF64);
+      const Tensor squares = ops::sum(ops::mul(g64, g64));
+      total = total.defined() ? ops::add(total, squares) : squares;
+    }
   }
-  return total;
+  return total.defined() ? total.item<double>() : 0.0;
 }
 
 void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm) {

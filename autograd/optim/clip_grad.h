@@ -9,6 +9,7 @@
 // `reduce` is the identity.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -16,7 +17,11 @@
 
 namespace spmd::optim {
 
-// sum over the gradients of sum(g^2), accumulated in f64; undefined grads count 0.
+// Elements of a gradient local_grad_sq_sum squares in f64 at once.
+inline constexpr int64_t kSquaresSlice = int64_t(1) << 20;
+
+// sum over the gradients of sum(g^2), accumulated in f64, kSquaresSlice
+// elements at a time; undefined grads count 0.
 double local_grad_sq_sum(const std::vector<Tensor>& params);
 // Scales every gradient by max_norm / (total_norm + 1e-6) when that is below 1.
 void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm);
