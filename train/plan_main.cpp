@@ -36,6 +36,7 @@
 #include "runtime/durable_file.h"
 #include "runtime/error.h"
 #include "runtime/flag_checks.h"
+#include "tensor/cuda_api.h"
 #include "tensor/device.h"
 #include "tensor/threads.h"
 #include "train/config.h"
@@ -179,6 +180,8 @@ int measure(const Args& a) {
              "\"");
   const std::string why = flags::number_error(std::to_string(a.measure_seconds), 0.1, 600, false);
   SPMD_CHECK(why.empty(), "--measure-seconds: ", why);
+  SPMD_CHECK(a.measure == "cpu" || cuda::is_available(), "--measure cuda: no GPU is visible here (",
+             cuda::device_count(), " devices)");
   const Device device = a.measure == "cpu" ? Device::cpu() : Device::cuda(0);
   const train::DeviceRates r = train::measured_rates(device, a.measure_seconds);
   std::printf("measured on %s (%s), each over a window of %.1f s:\n", a.measure.c_str(),

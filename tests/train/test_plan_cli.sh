@@ -176,5 +176,8 @@ refuses "--mem-bw: must be positive, got -5" "${config[@]}" "${m1[@]}" --gemm-tf
 refuses "--mem-bw 10 times the ops other than the products; it needs a rate" "${config[@]}" \
   "${m1[@]}" --mem-bw 10
 refuses '--measure: cpu or cuda, got "tpu"' --measure tpu
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  refuses "--measure cuda: no GPU is visible here" --measure cuda
+fi
 refuses "--measure-seconds: must be at least 0.1, got 0" --measure cpu --measure-seconds 0
-echo "spmd-plan: search, layout, explain, step time, traffic, --measure and experts and 28 refusals as expected"
+echo "spmd-plan: search, layout, explain, step time, traffic, --measure, experts and every refusal as expected"
