@@ -217,10 +217,8 @@ uint64_t gathered_bytes(const TrainConfig& config, const std::vector<Piece>& pie
 // Bytes per token that one block's forward leaves saved for its backward
 // (docs/train.md counts them op by op). `stream`: the share of the residual
 // stream a rank keeps (1/tp under sequence parallelism, else 1). `half`:
-// the bytes of an element autocast computes in (2 under bf16, else 4): the
-// products' saved inputs, q k v and the attention's output, the MLP's
-// hidden activations; the residual stream, the norms' statistics,
-// log-sum-exp and the router's probabilities stay f32.
+// the bytes of an element autocast computes in (2 under bf16, else 4); the
+// residual stream and the statistics stay f32.
 double block_bytes(const nn::TransformerConfig& c, int64_t tp, double stream, bool moe,
                    double half) {
   using Cfg = nn::TransformerConfig;
