@@ -341,8 +341,11 @@ void plan_activations(const TrainConfig& config, const Place& at, MemoryPlan& pl
   const bool split = dist::pp::splits_backward(kind);
   std::set<std::pair<int, int>> live;  // (stage, microbatch)
   uint64_t act = 0, logits = 0;
+  std::vector<std::optional<StageBytes>> stages(size_t(at.num_stages));  // each worked out once
   for (const dist::pp::Action& a : actions[size_t(at.pp)]) {
-    const StageBytes b = stage_bytes(config, at, a.stage, plan.microbatch_rows);
+    std::optional<StageBytes>& known = stages[size_t(a.stage)];
+    if (!known) known = stage_bytes(config, at, a.stage, plan.microbatch_rows);
+    const StageBytes& b = *known;
     const bool ends =
         a.type == (split ? dist::pp::Action::Type::kWeight : dist::pp::Action::Type::kBackward);
     if (a.type == dist::pp::Action::Type::kForward) {
