@@ -47,29 +47,15 @@ int64_t ring_hops(const std::string& op, int64_t n) {
   return op == "all_reduce" ? 2 * (n - 1) : n - 1;
 }
 
-// Block b's forward GEMMs and attention run again in its backward: every
-// block under full checkpointing, every k-th (counted from 1) under
-// selective "k"; none under selective "op", which keeps the products'
-// outputs and recomputes only the cheap ops between them (autograd/
-// checkpoint.h), whose FLOPs the achievable rate already covers.
+// Block b's GEMMs and attention run again in its backward (full or
+// selective k; selective "op" reruns only cheap ops, whose FLOPs the
+// achievable rate already covers), and its forward collectives too (any
+// checkpointing).
 bool recomputes_products(const TrainConfig& config, int64_t b) {
-  const std::string& ac = config.training.activation_checkpointing;
-  if (ac == "none") return false;
-  const nn::CheckpointOptions o = checkpoint_options(config.training);
-  return o.policy == autograd::CheckpointPolicy::kRecomputeAll && (b + 1) % o.every == 0;
+  return rerun_of(config, b) == Rerun::kAll;
 }
-
-// Block b's forward collectives (tp's, ep's all_to_alls) run again in its
-// backward: every checkpointed block's, "op" included, since only the
-// products and ring attention are on selective checkpointing's save list.
 bool reruns_collectives(const TrainConfig& config, int64_t b) {
-  const std::string& ac = config.training.activation_checkpointing;
-  if (ac == "none") return false;
-  return (b + 1) % checkpoint_options(config.training).every == 0;
-}
-
-bool is_moe(const nn::TransformerConfig& t, int64_t b) {
-  return t.n_experts > 0 && b % t.moe_every == 0;
+  return rerun_of(config, b) != Rerun::kNone;
 }
 
 // The hardware FLOPs per token of block b's forward on one tp rank: 2 per
@@ -79,7 +65,7 @@ bool is_moe(const nn::TransformerConfig& t, int64_t b) {
 double block_forward_flops(const nn::TransformerConfig& t, int64_t b, int64_t tp) {
   const double attention = 2 * attention_weights(t) + 4 * double(t.d_model) * double(t.max_seq_len);
   const double mlp = 2 * (block_weights(t, b) - attention_weights(t));
-  return attention / double(tp) + (is_moe(t, b) ? mlp : mlp / double(tp));
+  return attention / double(tp) + (is_moe_block(t, b) ? mlp : mlp / double(tp));
 }
 
 // The FLOPs per token of each pipeline rank on one tp rank, forward and
@@ -161,8 +147,8 @@ Share share_of(const TrainConfig& config) {
   for (int64_t b : most) {
     s.recomputed += recomputes_products(config, b);
     s.reruns += reruns_collectives(config, b);
-    s.moe += is_moe(t, b);
-    s.moe_reruns += is_moe(t, b) && reruns_collectives(config, b);
+    s.moe += is_moe_block(t, b);
+    s.moe_reruns += is_moe_block(t, b) && reruns_collectives(config, b);
   }
   return s;
 }
@@ -179,12 +165,10 @@ std::vector<CommTerm> collectives(const TrainConfig& config, const MemoryPlan& p
                                   const Cluster& cluster, const Share& s) {
   const ParallelConfig& p = config.parallel;
   const int64_t fsdp = p.dp_shard * p.cp;
-  // The rank's dense parameters before FSDP cuts them (tp-local, its
-  // stages): the plan's gradients are the FSDP chunk padded to the full
-  // one. Its experts are ep's (whole on this rank, averaged after the step).
+  // The rank's dense parameters before FSDP cuts them; its experts are
+  // ep's (whole on this rank, averaged after the step).
   const double experts = double(plan.experts) / 4;
-  const double local = p.dp_shard > 1 ? double(plan.gradients - plan.experts) / 4 * double(fsdp)
-                                      : double(plan.parameters - plan.experts) / 4;
+  const double local = dense_parameters(config, plan);
   const int64_t units = s.blocks + 1;  // each block an FSDP unit, and the root
   std::vector<CommTerm> out;
   const auto add = [&](Axis axis, const std::string& op, const std::string& what, int64_t calls,

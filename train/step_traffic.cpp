@@ -12,23 +12,6 @@
 namespace spmd::train {
 namespace {
 
-bool is_moe(const nn::TransformerConfig& t, int64_t b) {
-  return t.n_experts > 0 && b % t.moe_every == 0;
-}
-
-// What of block b's forward runs again in its backward: nothing, all of
-// it (a checkpointed block under full or selective k), or under selective
-// "op" the cheap ops between the products, whose outputs it keeps
-// (autograd/selective_checkpoint.h): the norms, the activation, RoPE.
-enum class Rerun { kNone, kAll, kCheapOps };
-
-Rerun rerun_of(const TrainConfig& config, int64_t b) {
-  if (config.training.activation_checkpointing == "none") return Rerun::kNone;
-  const nn::CheckpointOptions o = checkpoint_options(config.training);
-  if ((b + 1) % o.every != 0) return Rerun::kNone;
-  return o.policy == autograd::CheckpointPolicy::kRecomputeAll ? Rerun::kAll : Rerun::kCheapOps;
-}
-
 // One token's pass through a block on one tp rank, in activation elements:
 // forward, backward, and of the forward what selective "op" reruns. The
 // stream_ fields are the residual stream's share (the norms and the
@@ -123,6 +106,23 @@ BlockTraffic block_traffic(const nn::TransformerConfig& t, const ParallelConfig&
 
 }  // namespace
 
+bool is_moe_block(const nn::TransformerConfig& t, int64_t b) {
+  return t.n_experts > 0 && b % t.moe_every == 0;
+}
+
+Rerun rerun_of(const TrainConfig& config, int64_t b) {
+  if (config.training.activation_checkpointing == "none") return Rerun::kNone;
+  const nn::CheckpointOptions o = checkpoint_options(config.training);
+  if ((b + 1) % o.every != 0) return Rerun::kNone;
+  return o.policy == autograd::CheckpointPolicy::kRecomputeAll ? Rerun::kAll : Rerun::kCheapOps;
+}
+
+double dense_parameters(const TrainConfig& config, const MemoryPlan& plan) {
+  const ParallelConfig& p = config.parallel;
+  return p.dp_shard > 1 ? double(plan.gradients - plan.experts) / 4 * double(p.dp_shard * p.cp)
+                        : double(plan.parameters - plan.experts) / 4;
+}
+
 std::vector<std::vector<int64_t>> blocks_of_pipeline_ranks(const TrainConfig& config) {
   const ParallelConfig& p = config.parallel;
   const int64_t L = config.model.n_layers;
@@ -153,7 +153,7 @@ StepTraffic step_traffic(const TrainConfig& config, const MemoryPlan& plan, int6
   double per_token = 0;  // bytes
   const std::vector<std::vector<int64_t>> ranks = blocks_of_pipeline_ranks(config);
   for (int64_t b : ranks[size_t(pp_rank)])
-    per_token += block_traffic(t, p, is_moe(t, b)).bytes(act, rerun_of(config, b));
+    per_token += block_traffic(t, p, is_moe_block(t, b)).bytes(act, rerun_of(config, b));
   // The ends. The embedding's lookup (write; back: read) and learned
   // positions' add (and their gradient's sum over the batch); the final
   // norm, and the loss over the logits: read; back: read, write (the
@@ -180,8 +180,7 @@ StepTraffic step_traffic(const TrainConfig& config, const MemoryPlan& plan, int6
   // after the first (elsewhere the weight-gradient GEMM adds into the
   // gradient itself). ep averages the experts' gradients the same way.
   const int64_t fsdp = p.dp_shard * p.cp;
-  const double dense = p.dp_shard > 1 ? double(plan.gradients - plan.experts) / 4 * double(fsdp)
-                                      : double(plan.parameters - plan.experts) / 4;
+  const double dense = dense_parameters(config, plan);
   const bool after_step = p.pp > 1;
   const bool ddp_hooks = p.pp == 1 && p.ep == 1;
   const auto averaged = [](double bytes, double in_place, int64_t copies) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autograd/nn/transformer.h"
 #include "train/config.h"
 #include "train/memory_plan.h"
 
@@ -33,6 +34,23 @@ struct StepTraffic {
 // The blocks of each pipeline rank's stages (one list without a pipeline),
 // split as spmd-train splits them (split_layers_interleaved).
 std::vector<std::vector<int64_t>> blocks_of_pipeline_ranks(const TrainConfig& config);
+
+// Whether block b of the model is an MoE block (blocks 0, moe_every, ...).
+bool is_moe_block(const nn::TransformerConfig& t, int64_t b);
+
+// What of block b's forward runs again in its backward: nothing; all of it
+// (a checkpointed block under full or selective k: its GEMMs, attention
+// and collectives again); or under selective "op" the cheap ops between
+// the products, whose outputs it keeps (autograd/selective_checkpoint.h):
+// the norms, the activation, RoPE, and the block's forward collectives
+// (tp's, ep's all_to_alls), which are not on the save list.
+enum class Rerun { kNone, kAll, kCheapOps };
+Rerun rerun_of(const TrainConfig& config, int64_t b);
+
+// The rank's dense parameters (not its experts'), in elements, before FSDP
+// cuts them: tp-local, its stages; under FSDP the plan's gradients are the
+// chunk padded to the full one, so x dp_shard x cp.
+double dense_parameters(const TrainConfig& config, const MemoryPlan& plan);
 
 // The pipeline position of `rank` in a world of `world` ranks (pp is the
 // mesh's outermost axis).
