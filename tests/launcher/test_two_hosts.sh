@@ -250,22 +250,17 @@ grep -q "rank 2 (at 10.213.11.1) cannot connect to rank 0 at 10.213.10.1:" "$tmp
 echo "   GLOO_SOCKET_IFNAME=alt0: the links failed in $took s, saying:"
 grep -ho "rank 2 (at .*" "$tmp/alt.B" | head -1
 # The veth for everything: host A's store listens on 10.213.9.1 alone.
-(
-  for _ in $(seq 100); do
-    ss=$(ip netns exec "$nsA" ss -Htln "sport = :29641" 2>/dev/null)
-    [ -n "$ss" ] && { echo "$ss" >"$tmp/veth.listen"; break; }
-    sleep 0.1
-  done
-) &
-watcher=$!
-job veth 29641 "SPMD_SOCKET_IFNAME=$vethA" "SPMD_SOCKET_IFNAME=$vethB" "${small[@]}"
-wait $watcher
+# Each worker lists its host's listening sockets on the store's port before
+# it starts the collectives; the store lives as long as its launcher, so
+# rank 0's list is taken while it listens (no watcher racing a short job).
+ss_first=(/bin/bash -c 'ss -Htln "sport = :29641" >"$0.$RANK" && exec "$@"' "$tmp/veth.listen")
+job veth 29641 "SPMD_SOCKET_IFNAME=$vethA" "SPMD_SOCKET_IFNAME=$vethB" "${ss_first[@]}" "${small[@]}"
 [ $rcA -eq 0 ] && [ $rcB -eq 0 ] || { show veth; fail "veth: exited with $rcA, $rcB"; }
 grep -q "^\[rank0\]: # Out of bounds values : 0 OK" "$tmp/veth.A" || { show veth; fail "veth: wrong values"; }
-grep -q " 10.213.9.1:29641 " "$tmp/veth.listen" 2>/dev/null ||
-  fail "veth: the store did not listen on 10.213.9.1 alone: $(cat "$tmp/veth.listen" 2>/dev/null)"
+grep -q " 10.213.9.1:29641 " "$tmp/veth.listen.0" 2>/dev/null ||
+  fail "veth: the store did not listen on 10.213.9.1 alone: $(cat "$tmp/veth.listen.0" 2>/dev/null)"
 echo "   SPMD_SOCKET_IFNAME=$vethA/$vethB: the collectives ran; the store listened at" \
-  "$(awk '{print $4}' "$tmp/veth.listen")"
+  "$(awk '{print $4}' "$tmp/veth.listen.0")"
 rdzv_timeout=4 job nosuch 29651 "SPMD_SOCKET_IFNAME=nosuch0" "" "${small[@]}"  # host A fails at once
 [ $rcA -ne 0 ] && [ $rcB -ne 0 ] || { show nosuch; fail "nosuch0: the job did not fail"; }
 for listed in "lo (127.0.0.1)" "$vethA (10.213.9.1)" "alt0 (10.213.10.1)"; do
