@@ -218,9 +218,11 @@ LaunchEnv launch_env_from_environment() {
 }
 
 int slurm_store_port(uint64_t job_id, uint64_t step_id) {
-  // 7919 is prime, so coprime with 20000: the steps of one job get distinct
-  // ports (until 20000 steps), and step 0 gets the job's own.
-  return static_cast<int>(20000 + (job_id + 7919 * step_id) % 20000);
+  // 20000..31999 lies below Linux's ephemeral ports (32768 up), so no
+  // outgoing connection on the node holds the store's port. 7919 is prime,
+  // so coprime with 12000: the steps of one job get distinct ports (until
+  // 12000 steps), and step 0 gets the job's own.
+  return static_cast<int>(20000 + (job_id + 7919 * step_id) % 12000);
 }
 
 std::string first_host_of_nodelist(const std::string& nodelist, const std::string& variable) {

@@ -91,7 +91,8 @@ std::chrono::milliseconds default_pg_timeout();
 std::string first_host_of_nodelist(const std::string& nodelist,
                                    const std::string& variable = "SLURM_JOB_NODELIST");
 // The store port of Slurm job step `step_id` of job `job_id` when MASTER_PORT
-// is unset: 20000 + (job_id + 7919 * step_id) mod 20000.
+// is unset: 20000 + (job_id + 7919 * step_id) mod 12000, below Linux's
+// ephemeral ports.
 int slurm_store_port(uint64_t job_id, uint64_t step_id);
 // The task count of node `node` from SLURM_TASKS_PER_NODE: "4(x2),3", 2 -> 3.
 int tasks_on_node(const std::string& tasks_per_node, int node);

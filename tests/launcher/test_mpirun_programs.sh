@@ -72,7 +72,7 @@ fi
 # from the job and step ids (runtime/env.h): the job id is picked so it is free.
 for _ in $(seq 50); do
   job=$((100000 + RANDOM * 7 + RANDOM % 7))
-  port=$((20000 + job % 20000))
+  port=$((20000 + job % 12000))
   python3 -c 'import socket, sys
 s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$port" 2>/dev/null && break
 done

@@ -38,13 +38,13 @@ grep -q "start the program with srun" "$tmp/batch" || fail "the batch-script run
 [ "$elapsed" -lt 10 ] || fail "the batch-script run took $elapsed s to stop"
 
 # 2. Steps 0 and 1 of one job at once. The job id is picked so that both
-# steps' ports (20000 + (job + 7919 step) mod 20000, worked out here apart
+# steps' ports (20000 + (job + 7919 step) mod 12000, worked out here apart
 # from the code) are free now.
 free() { python3 -c 'import socket, sys
 s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; }
 for _ in $(seq 50); do
   job=$((100000 + RANDOM * 7 + RANDOM % 7))
-  p0=$((20000 + job % 20000)) p1=$((20000 + (job + 7919) % 20000))
+  p0=$((20000 + job % 12000)) p1=$((20000 + (job + 7919) % 12000))
   free "$p0" && free "$p1" && break
 done
 echo "job $job: step 0 on port $p0, step 1 on port $p1"

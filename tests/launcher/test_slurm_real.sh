@@ -70,13 +70,22 @@ munge --socket="$tmp/munge/sock" -n | unmunge --socket="$tmp/munge/sock" >/dev/n
   skip "munge does not answer on its socket"
 
 # A one-node cluster named after this host. Its first job id is drawn: the
-# store's port comes from it (runtime/env.h), and other tests make up job
-# ids of their own.
+# store's port comes from it (runtime/env.h: 20000 + job mod 12000, worked
+# out here apart from the code), and other tests make up job ids of their
+# own. The draw keeps the ports of the test's 4 jobs free now.
+bindable() { python3 -c 'import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; }
+for _ in $(seq 50); do
+  first_job=$((1000 + RANDOM))
+  all_free=1
+  for j in 0 1 2 3; do bindable $((20000 + (first_job + j) % 12000)) || all_free=0; done
+  [ $all_free = 1 ] && break
+done
 host=$(hostname -s)
 mkdir -p "$tmp/state" "$tmp/spool" "$tmp/log"
 cat >"$tmp/slurm.conf" <<EOF
 ClusterName=spmdtest
-FirstJobId=$((1000 + RANDOM))
+FirstJobId=$first_job
 SlurmctldHost=$host
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
