@@ -19,6 +19,8 @@
 # usage: test_mpirun_programs.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1 source=$2
+# shellcheck source=tests/launcher/slurm_ports.sh
+source "$(dirname "$0")/slurm_ports.sh"
 train=$build/train/spmd-train
 fail() { echo "FAILED: $*"; exit 1; }
 tmp=$(mktemp -d)
@@ -70,12 +72,7 @@ fi
 
 # 5. Slurm's variables for a two-task, one-node step; the store port derives
 # from the job and step ids (runtime/env.h): the job id is picked so it is free.
-for _ in $(seq 50); do
-  job=$((100000 + RANDOM * 7 + RANDOM % 7))
-  port=$((20000 + job % 12000))
-  python3 -c 'import socket, sys
-s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$port" 2>/dev/null && break
-done
+job=$(draw_slurm_job 100000 1 1)
 for r in 0 1; do
   env -i PATH="$PATH" OMP_NUM_THREADS=1 SLURM_JOB_ID="$job" SLURM_STEP_ID=0 SLURM_PROCID=$r \
     SLURM_LOCALID=$r SLURM_NTASKS=2 SLURM_NNODES=1 SLURM_NODEID=0 SLURM_TASKS_PER_NODE=2 \

@@ -11,6 +11,8 @@
 # usage: test_slurm_env.sh COMM_WORKER
 set -uo pipefail
 worker=$1
+# shellcheck source=tests/launcher/slurm_ports.sh
+source "$(dirname "$0")/slurm_ports.sh"
 
 fail() { echo "FAILED: $*"; exit 1; }
 tmp=$(mktemp -d)
@@ -38,15 +40,9 @@ grep -q "start the program with srun" "$tmp/batch" || fail "the batch-script run
 [ "$elapsed" -lt 10 ] || fail "the batch-script run took $elapsed s to stop"
 
 # 2. Steps 0 and 1 of one job at once. The job id is picked so that both
-# steps' ports (20000 + (job + 7919 step) mod 12000, worked out here apart
-# from the code) are free now.
-free() { python3 -c 'import socket, sys
-s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; }
-for _ in $(seq 50); do
-  job=$((100000 + RANDOM * 7 + RANDOM % 7))
-  p0=$((20000 + job % 12000)) p1=$((20000 + (job + 7919) % 12000))
-  free "$p0" && free "$p1" && break
-done
+# steps' ports (slurm_ports.sh, worked out apart from the code) are free now.
+job=$(draw_slurm_job 100000 1 2)
+p0=$(slurm_port "$job" 0) p1=$(slurm_port "$job" 1)
 echo "job $job: step 0 on port $p0, step 1 on port $p1"
 for step in 0 1; do
   for r in 0 1; do task "$job" "$step" "$r" "$tmp/step$step.$r" & done

@@ -16,6 +16,8 @@
 # usage: test_slurm_real.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 build=$1 source=$2
+# shellcheck source=tests/launcher/slurm_ports.sh
+source "$(dirname "$0")/slurm_ports.sh"
 skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || skip "needs root to start Slurm's daemons"
@@ -70,17 +72,9 @@ munge --socket="$tmp/munge/sock" -n | unmunge --socket="$tmp/munge/sock" >/dev/n
   skip "munge does not answer on its socket"
 
 # A one-node cluster named after this host. Its first job id is drawn: the
-# store's port comes from it (runtime/env.h: 20000 + job mod 12000, worked
-# out here apart from the code), and other tests make up job ids of their
-# own. The draw keeps the ports of the test's 4 jobs free now.
-bindable() { python3 -c 'import socket, sys
-s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null; }
-for _ in $(seq 50); do
-  first_job=$((1000 + RANDOM))
-  all_free=1
-  for j in 0 1 2 3; do bindable $((20000 + (first_job + j) % 12000)) || all_free=0; done
-  [ $all_free = 1 ] && break
-done
+# store's port comes from it (runtime/env.h), and other tests make up job
+# ids of their own. The draw keeps the ports of the test's 4 jobs free now.
+first_job=$(draw_slurm_job 1000 4 1)
 host=$(hostname -s)
 mkdir -p "$tmp/state" "$tmp/spool" "$tmp/log"
 cat >"$tmp/slurm.conf" <<EOF
